@@ -1,0 +1,1 @@
+//! symheap's integration tests: one binary, one module per subject.

@@ -1,0 +1,144 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// `Result` with [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in symheap.
+///
+/// Errors from the C libraries keep the raw code and the name of the call that returned it, so a
+/// report can be matched against CANN's own documentation and logs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The caller passed something that can never work (size 0, an alignment that is not a power
+    /// of two, an overflowing size, a block from another heap, mismatched lengths, ...). Nothing
+    /// was changed.
+    InvalidArgument(String),
+    /// A request did not fit. Carries what was asked and what was left.
+    OutOfMemory(OutOfMemory),
+    /// An HCCL call returned a code other than `HCCL_SUCCESS`.
+    Hccl {
+        /// The C function, e.g. `"HcclAllReduce"`.
+        call: &'static str,
+        /// The raw `HcclResult`.
+        code: i32,
+        /// `HcclGetErrorString(code)`, plus any detail the library recorded.
+        message: String,
+    },
+    /// An ACL runtime call returned a code other than `ACL_SUCCESS`.
+    Acl {
+        /// The C function, e.g. `"aclrtMapMem"`.
+        call: &'static str,
+        /// The raw `aclError`.
+        code: i32,
+        /// The library's recent error message, if it gave one.
+        message: String,
+    },
+    /// The loaded library does not export an optional function (for example the symmetric-window
+    /// API on CANN 8.x).
+    Unsupported {
+        /// The missing C function.
+        call: &'static str,
+    },
+    /// The CANN libraries could not be loaded. Lists every path tried and why each failed.
+    Load {
+        /// Which library was being looked for (`"HCCL"` or `"ACL"`).
+        library: &'static str,
+        /// Every candidate path, with the reason it was rejected.
+        tried: Vec<(PathBuf, String)>,
+    },
+    /// Ranks disagreed about something that must be identical on every rank.
+    Asymmetric(String),
+    /// An error on one rank of a multi-rank run.
+    Rank {
+        /// The rank that failed.
+        rank: u32,
+        /// What went wrong there.
+        source: Box<Error>,
+    },
+    /// A rank's closure panicked.
+    Panicked {
+        /// The rank whose closure panicked.
+        rank: u32,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+}
+
+/// What an out-of-memory error reports: the request, what was free, and what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// Bytes asked for.
+    pub requested: u64,
+    /// Alignment asked for (after rounding up to the granularity).
+    pub align: u64,
+    /// Total capacity of the heap or pool that refused.
+    pub capacity: u64,
+    /// Free bytes at the time of the request.
+    pub free: u64,
+    /// The largest free region at the time of the request.
+    pub largest_free: u64,
+    /// The setting to raise to make the request fit.
+    pub setting: &'static str,
+}
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "out of memory: asked for {} bytes (align {}), {} of {} bytes free, largest free region {} bytes; raise {}",
+            self.requested, self.align, self.free, self.capacity, self.largest_free, self.setting
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::OutOfMemory(oom) => oom.fmt(f),
+            Error::Hccl {
+                call,
+                code,
+                message,
+            } => write!(f, "{call} failed with HcclResult {code}: {message}"),
+            Error::Acl {
+                call,
+                code,
+                message,
+            } => write!(f, "{call} failed with aclError {code}: {message}"),
+            Error::Unsupported { call } => {
+                write!(f, "{call} is not exported by the loaded library")
+            }
+            Error::Load { library, tried } => {
+                write!(f, "could not load the {library} library; tried:")?;
+                for (path, why) in tried {
+                    write!(f, "\n  {}: {why}", path.display())?;
+                }
+                Ok(())
+            }
+            Error::Asymmetric(msg) => write!(f, "ranks are not symmetric: {msg}"),
+            Error::Rank { rank, source } => write!(f, "rank {rank}: {source}"),
+            Error::Panicked { rank, message } => write!(f, "rank {rank} panicked: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Rank { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}

@@ -1,0 +1,2 @@
+//! A pure offset allocator (placeholder: built in issue 2).
+#![forbid(unsafe_code)]
