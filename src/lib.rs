@@ -2,5 +2,6 @@
 
 mod error;
 pub mod heap;
+pub mod sys;
 
 pub use error::{Error, OutOfMemory, Result};

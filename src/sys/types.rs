@@ -1,0 +1,467 @@
+//! The C types of HCCL and the ACL runtime, with their C names and layouts.
+//!
+//! Enums are integer newtypes with associated constants rather than Rust enums: a foreign library
+//! may return a value this crate does not list, and that must not be undefined behaviour.
+
+use std::ffi::{c_char, c_void};
+use std::mem::{align_of, offset_of, size_of};
+
+use static_assertions::const_assert_eq;
+
+/// An HCCL communicator (opaque).
+pub type HcclComm = *mut c_void;
+/// A registered symmetric window (opaque; a device pointer on real hardware).
+pub type HcclCommSymWindow = *mut c_void;
+/// An ACL stream (opaque).
+pub type aclrtStream = *mut c_void;
+/// A physical memory allocation (opaque).
+pub type aclrtDrvMemHandle = *mut c_void;
+/// An ACL status code; [`ACL_SUCCESS`] is 0.
+pub type aclError = i32;
+
+/// `aclError` success.
+pub const ACL_SUCCESS: aclError = 0;
+/// Invalid parameter (generic ACL).
+pub const ACL_ERROR_INVALID_PARAM: aclError = 100000;
+/// Allocation failed (generic ACL).
+pub const ACL_ERROR_BAD_ALLOC: aclError = 200000;
+/// Invalid parameter (runtime).
+pub const ACL_ERROR_RT_PARAM_INVALID: aclError = 107000;
+/// Invalid handle (runtime).
+pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107017;
+/// Out of memory (runtime).
+pub const ACL_ERROR_RT_MEMORY_ALLOCATION: aclError = 207001;
+/// Device out of memory (runtime).
+pub const ACL_ERROR_RT_DEVICE_OOM: aclError = 207018;
+/// Internal error (runtime).
+pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507000;
+/// Stream synchronisation timed out (runtime).
+pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507046;
+
+/// Size in bytes of [`HcclRootInfo`] (`HCCL_ROOT_INFO_BYTES`).
+pub const HCCL_ROOT_INFO_BYTES: usize = 4108;
+
+macro_rules! c_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:expr),* $(,)? }) => {
+        $(#[$meta])*
+        #[repr(transparent)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub struct $name(pub i32);
+        impl $name {
+            $($(#[$vmeta])* pub const $variant: Self = Self($value);)*
+        }
+    };
+}
+
+c_enum! {
+    /// `HcclResult`: the status of every HCCL call.
+    HcclResult {
+        /// Success.
+        HCCL_SUCCESS = 0,
+        /// Invalid parameter.
+        HCCL_E_PARA = 1,
+        /// Null pointer.
+        HCCL_E_PTR = 2,
+        /// Memory error.
+        HCCL_E_MEMORY = 3,
+        /// Internal error.
+        HCCL_E_INTERNAL = 4,
+        /// Not supported.
+        HCCL_E_NOT_SUPPORT = 5,
+        /// Not found.
+        HCCL_E_NOT_FOUND = 6,
+        /// Resource unavailable.
+        HCCL_E_UNAVAIL = 7,
+        /// System call failed.
+        HCCL_E_SYSCALL = 8,
+        /// Timed out.
+        HCCL_E_TIMEOUT = 9,
+        /// Could not open a file.
+        HCCL_E_OPEN_FILE_FAILURE = 10,
+        /// TCP connection failed.
+        HCCL_E_TCP_CONNECT = 11,
+        /// RoCE connection failed.
+        HCCL_E_ROCE_CONNECT = 12,
+        /// TCP transfer failed.
+        HCCL_E_TCP_TRANSFER = 13,
+        /// RoCE transfer failed.
+        HCCL_E_ROCE_TRANSFER = 14,
+        /// Runtime call failed.
+        HCCL_E_RUNTIME = 15,
+        /// Driver call failed.
+        HCCL_E_DRV = 16,
+        /// Profiling error.
+        HCCL_E_PROFILING = 17,
+        /// CCE error.
+        HCCL_E_CCE = 18,
+        /// Network error.
+        HCCL_E_NETWORK = 19,
+        /// Try again.
+        HCCL_E_AGAIN = 20,
+        /// Remote error.
+        HCCL_E_REMOTE = 21,
+        /// Communicator suspending.
+        HCCL_E_SUSPENDING = 22,
+        /// Operator retry failed.
+        HCCL_E_OPRETRY_FAIL = 23,
+        /// Out of memory.
+        HCCL_E_OOM = 24,
+        /// Wrong state.
+        HCCL_E_IN_STATUS = 1041,
+        /// Reserved.
+        HCCL_E_RESERVED = 1042,
+    }
+}
+
+c_enum! {
+    /// `HcclReduceOp`: the reduction of AllReduce and ReduceScatter.
+    HcclReduceOp {
+        /// Sum.
+        HCCL_REDUCE_SUM = 0,
+        /// Product.
+        HCCL_REDUCE_PROD = 1,
+        /// Maximum.
+        HCCL_REDUCE_MAX = 2,
+        /// Minimum.
+        HCCL_REDUCE_MIN = 3,
+        /// Reserved.
+        HCCL_REDUCE_RESERVED = 255,
+    }
+}
+
+c_enum! {
+    /// `HcclDataType`: the element type of a collective (13 is unused).
+    HcclDataType {
+        /// i8.
+        HCCL_DATA_TYPE_INT8 = 0,
+        /// i16.
+        HCCL_DATA_TYPE_INT16 = 1,
+        /// i32.
+        HCCL_DATA_TYPE_INT32 = 2,
+        /// IEEE half.
+        HCCL_DATA_TYPE_FP16 = 3,
+        /// f32.
+        HCCL_DATA_TYPE_FP32 = 4,
+        /// i64.
+        HCCL_DATA_TYPE_INT64 = 5,
+        /// u64.
+        HCCL_DATA_TYPE_UINT64 = 6,
+        /// u8.
+        HCCL_DATA_TYPE_UINT8 = 7,
+        /// u16.
+        HCCL_DATA_TYPE_UINT16 = 8,
+        /// u32.
+        HCCL_DATA_TYPE_UINT32 = 9,
+        /// f64.
+        HCCL_DATA_TYPE_FP64 = 10,
+        /// bfloat16.
+        HCCL_DATA_TYPE_BFP16 = 11,
+        /// 128-bit integer.
+        HCCL_DATA_TYPE_INT128 = 12,
+        /// HiFloat8.
+        HCCL_DATA_TYPE_HIF8 = 14,
+        /// FP8 E4M3.
+        HCCL_DATA_TYPE_FP8E4M3 = 15,
+        /// FP8 E5M2.
+        HCCL_DATA_TYPE_FP8E5M2 = 16,
+        /// FP8 E8M0.
+        HCCL_DATA_TYPE_FP8E8M0 = 17,
+        /// Reserved.
+        HCCL_DATA_TYPE_RESERVED = 255,
+    }
+}
+
+c_enum! {
+    /// `aclrtMemcpyKind`: the direction of a copy.
+    aclrtMemcpyKind {
+        /// Host to host.
+        ACL_MEMCPY_HOST_TO_HOST = 0,
+        /// Host to device.
+        ACL_MEMCPY_HOST_TO_DEVICE = 1,
+        /// Device to host.
+        ACL_MEMCPY_DEVICE_TO_HOST = 2,
+        /// Device to device.
+        ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
+        /// Inferred from the addresses.
+        ACL_MEMCPY_DEFAULT = 4,
+    }
+}
+
+c_enum! {
+    /// `aclrtMemGranularityOptions`.
+    aclrtMemGranularityOptions {
+        /// The smallest granularity.
+        ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+        /// The recommended granularity.
+        ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
+    }
+}
+
+c_enum! {
+    /// `aclrtMemAttr`: the kind of memory asked for.
+    aclrtMemAttr {
+        /// DDR.
+        ACL_DDR_MEM = 0,
+        /// HBM.
+        ACL_HBM_MEM = 1,
+        /// DDR, huge pages.
+        ACL_DDR_MEM_HUGE = 2,
+        /// DDR, normal pages.
+        ACL_DDR_MEM_NORMAL = 3,
+        /// HBM, 2 MiB pages.
+        ACL_HBM_MEM_HUGE = 4,
+        /// HBM, normal pages.
+        ACL_HBM_MEM_NORMAL = 5,
+        /// HBM, 1 GiB pages.
+        ACL_HBM_MEM_HUGE1G = 10,
+    }
+}
+
+/// `ACL_MEM_HANDLE_TYPE_NONE`.
+pub const ACL_MEM_HANDLE_TYPE_NONE: i32 = 0;
+/// `ACL_MEM_ALLOCATION_TYPE_PINNED`.
+pub const ACL_MEM_ALLOCATION_TYPE_PINNED: i32 = 0;
+/// `ACL_MEM_LOCATION_TYPE_HOST`.
+pub const ACL_MEM_LOCATION_TYPE_HOST: i32 = 0;
+/// `ACL_MEM_LOCATION_TYPE_DEVICE`.
+pub const ACL_MEM_LOCATION_TYPE_DEVICE: i32 = 1;
+
+/// `HcclRootInfo`: the opaque bootstrap blob rank 0 creates and every rank passes to init.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct HcclRootInfo {
+    /// Library-defined contents.
+    pub internal: [c_char; HCCL_ROOT_INFO_BYTES],
+}
+
+impl Default for HcclRootInfo {
+    fn default() -> Self {
+        Self {
+            internal: [0; HCCL_ROOT_INFO_BYTES],
+        }
+    }
+}
+
+impl std::fmt::Debug for HcclRootInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HcclRootInfo { .. }")
+    }
+}
+
+/// The 24-byte header at the start of [`HcclCommConfig`] (`CommConfigInfo` in the headers).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HcclCommConfigInfo {
+    /// `sizeof(HcclCommConfig)` as the caller knows it.
+    pub configSize: usize,
+    /// Must be [`HCCL_COMM_CONFIG_MAGIC_WORD`].
+    pub magicWord: u32,
+    /// Layout version; this crate sends [`HCCL_COMM_CONFIG_VERSION`].
+    pub version: u32,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// The magic word of [`HcclCommConfigInfo`].
+pub const HCCL_COMM_CONFIG_MAGIC_WORD: u32 = 0xf0f0_f0f0;
+/// The layout version of [`HcclCommConfig`] this crate sends.
+pub const HCCL_COMM_CONFIG_VERSION: u32 = 11;
+/// "Not set" for the unsigned fields of [`HcclCommConfig`].
+pub const HCCL_COMM_DEFAULT_U32: u32 = 0xffff_ffff;
+
+/// `HcclCommConfig`, version 11 (2248 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct HcclCommConfig {
+    /// The header; see [`HcclCommConfigInfo`].
+    pub reserved: [u8; 24],
+    /// HCCL buffer size in MB.
+    pub hcclBufferSize: u32,
+    /// Deterministic reductions.
+    pub hcclDeterministic: u32,
+    /// Communicator name (NUL-terminated).
+    pub hcclCommName: [c_char; 128],
+    /// User-defined information.
+    pub hcclUdi: [c_char; 128],
+    /// 0 default, 1 host, 2 AI CPU, 3 AIV, 4 AIV only.
+    pub hcclOpExpansionMode: u32,
+    /// RDMA traffic class.
+    pub hcclRdmaTrafficClass: u32,
+    /// RDMA service level.
+    pub hcclRdmaServiceLevel: u32,
+    /// World rank id.
+    pub hcclWorldRankID: u32,
+    /// Job id.
+    pub hcclJobID: u64,
+    /// ACL graph zero-copy switch.
+    pub aclGraphZeroCopyEnable: u8,
+    /// Execution timeout in seconds; -1 means the library default.
+    pub hcclExecTimeOut: i32,
+    /// Algorithm selection string.
+    pub hcclAlgo: [c_char; 1600],
+    /// Retry switch string.
+    pub hcclRetryEnable: [c_char; 50],
+    /// Retry parameters string.
+    pub hcclRetryParams: [c_char; 128],
+    /// HCCL buffer name.
+    pub hcclBufferName: [c_char; 128],
+    /// Quality of service.
+    pub hcclQos: u32,
+    /// Per-rank symmetric heap stride in GiB (default 16).
+    pub hcclSymWinMaxMemSizePerRank: u64,
+    /// Channel submission-queue depth.
+    pub hcclChannelSqDepth: u32,
+}
+
+impl HcclCommConfig {
+    /// The Rust equivalent of the header's `static inline HcclCommConfigInit`.
+    pub fn init() -> Self {
+        let info = HcclCommConfigInfo {
+            configSize: size_of::<HcclCommConfig>(),
+            magicWord: HCCL_COMM_CONFIG_MAGIC_WORD,
+            version: HCCL_COMM_CONFIG_VERSION,
+            reserved: 0,
+        };
+        let mut reserved = [0u8; 24];
+        reserved[0..8].copy_from_slice(&info.configSize.to_ne_bytes());
+        reserved[8..12].copy_from_slice(&info.magicWord.to_ne_bytes());
+        reserved[12..16].copy_from_slice(&info.version.to_ne_bytes());
+        reserved[16..24].copy_from_slice(&info.reserved.to_ne_bytes());
+        Self {
+            reserved,
+            hcclBufferSize: HCCL_COMM_DEFAULT_U32,
+            hcclDeterministic: HCCL_COMM_DEFAULT_U32,
+            hcclCommName: [0; 128],
+            hcclUdi: [0; 128],
+            hcclOpExpansionMode: 0,
+            hcclRdmaTrafficClass: HCCL_COMM_DEFAULT_U32,
+            hcclRdmaServiceLevel: HCCL_COMM_DEFAULT_U32,
+            hcclWorldRankID: 0,
+            hcclJobID: 0,
+            aclGraphZeroCopyEnable: 0,
+            hcclExecTimeOut: -1,
+            hcclAlgo: [0; 1600],
+            hcclRetryEnable: [0; 50],
+            hcclRetryParams: [0; 128],
+            hcclBufferName: [0; 128],
+            hcclQos: HCCL_COMM_DEFAULT_U32,
+            hcclSymWinMaxMemSizePerRank: 16,
+            hcclChannelSqDepth: HCCL_COMM_DEFAULT_U32,
+        }
+    }
+
+    /// Decodes the 24-byte header.
+    pub fn info(&self) -> HcclCommConfigInfo {
+        let r = &self.reserved;
+        let word = |range: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..range.len()].copy_from_slice(&r[range]);
+            u64::from_ne_bytes(b)
+        };
+        HcclCommConfigInfo {
+            configSize: word(0..8) as usize,
+            magicWord: word(8..12) as u32,
+            version: word(12..16) as u32,
+            reserved: word(16..24),
+        }
+    }
+}
+
+impl std::fmt::Debug for HcclCommConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HcclCommConfig")
+            .field("info", &self.info())
+            .field("hcclBufferSize", &self.hcclBufferSize)
+            .field("hcclOpExpansionMode", &self.hcclOpExpansionMode)
+            .field("hcclExecTimeOut", &self.hcclExecTimeOut)
+            .field(
+                "hcclSymWinMaxMemSizePerRank",
+                &self.hcclSymWinMaxMemSizePerRank,
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// `aclrtMemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct aclrtMemLocation {
+    /// Device id.
+    pub id: u32,
+    /// [`ACL_MEM_LOCATION_TYPE_HOST`] or [`ACL_MEM_LOCATION_TYPE_DEVICE`].
+    pub r#type: i32,
+}
+
+/// `aclrtPhysicalMemProp`: what kind of physical memory to allocate.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct aclrtPhysicalMemProp {
+    /// [`ACL_MEM_HANDLE_TYPE_NONE`].
+    pub handleType: i32,
+    /// [`ACL_MEM_ALLOCATION_TYPE_PINNED`].
+    pub allocationType: i32,
+    /// An [`aclrtMemAttr`] value, e.g. `ACL_HBM_MEM_HUGE`.
+    pub memAttr: i32,
+    /// Where the memory lives.
+    pub location: aclrtMemLocation,
+    /// Zero.
+    pub reserve: u64,
+}
+
+impl aclrtPhysicalMemProp {
+    /// Pinned 2 MiB-page HBM on `device`, as the HCCL documentation's examples ask for.
+    pub fn device_huge(device: u32) -> Self {
+        Self {
+            handleType: ACL_MEM_HANDLE_TYPE_NONE,
+            allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+            memAttr: aclrtMemAttr::ACL_HBM_MEM_HUGE.0,
+            location: aclrtMemLocation {
+                id: device,
+                r#type: ACL_MEM_LOCATION_TYPE_DEVICE,
+            },
+            reserve: 0,
+        }
+    }
+}
+
+// Layouts pinned against the reference (LP64 Linux).
+const_assert_eq!(size_of::<HcclRootInfo>(), 4108);
+const_assert_eq!(align_of::<HcclRootInfo>(), 1);
+const_assert_eq!(size_of::<HcclCommConfigInfo>(), 24);
+const_assert_eq!(size_of::<HcclCommConfig>(), 2248);
+const_assert_eq!(align_of::<HcclCommConfig>(), 8);
+const_assert_eq!(offset_of!(HcclCommConfig, reserved), 0);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclBufferSize), 24);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclDeterministic), 28);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclCommName), 32);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclUdi), 160);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclOpExpansionMode), 288);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclRdmaTrafficClass), 292);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclRdmaServiceLevel), 296);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclWorldRankID), 300);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclJobID), 304);
+const_assert_eq!(offset_of!(HcclCommConfig, aclGraphZeroCopyEnable), 312);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclExecTimeOut), 316);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclAlgo), 320);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclRetryEnable), 1920);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclRetryParams), 1970);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclBufferName), 2098);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclQos), 2228);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclSymWinMaxMemSizePerRank), 2232);
+const_assert_eq!(offset_of!(HcclCommConfig, hcclChannelSqDepth), 2240);
+const_assert_eq!(size_of::<aclrtMemLocation>(), 8);
+const_assert_eq!(size_of::<aclrtPhysicalMemProp>(), 32);
+const_assert_eq!(align_of::<aclrtPhysicalMemProp>(), 8);
+const_assert_eq!(offset_of!(aclrtPhysicalMemProp, handleType), 0);
+const_assert_eq!(offset_of!(aclrtPhysicalMemProp, allocationType), 4);
+const_assert_eq!(offset_of!(aclrtPhysicalMemProp, memAttr), 8);
+const_assert_eq!(offset_of!(aclrtPhysicalMemProp, location), 12);
+const_assert_eq!(
+    offset_of!(aclrtPhysicalMemProp, location) + offset_of!(aclrtMemLocation, r#type),
+    16
+);
+const_assert_eq!(offset_of!(aclrtPhysicalMemProp, reserve), 24);
+const_assert_eq!(size_of::<HcclResult>(), 4);
+const_assert_eq!(size_of::<HcclDataType>(), 4);
+const_assert_eq!(size_of::<HcclReduceOp>(), 4);
+const_assert_eq!(size_of::<aclrtMemcpyKind>(), 4);
