@@ -2,6 +2,8 @@
 
 mod error;
 pub mod heap;
+pub mod runtime;
 pub mod sys;
 
 pub use error::{Error, OutOfMemory, Result};
+pub use runtime::Runtime;

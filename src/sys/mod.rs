@@ -7,5 +7,6 @@
 mod table;
 mod types;
 
+pub(crate) use table::FnTable;
 pub use table::{AclApi, HcclApi};
 pub use types::*;

@@ -30,14 +30,8 @@ macro_rules! fn_table {
             )*
         }
 
-        impl $name {
-            /// Looks every symbol up in `libs`, first library first. A missing required symbol
-            /// is an error naming it; a missing optional one becomes `None`.
-            ///
-            /// # Safety
-            /// The libraries must export these symbols with exactly these prototypes, and must
-            /// outlive every use of the returned pointers.
-            pub(crate) unsafe fn resolve(libs: &[&Library]) -> Result<Self, String> {
+        impl FnTable for $name {
+            unsafe fn resolve(libs: &[&Library]) -> Result<Self, String> {
                 Ok(Self {
                     $(
                         $req: {
@@ -58,6 +52,17 @@ macro_rules! fn_table {
             }
         }
     };
+}
+
+/// A table of C functions that can be resolved from loaded libraries.
+pub(crate) trait FnTable: Sized {
+    /// Looks every symbol up in `libs`, first library first. A missing required symbol is an
+    /// error naming it; a missing optional one becomes `None`.
+    ///
+    /// # Safety
+    /// The libraries must export these symbols with exactly these prototypes, and must outlive
+    /// every use of the returned pointers.
+    unsafe fn resolve(libs: &[&Library]) -> Result<Self, String>;
 }
 
 /// Finds `symbol` (NUL-terminated) in the first library that has it.

@@ -1,0 +1,258 @@
+//! Communicators: bootstrap (root info), configuration, and the communicator handle.
+
+use std::sync::Arc;
+
+use super::{Runtime, Stream};
+use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
+use crate::{Error, Result};
+
+/// The bootstrap blob that rank 0 creates ([`RootInfo::new`]) and every rank passes to
+/// [`Comm::init`]. Ship it to other processes with [`as_bytes`](RootInfo::as_bytes).
+#[derive(Clone, Debug)]
+pub struct RootInfo(HcclRootInfo);
+
+impl RootInfo {
+    /// Creates a new communicator bootstrap (`HcclGetRootInfo`); call it on one rank only.
+    ///
+    /// # Errors
+    /// The runtime's error.
+    pub fn new(rt: &Runtime) -> Result<Self> {
+        let mut info = HcclRootInfo::default();
+        // SAFETY: valid out-pointer to a correctly sized struct.
+        let code = unsafe { (rt.hccl().HcclGetRootInfo)(&mut info) };
+        rt.hccl_check("HcclGetRootInfo", code)?;
+        Ok(RootInfo(info))
+    }
+
+    /// The raw bytes, to send to the other ranks.
+    pub fn as_bytes(&self) -> [u8; HCCL_ROOT_INFO_BYTES] {
+        self.0.internal.map(|c| c as u8)
+    }
+
+    /// Rebuilds a root info from bytes made by [`as_bytes`](RootInfo::as_bytes).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `bytes` is not exactly `HCCL_ROOT_INFO_BYTES` long.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let bytes: &[u8; HCCL_ROOT_INFO_BYTES] = bytes.try_into().map_err(|_| {
+            Error::invalid(format!(
+                "root info is {HCCL_ROOT_INFO_BYTES} bytes, got {}",
+                bytes.len()
+            ))
+        })?;
+        Ok(RootInfo(HcclRootInfo {
+            internal: bytes.map(|b| b as std::ffi::c_char),
+        }))
+    }
+}
+
+/// Communicator settings: a safe builder over `HcclCommConfig` (version 11), starting from the
+/// library defaults (`HcclCommConfigInit`).
+#[derive(Clone, Debug)]
+pub struct CommConfig {
+    raw: HcclCommConfig,
+}
+
+impl Default for CommConfig {
+    fn default() -> Self {
+        CommConfig {
+            raw: HcclCommConfig::init(),
+        }
+    }
+}
+
+impl CommConfig {
+    /// The library defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Collective execution timeout in seconds (`hcclExecTimeOut`): a collective whose peers do
+    /// not arrive within it fails with `HCCL_E_TIMEOUT`.
+    pub fn exec_timeout_secs(mut self, secs: i32) -> Self {
+        self.raw.hcclExecTimeOut = secs;
+        self
+    }
+
+    /// Size of the HCCL staging buffer in MB (`hcclBufferSize`).
+    pub fn buffer_size_mb(mut self, mb: u32) -> Self {
+        self.raw.hcclBufferSize = mb;
+        self
+    }
+
+    /// Per-rank stride of the symmetric heap in GiB (`hcclSymWinMaxMemSizePerRank`, default
+    /// 16): the most window memory one rank can register.
+    pub fn sym_window_stride_gib(mut self, gib: u64) -> Self {
+        self.raw.hcclSymWinMaxMemSizePerRank = gib;
+        self
+    }
+
+    /// Operator expansion mode (`hcclOpExpansionMode`: 0 default, 1 host, 2 AI CPU, 3 AIV).
+    /// Symmetric windows need AI CPU (2) on real hardware.
+    pub fn op_expansion_mode(mut self, mode: u32) -> Self {
+        self.raw.hcclOpExpansionMode = mode;
+        self
+    }
+
+    /// The raw struct, as sent to `HcclCommInitRootInfoConfig`.
+    pub fn as_raw(&self) -> &HcclCommConfig {
+        &self.raw
+    }
+}
+
+/// One rank's handle on a communicator (`HcclComm`). Cheap to clone; destroyed
+/// (`HcclCommDestroy`) when the last clone and every window registered on it are gone.
+#[derive(Clone, Debug)]
+pub struct Comm {
+    inner: Arc<CommInner>,
+}
+
+#[derive(Debug)]
+struct CommInner {
+    rt: Runtime,
+    raw: HcclComm,
+    rank: u32,
+    size: u32,
+    device: u32,
+}
+
+// SAFETY: an HcclComm is an opaque handle usable from any thread; HCCL serialises internally.
+unsafe impl Send for CommInner {}
+// SAFETY: as above; no Rust-side state is mutated through `&self`.
+unsafe impl Sync for CommInner {}
+
+impl Comm {
+    /// Joins communicator `root` as `rank` of `nranks` (`HcclCommInitRootInfoConfig`), on the
+    /// calling thread's current device. Blocks until every rank has joined.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `rank >= nranks`; the runtime's error otherwise (no device
+    /// set, bad config, timeout).
+    pub fn init(
+        rt: &Runtime,
+        nranks: u32,
+        root: &RootInfo,
+        rank: u32,
+        config: &CommConfig,
+    ) -> Result<Comm> {
+        if rank >= nranks {
+            return Err(Error::invalid(format!(
+                "rank {rank} is not below the rank count {nranks}"
+            )));
+        }
+        let device = rt.current_device()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid root info, config and out-pointer.
+        let code = unsafe {
+            (rt.hccl().HcclCommInitRootInfoConfig)(nranks, &root.0, rank, config.as_raw(), &mut raw)
+        };
+        rt.hccl_check("HcclCommInitRootInfoConfig", code)?;
+        let comm = Comm {
+            inner: Arc::new(CommInner {
+                rt: rt.clone(),
+                raw,
+                rank,
+                size: nranks,
+                device,
+            }),
+        };
+        let (mut got_rank, mut got_size) = (0u32, 0u32);
+        // SAFETY: live communicator and valid out-pointers.
+        let code = unsafe { (rt.hccl().HcclGetRankId)(raw, &mut got_rank) };
+        rt.hccl_check("HcclGetRankId", code)?;
+        // SAFETY: as above.
+        let code = unsafe { (rt.hccl().HcclGetRankSize)(raw, &mut got_size) };
+        rt.hccl_check("HcclGetRankSize", code)?;
+        if (got_rank, got_size) != (rank, nranks) {
+            return Err(Error::Asymmetric(format!(
+                "asked for rank {rank} of {nranks}, the library says {got_rank} of {got_size}"
+            )));
+        }
+        Ok(comm)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.inner.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    /// The device this rank runs on.
+    pub fn device(&self) -> u32 {
+        self.inner.device
+    }
+
+    /// The runtime the communicator belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.rt
+    }
+
+    /// The raw handle, for calls this crate does not wrap.
+    pub fn as_raw(&self) -> HcclComm {
+        self.inner.raw
+    }
+
+    /// Enqueues a barrier across all ranks on `stream`.
+    ///
+    /// # Errors
+    /// The runtime's error for arguments checked at enqueue time.
+    pub fn barrier(&self, stream: &Stream) -> Result<()> {
+        let rt = self.runtime();
+        // SAFETY: live communicator and stream.
+        let code = unsafe { (rt.hccl().HcclBarrier)(self.as_raw(), stream.as_raw()) };
+        rt.hccl_check("HcclBarrier", code)
+    }
+
+    /// The communicator's pending asynchronous error (`HcclGetCommAsyncError`), if any.
+    ///
+    /// # Errors
+    /// [`Error::Hccl`] carrying the asynchronous error; [`Error::Unsupported`] if the library
+    /// lacks the call.
+    pub fn async_error(&self) -> Result<()> {
+        let rt = self.runtime();
+        let get = Runtime::optional("HcclGetCommAsyncError", rt.hccl().HcclGetCommAsyncError)?;
+        let mut pending = HcclResult::HCCL_SUCCESS;
+        // SAFETY: live communicator and valid out-pointer.
+        let code = unsafe { get(self.as_raw(), &mut pending) };
+        rt.hccl_check("HcclGetCommAsyncError", code)?;
+        rt.hccl_check("HcclGetCommAsyncError", pending)
+    }
+
+    /// Waits for `stream`; if it failed, reports the communicator's asynchronous HCCL error
+    /// (for example `HCCL_E_TIMEOUT`) in preference to the stream's generic one.
+    ///
+    /// # Errors
+    /// The first failure of work on the stream since the last synchronisation.
+    pub fn synchronize(&self, stream: &Stream) -> Result<()> {
+        let Err(stream_err) = stream.synchronize() else {
+            return Ok(());
+        };
+        match self.async_error() {
+            Err(Error::Hccl {
+                call,
+                code,
+                message,
+            }) => Err(Error::Hccl {
+                call,
+                code,
+                message: format!("{message} ({stream_err})"),
+            }),
+            _ => Err(stream_err),
+        }
+    }
+}
+
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        // SAFETY: `raw` is a live communicator destroyed exactly once; every window holds a
+        // clone of the `Comm`, so none is left.
+        let code = unsafe { (self.rt.hccl().HcclCommDestroy)(self.raw) };
+        if let Err(e) = self.rt.hccl_check("HcclCommDestroy", code) {
+            self.rt.record_drop_error(e);
+        }
+    }
+}

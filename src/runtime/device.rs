@@ -1,0 +1,64 @@
+//! Device selection and device properties.
+
+use super::Runtime;
+use crate::Result;
+use crate::sys::{aclrtMemAttr, aclrtMemGranularityOptions, aclrtPhysicalMemProp};
+
+impl Runtime {
+    /// Binds the calling thread to `device` (`aclrtSetDevice`).
+    ///
+    /// # Errors
+    /// The runtime's error for an invalid device id.
+    pub fn set_device(&self, device: u32) -> Result<()> {
+        let id = i32::try_from(device)
+            .map_err(|_| crate::Error::invalid(format!("device id {device} out of range")))?;
+        // SAFETY: plain value argument.
+        let code = unsafe { (self.acl().aclrtSetDevice)(id) };
+        self.acl_check("aclrtSetDevice", code)
+    }
+
+    /// The device bound to the calling thread (`aclrtGetDevice`).
+    ///
+    /// # Errors
+    /// The runtime's error when no device is bound.
+    pub fn current_device(&self) -> Result<u32> {
+        let mut id = -1;
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (self.acl().aclrtGetDevice)(&mut id) };
+        self.acl_check("aclrtGetDevice", code)?;
+        Ok(id as u32)
+    }
+
+    /// The recommended allocation granularity of huge-page HBM on `device` (2 MiB on Ascend).
+    ///
+    /// # Errors
+    /// The runtime's error.
+    pub fn granularity(&self, device: u32) -> Result<u64> {
+        let mut prop = aclrtPhysicalMemProp::device_huge(device);
+        let mut granularity = 0usize;
+        // SAFETY: valid property struct and out-pointer.
+        let code = unsafe {
+            (self.acl().aclrtMemGetAllocationGranularity)(
+                &mut prop,
+                aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+                &mut granularity,
+            )
+        };
+        self.acl_check("aclrtMemGetAllocationGranularity", code)?;
+        Ok(granularity as u64)
+    }
+
+    /// `(free, total)` bytes of huge-page HBM on the current device (`aclrtGetMemInfo`).
+    ///
+    /// # Errors
+    /// The runtime's error.
+    pub fn mem_info(&self) -> Result<(u64, u64)> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        let code = unsafe {
+            (self.acl().aclrtGetMemInfo)(aclrtMemAttr::ACL_HBM_MEM_HUGE, &mut free, &mut total)
+        };
+        self.acl_check("aclrtGetMemInfo", code)?;
+        Ok((free as u64, total as u64))
+    }
+}

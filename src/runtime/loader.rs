@@ -1,0 +1,226 @@
+//! Finding and opening the real CANN libraries.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use libloading::Library;
+
+use super::{Backend, Runtime};
+use crate::sys::{AclApi, FnTable, HcclApi};
+use crate::{Error, Result};
+
+/// The conventional install location when no environment variable says otherwise.
+const DEFAULT_LIB_DIR: &str = "/usr/local/Ascend/ascend-toolkit/latest/lib64";
+
+/// One library to look for: its primary file name and the extra libraries its symbols may live
+/// in (CANN 9.x moved communicator management into `libhcomm.so`, the runtime into
+/// `libacl_rt.so`).
+struct Wanted {
+    label: &'static str,
+    primary: &'static str,
+    fallback: &'static str,
+    env: &'static str,
+}
+
+const HCCL: Wanted = Wanted {
+    label: "HCCL",
+    primary: "libhccl.so",
+    fallback: "libhcomm.so",
+    env: "SYMHEAP_HCCL_LIB",
+};
+
+const ACL: Wanted = Wanted {
+    label: "ACL",
+    primary: "libascendcl.so",
+    fallback: "libacl_rt.so",
+    env: "SYMHEAP_ACL_LIB",
+};
+
+/// Where to look, read from the environment once.
+pub(super) struct SearchPaths {
+    hccl_override: Option<PathBuf>,
+    acl_override: Option<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl SearchPaths {
+    fn from_env() -> Self {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let mut dirs: Vec<PathBuf> = ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"]
+            .into_iter()
+            .filter_map(var)
+            .map(|home| Path::new(&home).join("lib64"))
+            .collect();
+        dirs.push(PathBuf::from(DEFAULT_LIB_DIR));
+        SearchPaths {
+            hccl_override: var(HCCL.env).map(PathBuf::from),
+            acl_override: var(ACL.env).map(PathBuf::from),
+            dirs,
+        }
+    }
+
+    /// Every candidate for `wanted`, in order: the override, each directory (primary, then
+    /// fallback), then the bare names through the dynamic linker's own search.
+    fn candidates(&self, wanted: &Wanted, override_path: &Option<PathBuf>) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = override_path.iter().cloned().collect();
+        for dir in &self.dirs {
+            out.push(dir.join(wanted.primary));
+            out.push(dir.join(wanted.fallback));
+        }
+        out.push(PathBuf::from(wanted.primary));
+        out.push(PathBuf::from(wanted.fallback));
+        out
+    }
+}
+
+impl Runtime {
+    /// Loads the real CANN libraries.
+    ///
+    /// Looks for `libascendcl.so` and `libhccl.so` in this order: the files named by
+    /// `SYMHEAP_ACL_LIB` / `SYMHEAP_HCCL_LIB`; then `$ASCEND_HOME_PATH/lib64`,
+    /// `$ASCEND_TOOLKIT_HOME/lib64` and `/usr/local/Ascend/ascend-toolkit/latest/lib64`; then
+    /// the plain names through the dynamic linker (`LD_LIBRARY_PATH`, the cache). CANN 9.x's
+    /// `libacl_rt.so` and `libhcomm.so` are tried beside each, and symbols missing from
+    /// `libhccl.so` are looked up in `libhcomm.so` too. Calls `aclInit`.
+    ///
+    /// # Errors
+    /// [`Error::Load`] listing every path tried and why each failed (not found, a required
+    /// symbol missing, ...). Never panics.
+    pub fn load() -> Result<Runtime> {
+        load_with(&SearchPaths::from_env())
+    }
+
+    /// Loads HCCL and ACL from the given files (the emulator's cdylib, a specific CANN install).
+    ///
+    /// # Errors
+    /// [`Error::Load`] if either file cannot be opened or lacks a required symbol.
+    pub fn load_from(hccl_path: impl AsRef<Path>, acl_path: impl AsRef<Path>) -> Result<Runtime> {
+        let acl = open_first(&ACL, &[acl_path.as_ref().to_path_buf()])?;
+        let hccl = open_first(&HCCL, &[hccl_path.as_ref().to_path_buf()])?;
+        finish(acl, hccl)
+    }
+}
+
+pub(super) fn load_with(paths: &SearchPaths) -> Result<Runtime> {
+    // ACL first: libhccl.so links against it.
+    let acl = open_first(&ACL, &paths.candidates(&ACL, &paths.acl_override))?;
+    let hccl = open_first(&HCCL, &paths.candidates(&HCCL, &paths.hccl_override))?;
+    finish(acl, hccl)
+}
+
+/// A library that opened and resolved, with the libraries its table points into.
+struct Opened<T> {
+    table: T,
+    path: PathBuf,
+    libraries: Vec<Library>,
+}
+
+fn finish(acl: Opened<AclApi>, hccl: Opened<HcclApi>) -> Result<Runtime> {
+    let backend = Backend::Loaded {
+        hccl: hccl.path,
+        acl: acl.path,
+    };
+    let mut libraries = acl.libraries;
+    libraries.extend(hccl.libraries);
+    Runtime::from_tables(hccl.table, acl.table, backend, false, libraries)
+}
+
+/// Tries each candidate until one opens and resolves every required symbol.
+fn open_first<T: FnTable>(wanted: &Wanted, candidates: &[PathBuf]) -> Result<Opened<T>> {
+    let mut tried = Vec::new();
+    for path in candidates {
+        let lib = match open(path) {
+            Ok(lib) => lib,
+            Err(why) => {
+                tried.push((path.clone(), why));
+                continue;
+            }
+        };
+        // Symbols that moved to the companion library (CANN 9.x) are looked up there too.
+        let companion = companion_of(path, wanted).and_then(|p| open(&p).ok());
+        let mut libraries = vec![lib];
+        libraries.extend(companion);
+        let refs: Vec<&Library> = libraries.iter().collect();
+        // SAFETY: these are the CANN libraries (or a library claiming their ABI, such as the
+        // emulator's cdylib), whose exported prototypes are the ones in `sys`; the libraries
+        // are stored in the runtime next to the table and outlive it.
+        match unsafe { T::resolve(&refs) } {
+            Ok(table) => {
+                return Ok(Opened {
+                    table,
+                    path: path.clone(),
+                    libraries,
+                });
+            }
+            Err(why) => tried.push((path.clone(), why)),
+        }
+    }
+    Err(Error::Load {
+        library: wanted.label,
+        tried,
+    })
+}
+
+/// The fallback library that sits beside `path`, if `path` is the primary one.
+fn companion_of(path: &Path, wanted: &Wanted) -> Option<PathBuf> {
+    (path.file_name() == Some(OsStr::new(wanted.primary)))
+        .then(|| path.with_file_name(wanted.fallback))
+}
+
+fn open(path: &Path) -> std::result::Result<Library, String> {
+    // RTLD_NOW: a missing dependency is reported here, not at the first call.
+    let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
+    // SAFETY: opening a library runs its initialisers; the CANN libraries' initialisers have
+    // no preconditions on the caller.
+    unsafe { libloading::os::unix::Library::open(Some(path), flags) }
+        .map(Library::from)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_libraries_list_every_path_tried() {
+        let paths = SearchPaths {
+            hccl_override: None,
+            acl_override: Some(PathBuf::from("/nonexistent/override/libascendcl.so")),
+            dirs: vec![PathBuf::from("/nonexistent/home/lib64")],
+        };
+        let err = load_with(&paths).unwrap_err();
+        let Error::Load { library, tried } = &err else {
+            panic!("expected a load error, got {err}");
+        };
+        assert_eq!(*library, "ACL");
+        let tried: Vec<_> = tried.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(
+            tried,
+            [
+                "/nonexistent/override/libascendcl.so",
+                "/nonexistent/home/lib64/libascendcl.so",
+                "/nonexistent/home/lib64/libacl_rt.so",
+                "libascendcl.so",
+                "libacl_rt.so",
+            ]
+            .map(PathBuf::from)
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("/nonexistent/override/libascendcl.so"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_library_without_the_symbols_is_rejected_with_the_missing_name() {
+        // libc opens everywhere and exports none of the ACL symbols.
+        let err = open_first::<AclApi>(&ACL, &[PathBuf::from("libc.so.6")])
+            .err()
+            .expect("libc is not ACL");
+        let Error::Load { tried, .. } = err else {
+            panic!("expected a load error");
+        };
+        assert!(tried[0].1.contains("aclInit"), "{}", tried[0].1);
+    }
+}

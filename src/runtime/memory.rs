@@ -1,0 +1,225 @@
+//! Device virtual memory: address reservations, physical allocations and the mappings between
+//! them (`aclrtReserveMemAddress`, `aclrtMallocPhysical`, `aclrtMapMem`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::Runtime;
+use crate::sys::{aclrtDrvMemHandle, aclrtPhysicalMemProp};
+use crate::{Error, Result};
+
+/// An address in device memory. `Copy`, and meaningless to dereference on the host unless the
+/// runtime is host-addressable.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevicePtr(usize);
+
+impl DevicePtr {
+    /// Wraps a raw device address.
+    pub fn from_raw(ptr: *mut c_void) -> Self {
+        DevicePtr(ptr as usize)
+    }
+
+    /// The raw pointer, as the C API takes it.
+    pub fn as_raw(self) -> *mut c_void {
+        self.0 as *mut c_void
+    }
+
+    /// The address as an integer.
+    pub fn addr(self) -> u64 {
+        self.0 as u64
+    }
+
+    /// This pointer plus `bytes`.
+    ///
+    /// # Panics
+    /// If the result overflows the address space (no valid allocation is that large).
+    pub fn byte_add(self, bytes: u64) -> Self {
+        let bytes = usize::try_from(bytes).expect("offset exceeds the address space");
+        DevicePtr(self.0.checked_add(bytes).expect("device pointer overflow"))
+    }
+}
+
+impl std::fmt::Debug for DevicePtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DevicePtr({:#x})", self.0)
+    }
+}
+
+fn to_usize(bytes: u64, what: &str) -> Result<usize> {
+    usize::try_from(bytes).map_err(|_| Error::invalid(format!("{what} {bytes} exceeds usize")))
+}
+
+/// A reserved range of device virtual address space (`aclrtReserveMemAddress`); released on drop.
+#[derive(Debug)]
+pub struct VirtualRange {
+    rt: Runtime,
+    ptr: DevicePtr,
+    size: u64,
+}
+
+impl VirtualRange {
+    /// Reserves `size` bytes of device address space (a multiple of the granularity).
+    ///
+    /// # Errors
+    /// The runtime's error, e.g. for a size that is not a multiple of the granularity.
+    pub fn reserve(rt: &Runtime, size: u64) -> Result<Self> {
+        let len = to_usize(size, "reservation size")?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer; alignment 0 and a null hint ask for defaults;
+        // flag 1 asks for huge pages as the HCCL documentation does.
+        let code =
+            unsafe { (rt.acl().aclrtReserveMemAddress)(&mut ptr, len, 0, std::ptr::null_mut(), 1) };
+        rt.acl_check("aclrtReserveMemAddress", code)?;
+        Ok(VirtualRange {
+            rt: rt.clone(),
+            ptr: DevicePtr::from_raw(ptr),
+            size,
+        })
+    }
+
+    /// The start of the range.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Drop for VirtualRange {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from aclrtReserveMemAddress and every mapping inside it holds an
+        // `Arc` to this range, so none is left.
+        let code = unsafe { (self.rt.acl().aclrtReleaseMemAddress)(self.ptr.as_raw()) };
+        if let Err(e) = self.rt.acl_check("aclrtReleaseMemAddress", code) {
+            self.rt.record_drop_error(e);
+        }
+    }
+}
+
+/// A physical device memory allocation (`aclrtMallocPhysical`); freed on drop.
+#[derive(Debug)]
+pub struct PhysicalMemory {
+    rt: Runtime,
+    handle: aclrtDrvMemHandle,
+    size: u64,
+    device: u32,
+}
+
+// SAFETY: the handle is an opaque token that the runtime accepts from any thread.
+unsafe impl Send for PhysicalMemory {}
+// SAFETY: no method mutates through `&self`; the handle is only passed to thread-safe C calls.
+unsafe impl Sync for PhysicalMemory {}
+
+impl PhysicalMemory {
+    /// Allocates `size` bytes (a multiple of the granularity) of pinned huge-page HBM on
+    /// `device`.
+    ///
+    /// # Errors
+    /// The runtime's error: a size that is not a multiple of the granularity, out of memory.
+    pub fn allocate(rt: &Runtime, size: u64, device: u32) -> Result<Self> {
+        let len = to_usize(size, "physical allocation size")?;
+        let prop = aclrtPhysicalMemProp::device_huge(device);
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and property struct; flags 0 as documented.
+        let code = unsafe { (rt.acl().aclrtMallocPhysical)(&mut handle, len, &prop, 0) };
+        rt.acl_check("aclrtMallocPhysical", code)?;
+        Ok(PhysicalMemory {
+            rt: rt.clone(),
+            handle,
+            size,
+            device,
+        })
+    }
+
+    /// The size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+}
+
+impl Drop for PhysicalMemory {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from aclrtMallocPhysical; every mapping of it holds an `Arc`
+        // to this value, so none is left.
+        let code = unsafe { (self.rt.acl().aclrtFreePhysical)(self.handle) };
+        if let Err(e) = self.rt.acl_check("aclrtFreePhysical", code) {
+            self.rt.record_drop_error(e);
+        }
+    }
+}
+
+/// Physical memory mapped into a reserved range (`aclrtMapMem`); unmapped on drop, before the
+/// range and the memory it keeps alive are released.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: DevicePtr,
+    range: Arc<VirtualRange>,
+    physical: Arc<PhysicalMemory>,
+}
+
+impl Mapping {
+    /// Maps all of `physical` at `offset` bytes into `range`.
+    ///
+    /// # Errors
+    /// The runtime's error: the offset is unaligned, the memory does not fit in the range, or
+    /// the place is already mapped.
+    pub fn new(
+        range: &Arc<VirtualRange>,
+        offset: u64,
+        physical: &Arc<PhysicalMemory>,
+    ) -> Result<Self> {
+        let rt = &range.rt;
+        let end = offset.checked_add(physical.size);
+        if end.is_none_or(|end| end > range.size) {
+            return Err(Error::invalid(format!(
+                "mapping {} bytes at offset {offset} overruns a {}-byte range",
+                physical.size, range.size
+            )));
+        }
+        let ptr = range.ptr.byte_add(offset);
+        let len = to_usize(physical.size, "mapping size")?;
+        // SAFETY: `ptr..ptr+len` lies inside the reservation (checked above) and the handle is
+        // live; the runtime rejects a place that is already mapped.
+        let code = unsafe { (rt.acl().aclrtMapMem)(ptr.as_raw(), len, 0, physical.handle, 0) };
+        rt.acl_check("aclrtMapMem", code)?;
+        Ok(Mapping {
+            ptr,
+            range: Arc::clone(range),
+            physical: Arc::clone(physical),
+        })
+    }
+
+    /// Where the memory is mapped.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// The mapped size in bytes.
+    pub fn size(&self) -> u64 {
+        self.physical.size
+    }
+
+    /// The physical memory behind the mapping.
+    pub fn physical(&self) -> &Arc<PhysicalMemory> {
+        &self.physical
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        let rt = &self.range.rt;
+        // SAFETY: `ptr` is the start of a mapping made by `new` and not yet unmapped.
+        let code = unsafe { (rt.acl().aclrtUnmapMem)(self.ptr.as_raw()) };
+        if let Err(e) = rt.acl_check("aclrtUnmapMem", code) {
+            rt.record_drop_error(e);
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Safe wrappers over the C function tables: every call returns [`Result`], every handle is
+//! RAII, and errors inside `Drop` are recorded on the [`Runtime`] instead of panicking.
+//!
+//! A [`Runtime`] is a loaded backend: either the real CANN libraries ([`Runtime::load`],
+//! [`Runtime::load_from`]) or the built-in emulator ([`Runtime::emulated`]). Everything above
+//! this module works the same on both.
+
+mod collective;
+mod comm;
+mod copy;
+mod device;
+mod loader;
+mod memory;
+mod stream;
+mod window;
+
+use std::ffi::{CStr, c_char};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use libloading::Library;
+
+use crate::sys::{ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
+use crate::{Error, Result};
+
+pub use collective::ReduceOp;
+pub use comm::{Comm, CommConfig, RootInfo};
+pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
+pub use stream::Stream;
+pub use window::{Window, WindowHandle};
+
+/// Which backend a [`Runtime`] calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// The emulator built into this crate: host memory, threads as ranks.
+    Emulated,
+    /// Shared libraries loaded at run time.
+    Loaded {
+        /// The HCCL library that was opened.
+        hccl: PathBuf,
+        /// The ACL runtime library that was opened.
+        acl: PathBuf,
+    },
+}
+
+/// A loaded backend: the HCCL and ACL function tables, and the libraries they came from.
+///
+/// Cheap to clone (an `Arc`). Every handle made from it keeps it alive, so the libraries are
+/// never unloaded while a function pointer taken from them can still be called.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hccl: HcclApi,
+    acl: AclApi,
+    backend: Backend,
+    /// Whether device memory is host-addressable (true on the emulator only).
+    host_addressable: bool,
+    drop_errors: Mutex<Vec<Error>>,
+    // Declared last: dropped after everything that could still call into the libraries.
+    _libraries: Vec<Library>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.inner.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Builds a runtime over filled tables and calls `aclInit`.
+    fn from_tables(
+        hccl: HcclApi,
+        acl: AclApi,
+        backend: Backend,
+        host_addressable: bool,
+        libraries: Vec<Library>,
+    ) -> Result<Self> {
+        let rt = Runtime {
+            inner: Arc::new(Inner {
+                hccl,
+                acl,
+                backend,
+                host_addressable,
+                drop_errors: Mutex::new(Vec::new()),
+                _libraries: libraries,
+            }),
+        };
+        // SAFETY: aclInit accepts a null config path; the table entry is the library's aclInit.
+        let code = unsafe { (rt.acl().aclInit)(std::ptr::null()) };
+        // ACL_ERROR_REPEAT_INITIALIZE: another user of the library initialised it first.
+        const ACL_ERROR_REPEAT_INITIALIZE: aclError = 100002;
+        if code != ACL_ERROR_REPEAT_INITIALIZE {
+            rt.acl_check("aclInit", code)?;
+        }
+        Ok(rt)
+    }
+
+    /// Which backend this runtime calls.
+    pub fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    /// Whether device memory can be read and written by host code (true on the emulator, false
+    /// on real NPUs). Typed owners offer host views only when this is true.
+    pub fn is_host_addressable(&self) -> bool {
+        self.inner.host_addressable
+    }
+
+    /// Takes the errors recorded by `Drop` implementations of this runtime's handles since the
+    /// last call. A long-running worker should check this periodically.
+    pub fn take_drop_errors(&self) -> Vec<Error> {
+        std::mem::take(
+            &mut *self
+                .inner
+                .drop_errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
+    pub(crate) fn hccl(&self) -> &HcclApi {
+        &self.inner.hccl
+    }
+
+    pub(crate) fn acl(&self) -> &AclApi {
+        &self.inner.acl
+    }
+
+    /// Records an error from a `Drop` and prints it, so it is never silently lost.
+    pub(crate) fn record_drop_error(&self, err: Error) {
+        eprintln!("symheap: error while dropping a handle: {err}");
+        self.inner
+            .drop_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(err);
+    }
+
+    /// The library's most recent error text (`aclGetRecentErrMsg`), or an empty string.
+    fn recent_error_message(&self) -> String {
+        let Some(get) = self.acl().aclGetRecentErrMsg else {
+            return String::new();
+        };
+        // SAFETY: aclGetRecentErrMsg takes no arguments and returns null or a C string that
+        // stays valid until the next ACL call on this thread; it is copied out at once.
+        unsafe { c_string(get()) }
+    }
+
+    /// Turns an `aclError` into a `Result`.
+    pub(crate) fn acl_check(&self, call: &'static str, code: aclError) -> Result<()> {
+        if code == ACL_SUCCESS {
+            return Ok(());
+        }
+        Err(Error::Acl {
+            call,
+            code,
+            message: self.recent_error_message(),
+        })
+    }
+
+    /// Turns an `HcclResult` into a `Result`, with `HcclGetErrorString` and any recorded detail.
+    pub(crate) fn hccl_check(&self, call: &'static str, code: HcclResult) -> Result<()> {
+        if code == HcclResult::HCCL_SUCCESS {
+            return Ok(());
+        }
+        // SAFETY: HcclGetErrorString accepts any code and returns null or a static C string.
+        let mut message = unsafe { c_string((self.hccl().HcclGetErrorString)(code)) };
+        let detail = self.recent_error_message();
+        if !detail.is_empty() {
+            message = format!("{message}: {detail}");
+        }
+        Err(Error::Hccl {
+            call,
+            code: code.0,
+            message,
+        })
+    }
+
+    /// The optional HCCL function `f`, or [`Error::Unsupported`] naming `call`.
+    pub(crate) fn optional<F>(call: &'static str, f: Option<F>) -> Result<F> {
+        f.ok_or(Error::Unsupported { call })
+    }
+}
+
+/// Copies a possibly-null C string.
+///
+/// # Safety
+/// `ptr` is null or points to a NUL-terminated string valid for the duration of the call.
+unsafe fn c_string(ptr: *const c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
+}

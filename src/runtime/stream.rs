@@ -1,0 +1,68 @@
+//! ACL streams: ordered queues of device work.
+
+use super::Runtime;
+use crate::Result;
+use crate::sys::aclrtStream;
+
+/// An ACL stream (`aclrtCreateStream`); destroyed on drop.
+///
+/// Work enqueued on a stream runs in order, asynchronously to the host:
+/// [`synchronize`](Stream::synchronize) waits for it.
+#[derive(Debug)]
+pub struct Stream {
+    rt: Runtime,
+    raw: aclrtStream,
+}
+
+// SAFETY: ACL streams are opaque handles that may be used from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: enqueueing on one stream from several threads is allowed by ACL; ordering between
+// those threads is the caller's business, as in C.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Creates a stream on the calling thread's current device.
+    ///
+    /// # Errors
+    /// The runtime's error, e.g. when no device is set on this thread.
+    pub fn new(rt: &Runtime) -> Result<Self> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (rt.acl().aclrtCreateStream)(&mut raw) };
+        rt.acl_check("aclrtCreateStream", code)?;
+        Ok(Stream {
+            rt: rt.clone(),
+            raw,
+        })
+    }
+
+    /// Blocks until all work enqueued so far has run.
+    ///
+    /// # Errors
+    /// The error of the first task that failed since the last synchronisation.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: `raw` is a live stream.
+        let code = unsafe { (self.rt.acl().aclrtSynchronizeStream)(self.raw) };
+        self.rt.acl_check("aclrtSynchronizeStream", code)
+    }
+
+    /// The raw handle, for calls this crate does not wrap.
+    pub fn as_raw(&self) -> aclrtStream {
+        self.raw
+    }
+
+    /// The runtime the stream belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: `raw` is a live stream, destroyed exactly once.
+        let code = unsafe { (self.rt.acl().aclrtDestroyStream)(self.raw) };
+        if let Err(e) = self.rt.acl_check("aclrtDestroyStream", code) {
+            self.rt.record_drop_error(e);
+        }
+    }
+}
