@@ -447,7 +447,10 @@ const_assert_eq!(offset_of!(HcclCommConfig, hcclRetryEnable), 1920);
 const_assert_eq!(offset_of!(HcclCommConfig, hcclRetryParams), 1970);
 const_assert_eq!(offset_of!(HcclCommConfig, hcclBufferName), 2098);
 const_assert_eq!(offset_of!(HcclCommConfig, hcclQos), 2228);
-const_assert_eq!(offset_of!(HcclCommConfig, hcclSymWinMaxMemSizePerRank), 2232);
+const_assert_eq!(
+    offset_of!(HcclCommConfig, hcclSymWinMaxMemSizePerRank),
+    2232
+);
 const_assert_eq!(offset_of!(HcclCommConfig, hcclChannelSqDepth), 2240);
 const_assert_eq!(size_of::<aclrtMemLocation>(), 8);
 const_assert_eq!(size_of::<aclrtPhysicalMemProp>(), 32);
