@@ -1,0 +1,145 @@
+//! Helpers for the emulator's unit tests: they call the C entry points through the tables,
+//! as the layers above do.
+
+use std::ffi::{CStr, c_void};
+
+use crate::sys::{
+    ACL_SUCCESS, AclApi, HcclResult, aclError, aclrtDrvMemHandle, aclrtPhysicalMemProp,
+};
+
+use super::{Counters, acl_api, counters};
+
+/// The ACL table.
+pub(crate) fn acl() -> AclApi {
+    acl_api()
+}
+
+/// The calling thread's recent error message, or "".
+pub(crate) fn recent() -> String {
+    let get = acl()
+        .aclGetRecentErrMsg
+        .expect("emulator fills every entry");
+    // SAFETY: the emulator returns null or a C string valid until the next call.
+    let ptr = unsafe { get() };
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null, NUL-terminated.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Asserts an ACL call succeeded, showing the recorded message otherwise.
+#[track_caller]
+pub(crate) fn ok(code: aclError) {
+    assert_eq!(code, ACL_SUCCESS, "ACL call failed: {}", recent());
+}
+
+/// Asserts an HCCL call succeeded, showing the recorded message otherwise.
+#[track_caller]
+pub(crate) fn hok(code: HcclResult) {
+    assert_eq!(
+        code,
+        HcclResult::HCCL_SUCCESS,
+        "HCCL call failed: {}",
+        recent()
+    );
+}
+
+/// Asserts every live count is zero.
+#[track_caller]
+pub(crate) fn assert_clean() {
+    let c = counters();
+    assert_eq!(
+        c,
+        Counters {
+            registrations: c.registrations,
+            ..Counters::default()
+        },
+        "emulator objects leaked"
+    );
+}
+
+/// Device memory made the documented way: reserve, allocate physical memory, map.
+pub(crate) struct DevBuf {
+    pub(crate) ptr: *mut c_void,
+    pub(crate) size: usize,
+    pub(crate) phys: aclrtDrvMemHandle,
+}
+
+// SAFETY: the pointers are device addresses and handles, only passed back to the emulator.
+unsafe impl Send for DevBuf {}
+// SAFETY: as above; the value is never used to access memory through `&self`.
+unsafe impl Sync for DevBuf {}
+
+impl DevBuf {
+    /// `size` bytes (a granularity multiple) on `device`.
+    pub(crate) fn new(device: u32, size: usize) -> Self {
+        let acl = acl();
+        let mut ptr = std::ptr::null_mut();
+        let mut phys = std::ptr::null_mut();
+        let prop = aclrtPhysicalMemProp::device_huge(device);
+        // SAFETY: valid out-pointers and property struct.
+        unsafe {
+            ok((acl.aclrtReserveMemAddress)(
+                &mut ptr,
+                size,
+                0,
+                std::ptr::null_mut(),
+                1,
+            ));
+            ok((acl.aclrtMallocPhysical)(&mut phys, size, &prop, 0));
+            ok((acl.aclrtMapMem)(ptr, size, 0, phys, 0));
+        }
+        DevBuf { ptr, size, phys }
+    }
+
+    /// The address `offset` bytes in.
+    pub(crate) fn at(&self, offset: usize) -> *mut c_void {
+        self.ptr.wrapping_byte_add(offset)
+    }
+
+    /// Copies `data` to `offset` (host to device).
+    pub(crate) fn write<T: Copy>(&self, offset: usize, data: &[T]) {
+        let bytes = std::mem::size_of_val(data);
+        // SAFETY: `data` is valid for `bytes`; the device side is validated by the emulator.
+        ok(unsafe {
+            (acl().aclrtMemcpy)(
+                self.at(offset),
+                self.size - offset,
+                data.as_ptr().cast(),
+                bytes,
+                crate::sys::aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        });
+    }
+
+    /// Copies `len` elements from `offset` (device to host).
+    pub(crate) fn read<T: Copy + Default>(&self, offset: usize, len: usize) -> Vec<T> {
+        let mut out = vec![T::default(); len];
+        let bytes = std::mem::size_of_val(out.as_slice());
+        // SAFETY: `out` is valid for `bytes`; the device side is validated by the emulator.
+        ok(unsafe {
+            (acl().aclrtMemcpy)(
+                out.as_mut_ptr().cast(),
+                bytes,
+                self.at(offset),
+                bytes,
+                crate::sys::aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        });
+        out
+    }
+
+    /// Unmaps, frees and releases.
+    pub(crate) fn free(self) {
+        let acl = acl();
+        // SAFETY: handles made by `new`.
+        unsafe {
+            ok((acl.aclrtUnmapMem)(self.ptr));
+            ok((acl.aclrtFreePhysical)(self.phys));
+            ok((acl.aclrtReleaseMemAddress)(self.ptr));
+        }
+    }
+}
