@@ -41,26 +41,57 @@
 //!   failure.
 
 mod acl;
+mod collective;
+mod comm;
 mod copy;
 mod counters;
 mod device;
 mod errors;
+mod hccl;
 mod inject;
 mod memory;
 mod os;
+mod reduce;
 mod registry;
+mod rendezvous;
+mod staged;
 mod stream;
+mod symmetric;
 #[cfg(test)]
 mod testutil;
+mod window;
 
 pub use counters::{Counters, counters};
 pub use device::set_device_memory_limit;
 pub use inject::{clear_injected_failures, inject_failure};
 
-use crate::sys::AclApi;
+use crate::sys::{AclApi, HcclApi};
 
 /// The allocation granularity of device memory (2 MiB), for both granularity options.
 pub const GRANULARITY: usize = 2 << 20;
+
+/// The HCCL table, filled with the emulator's functions (every optional entry `Some`).
+pub fn hccl_api() -> HcclApi {
+    HcclApi {
+        HcclGetRootInfo: hccl::HcclGetRootInfo,
+        HcclCommInitRootInfo: hccl::HcclCommInitRootInfo,
+        HcclCommInitRootInfoConfig: hccl::HcclCommInitRootInfoConfig,
+        HcclCommDestroy: hccl::HcclCommDestroy,
+        HcclGetRankSize: hccl::HcclGetRankSize,
+        HcclGetRankId: hccl::HcclGetRankId,
+        HcclBarrier: hccl::HcclBarrier,
+        HcclGetErrorString: hccl::HcclGetErrorString,
+        HcclAllReduce: hccl::HcclAllReduce,
+        HcclAllGather: hccl::HcclAllGather,
+        HcclReduceScatter: hccl::HcclReduceScatter,
+        HcclAlltoAll: hccl::HcclAlltoAll,
+        HcclBroadcast: hccl::HcclBroadcast,
+        HcclGetCommAsyncError: Some(hccl::HcclGetCommAsyncError),
+        HcclCommSymWinRegister: Some(hccl::HcclCommSymWinRegister),
+        HcclCommSymWinDeregister: Some(hccl::HcclCommSymWinDeregister),
+        HcclCommSymWinGet: Some(hccl::HcclCommSymWinGet),
+    }
+}
 
 /// The ACL runtime table, filled with the emulator's functions (every optional entry `Some`).
 pub fn acl_api() -> AclApi {

@@ -2,9 +2,11 @@
 //! as the layers above do.
 
 use std::ffi::{CStr, c_void};
+use std::ptr::null_mut;
 
 use crate::sys::{
-    ACL_SUCCESS, AclApi, HcclResult, aclError, aclrtDrvMemHandle, aclrtPhysicalMemProp,
+    ACL_SUCCESS, AclApi, HcclApi, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclResult,
+    HcclRootInfo, aclError, aclrtDrvMemHandle, aclrtPhysicalMemProp, aclrtStream,
 };
 
 use super::{Counters, acl_api, counters};
@@ -45,6 +47,11 @@ pub(crate) fn hok(code: HcclResult) {
         "HCCL call failed: {}",
         recent()
     );
+}
+
+/// The HCCL table.
+pub(crate) fn hccl() -> HcclApi {
+    super::hccl_api()
 }
 
 /// Asserts every live count is zero.
@@ -142,4 +149,92 @@ impl DevBuf {
             ok((acl.aclrtReleaseMemAddress)(self.ptr));
         }
     }
+}
+
+/// A config for tests: a short exec timeout so a failing test never waits two minutes.
+pub(crate) fn test_config() -> HcclCommConfig {
+    let mut c = HcclCommConfig::init();
+    c.hcclExecTimeOut = 10;
+    c
+}
+
+/// One rank of a test: its thread has device `rank` set, a communicator and a stream.
+pub(crate) struct Rank {
+    pub(crate) rank: u32,
+    pub(crate) n: u32,
+    pub(crate) comm: HcclComm,
+    pub(crate) stream: aclrtStream,
+}
+
+impl Rank {
+    /// Synchronizes the rank's stream, returning the code.
+    pub(crate) fn sync(&self) -> aclError {
+        // SAFETY: the stream handle is live for the rank's lifetime.
+        unsafe { (acl().aclrtSynchronizeStream)(self.stream) }
+    }
+}
+
+/// Runs `body` on `n` threads, one per rank, each with a device, a communicator made with
+/// `config` and a stream; tears them down afterwards and returns the bodies' results.
+pub(crate) fn run_ranks<R: Send>(
+    n: u32,
+    config: &HcclCommConfig,
+    body: impl Fn(&Rank) -> R + Sync,
+) -> Vec<R> {
+    let (a, h) = (acl(), hccl());
+    let mut root = HcclRootInfo::default();
+    // SAFETY: valid out-pointer.
+    hok(unsafe { (h.HcclGetRootInfo)(&mut root) });
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let (root, body) = (&root, &body);
+                s.spawn(move || {
+                    let (mut comm, mut stream) = (null_mut(), null_mut());
+                    // SAFETY: valid pointers; handles are destroyed below.
+                    unsafe {
+                        ok((a.aclrtSetDevice)(rank as i32));
+                        hok((h.HcclCommInitRootInfoConfig)(
+                            n, root, rank, config, &mut comm,
+                        ));
+                        ok((a.aclrtCreateStream)(&mut stream));
+                    }
+                    let r = Rank {
+                        rank,
+                        n,
+                        comm,
+                        stream,
+                    };
+                    let out = body(&r);
+                    // SAFETY: handles made above.
+                    unsafe {
+                        ok((a.aclrtDestroyStream)(stream));
+                        hok((h.HcclCommDestroy)(comm));
+                        ok((a.aclrtResetDevice)(rank as i32));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// A window registered over a whole [`DevBuf`].
+pub(crate) fn register(r: &Rank, buf: &DevBuf) -> HcclCommSymWindow {
+    let mut win = null_mut();
+    let reg = hccl().HcclCommSymWinRegister.expect("filled");
+    // SAFETY: live communicator, mapped memory, valid out-pointer.
+    hok(unsafe { reg(r.comm, buf.ptr, buf.size as u64, &mut win, 1) });
+    win
+}
+
+/// Deregisters `win`.
+pub(crate) fn deregister(win: HcclCommSymWindow) {
+    let dereg = hccl().HcclCommSymWinDeregister.expect("filled");
+    // SAFETY: a live window handle.
+    hok(unsafe { dereg(win) });
 }
