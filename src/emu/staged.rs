@@ -48,7 +48,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
                 let (lo, hi) = part(l, n, r);
                 let srcs: Vec<usize> = staging.iter().map(|s| s + lo * es).collect();
                 // SAFETY: see above; only rank r writes part r of its staging buffer.
-                unsafe { reduce(job.dtype, job.op, mine + lo * es, &srcs, hi - lo) };
+                unsafe { reduce(job.dtype, job.op, &[mine + lo * es], &srcs, hi - lo) };
                 ctx.barrier()?;
                 for (j, &s) in (0..n).zip(staging) {
                     let (lo, hi) = part(l, n, j);
@@ -75,7 +75,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
                 if job.kind == Kind::ReduceScatter {
                     let srcs: Vec<usize> = staging.iter().map(|s| s + section).collect();
                     // SAFETY: see above.
-                    unsafe { reduce(job.dtype, job.op, job.recv + o * es, &srcs, l) };
+                    unsafe { reduce(job.dtype, job.op, &[job.recv + o * es], &srcs, l) };
                 } else {
                     for (j, &s) in staging.iter().enumerate() {
                         // SAFETY: see above.

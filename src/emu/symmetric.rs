@@ -18,20 +18,16 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
     // the phases are ordered by rendezvous steps so no bytes are written while read.
     match job.kind {
         Kind::AllReduce => {
-            // Reduce-scatter phase: rank r reduces part r of every input into its output.
+            // Rank r reduces part r of every input, once, and writes the result straight into
+            // every rank's output: a reduce-scatter whose all-gather is a remote write, so no
+            // rank reads a peer's result back. Part r of any buffer is touched by rank r only
+            // (in place, each block is read in full before it is written).
             let (lo, hi) = part(c, n, r);
             let srcs: Vec<usize> = (0..n).map(|k| src(k) + lo * es).collect();
-            // SAFETY: see above; in place, part r of the output is read only by rank r.
-            unsafe { reduce(job.dtype, job.op, job.recv + lo * es, &srcs, hi - lo) };
-            ctx.barrier()?;
-            // All-gather phase: copy every peer's finished part.
-            for j in (0..n).filter(|&j| j != r) {
-                let (lo, hi) = part(c, n, j);
-                let from = output.peer(j) + lo * es;
-                // SAFETY: see above; peers write only their own part j, finished before the
-                // barrier, and read nothing this rank writes now.
-                unsafe { copy(job.recv + lo * es, from, (hi - lo) * es) };
-            }
+            let dst = |k: u32| if k == r { job.recv } else { output.peer(k) };
+            let dsts: Vec<usize> = (0..n).map(|k| dst(k) + lo * es).collect();
+            // SAFETY: see above.
+            unsafe { reduce(job.dtype, job.op, &dsts, &srcs, hi - lo) };
         }
         Kind::AllGather => {
             for k in 0..n {
@@ -42,7 +38,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
         Kind::ReduceScatter => {
             let srcs: Vec<usize> = (0..n).map(|k| src(k) + r as usize * c * es).collect();
             // SAFETY: see above.
-            unsafe { reduce(job.dtype, job.op, job.recv, &srcs, c) };
+            unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, c) };
         }
         Kind::AlltoAll => {
             for k in 0..n {
