@@ -54,7 +54,7 @@ pub(crate) fn hccl() -> HcclApi {
     super::hccl_api()
 }
 
-/// Asserts every live count is zero.
+/// Asserts every live count is zero, no stream thread is left and every memfd is closed.
 #[track_caller]
 pub(crate) fn assert_clean() {
     let c = counters();
@@ -66,6 +66,19 @@ pub(crate) fn assert_clean() {
         },
         "emulator objects leaked"
     );
+    // Thread names are cut to 15 bytes in /proc.
+    let threads = std::fs::read_dir("/proc/self/task")
+        .expect("procfs")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("symheap-emu-str"))
+        .count();
+    assert_eq!(threads, 0, "stream threads left running");
+    let memfds = std::fs::read_dir("/proc/self/fd")
+        .expect("procfs")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("symheap-emu-physical"))
+        .count();
+    assert_eq!(memfds, 0, "memfds left open");
 }
 
 /// Device memory made the documented way: reserve, allocate physical memory, map.
