@@ -209,9 +209,8 @@ fn run(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use std::ptr::null_mut;
-    use std::sync::mpsc;
 
-    use super::super::testutil::{DevBuf, acl, assert_clean, ok, recent};
+    use super::super::testutil::{DevBuf, acl, assert_clean, gate, ok, recent};
     use super::super::{GRANULARITY as G, counters, test_lock};
     use super::*;
     use crate::sys::{aclrtMemcpyKind, aclrtStream};
@@ -223,17 +222,21 @@ mod tests {
         s
     }
 
-    /// Blocks `stream` until the returned sender is dropped or sent to.
-    fn gate(stream: aclrtStream) -> mpsc::Sender<()> {
-        let (tx, rx) = mpsc::channel::<()>();
-        lookup(stream as usize)
-            .unwrap()
-            .enqueue(Box::new(move || {
-                let _ = rx.recv();
-                Ok(())
-            }))
-            .unwrap();
-        tx
+    /// Runs `body` with a stream and a 2 MiB buffer on `device`, then releases everything.
+    fn on_stream(device: i32, body: impl FnOnce(aclrtStream, &DevBuf)) {
+        let a = acl();
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtSetDevice)(device)) };
+        let s = create();
+        let buf = DevBuf::new(device as u32, G);
+        body(s, &buf);
+        buf.free();
+        // SAFETY: handles from above.
+        unsafe {
+            ok((a.aclrtDestroyStream)(s));
+            ok((a.aclrtResetDevice)(device));
+        }
+        assert_clean();
     }
 
     #[test]
@@ -272,89 +275,71 @@ mod tests {
     #[test]
     fn async_copies_run_in_order_and_only_after_synchronize_are_visible() {
         let _g = test_lock();
-        let a = acl();
-        // SAFETY: plain device binding.
-        unsafe { ok((a.aclrtSetDevice)(1)) };
-        let s = create();
-        let buf = DevBuf::new(1, G);
-        let src = [5u32; 4];
-        let mut dst = [0u32; 4];
-        let open = gate(s);
-        // SAFETY: `src` and `dst` outlive the synchronize below; device sides are validated.
-        unsafe {
-            ok((a.aclrtMemsetAsync)(buf.ptr, 16, 0, 16, s));
-            ok((a.aclrtMemcpyAsync)(
-                buf.ptr,
-                16,
-                src.as_ptr().cast(),
-                16,
-                aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
-                s,
-            ));
-            ok((a.aclrtMemcpyAsync)(
-                dst.as_mut_ptr().cast(),
-                16,
-                buf.ptr,
-                16,
-                aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
-                s,
-            ));
-            // Nothing has run yet: the stream is held by the gate.
-            assert_eq!(dst, [0; 4]);
-            // Queued work pins the mapping.
-            assert_eq!((a.aclrtUnmapMem)(buf.ptr), ACL_ERROR_RT_PARAM_INVALID);
-            assert!(recent().contains("synchronize"));
-            drop(open);
-            ok((a.aclrtSynchronizeStream)(s));
-        }
-        assert_eq!(dst, [5; 4]);
-        buf.free();
-        // SAFETY: handles from above.
-        unsafe {
-            ok((a.aclrtDestroyStream)(s));
-            ok((a.aclrtResetDevice)(1));
-        }
-        assert_clean();
+        on_stream(1, |s, buf| {
+            let a = acl();
+            let src = [5u32; 4];
+            let mut dst = [0u32; 4];
+            let open = gate(s);
+            // SAFETY: `src` and `dst` outlive the synchronize below; device sides are validated.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 16, 0, 16, s));
+                ok((a.aclrtMemcpyAsync)(
+                    buf.ptr,
+                    16,
+                    src.as_ptr().cast(),
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+                    s,
+                ));
+                ok((a.aclrtMemcpyAsync)(
+                    dst.as_mut_ptr().cast(),
+                    16,
+                    buf.ptr,
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                    s,
+                ));
+                // Nothing has run yet: the stream is held by the gate.
+                assert_eq!(dst, [0; 4]);
+                // Queued work pins the mapping.
+                assert_eq!((a.aclrtUnmapMem)(buf.ptr), ACL_ERROR_RT_PARAM_INVALID);
+                assert!(recent().contains("synchronize"));
+                drop(open);
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+            assert_eq!(dst, [5; 4]);
+        });
     }
 
     #[test]
     fn a_failed_task_is_sticky_until_synchronize() {
         let _g = test_lock();
-        let a = acl();
-        // SAFETY: plain device binding.
-        unsafe { ok((a.aclrtSetDevice)(0)) };
-        let s = create();
-        let buf = DevBuf::new(0, G);
-        let open = gate(s);
-        lookup(s as usize)
-            .unwrap()
-            .enqueue(Box::new(|| {
-                Err(TaskFailure {
-                    code: ACL_ERROR_RT_INTERNAL_ERROR,
-                    msg: "the collective failed".into(),
-                })
-            }))
-            .unwrap();
-        // SAFETY: device range validated by the emulator.
-        unsafe {
-            ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
-            drop(open);
-            assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
-            assert!(recent().contains("the collective failed"));
-            // The memset after the failure was skipped.
-            assert_eq!(buf.read::<u8>(0, 4), vec![0; 4]);
-            ok((a.aclrtSynchronizeStream)(s));
-            ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
-            ok((a.aclrtSynchronizeStream)(s));
-        }
-        assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
-        buf.free();
-        // SAFETY: handles from above.
-        unsafe {
-            ok((a.aclrtDestroyStream)(s));
-            ok((a.aclrtResetDevice)(0));
-        }
-        assert_clean();
+        on_stream(0, |s, buf| {
+            let a = acl();
+            let open = gate(s);
+            lookup(s as usize)
+                .unwrap()
+                .enqueue(Box::new(|| {
+                    Err(TaskFailure {
+                        code: ACL_ERROR_RT_INTERNAL_ERROR,
+                        msg: "the collective failed".into(),
+                    })
+                }))
+                .unwrap();
+            // SAFETY: device range validated by the emulator.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
+                drop(open);
+                assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("the collective failed"));
+                // The memset after the failure was skipped.
+                assert_eq!(buf.read::<u8>(0, 4), vec![0; 4]);
+                ok((a.aclrtSynchronizeStream)(s));
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+            assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
+        });
     }
 
     #[test]

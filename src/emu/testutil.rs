@@ -251,3 +251,17 @@ pub(crate) fn deregister(win: HcclCommSymWindow) {
     // SAFETY: a live window handle.
     hok(unsafe { dereg(win) });
 }
+
+/// Holds `stream` (a task that waits) until the returned sender is dropped, so work queued
+/// behind it provably has not run.
+pub(crate) fn gate(stream: aclrtStream) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    super::stream::lookup(stream as usize)
+        .expect("a live stream")
+        .enqueue(Box::new(move || {
+            let _ = rx.recv();
+            Ok(())
+        }))
+        .expect("the stream accepts work");
+    tx
+}

@@ -596,7 +596,7 @@ mod tests {
                 "past the mapping"
             );
 
-            // Mapping only part of an allocation cannot be registered.
+            // Reserved but unmapped address space, then only part of an allocation mapped.
             let a = acl();
             let (mut va, mut ph) = (null_mut(), null_mut());
             let prop = aclrtPhysicalMemProp::device_huge(r.rank);
@@ -604,8 +604,10 @@ mod tests {
             unsafe {
                 ok((a.aclrtReserveMemAddress)(&mut va, 2 * G, 0, null_mut(), 0));
                 ok((a.aclrtMallocPhysical)(&mut ph, 2 * G, &prop, 0));
-                ok((a.aclrtMapMem)(va, G, 0, ph, 0));
             }
+            assert_eq!(reg(r, va, 64, 1).0, PARA);
+            // SAFETY: handles from above.
+            unsafe { ok((a.aclrtMapMem)(va, G, 0, ph, 0)) };
             assert_eq!(reg(r, va, 64, 1).0, PARA);
             assert!(recent().contains("whole allocation"));
             // SAFETY: handles from above.

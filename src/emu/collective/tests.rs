@@ -2,15 +2,14 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::sync::Barrier;
 use std::sync::atomic::Ordering;
-use std::sync::{Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 
-use super::super::stream;
 use super::super::testutil::{
-    DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
+    DevBuf, Rank, acl, assert_clean, deregister, gate, hccl, hok, ok, recent, register, run_ranks,
     test_config,
 };
 use super::super::{GRANULARITY as G, inject_failure, test_lock};
@@ -475,19 +474,6 @@ fn a_missing_peer_times_out_without_hanging() {
     });
     assert!(start.elapsed() < Duration::from_secs(5));
     assert_clean();
-}
-
-/// Blocks `stream` until the returned sender is dropped.
-fn gate(stream: aclrtStream) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    stream::lookup(stream as usize)
-        .unwrap()
-        .enqueue(Box::new(move || {
-            let _ = rx.recv();
-            Ok(())
-        }))
-        .unwrap();
-    tx
 }
 
 #[test]
