@@ -24,7 +24,7 @@ use super::reduce::{DType, Op};
 use super::rendezvous::{Key, Rendezvous, RvError};
 use super::stream::{self, TaskFailure};
 use super::window::Window;
-use super::{staged, symmetric};
+use super::{os, staged, symmetric};
 
 /// Which collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,8 +125,10 @@ enum Route {
 struct Arrival {
     sig: Signature,
     route: Route,
-    /// The rank's staging buffer: `(address, bytes)`.
-    staging: (usize, usize),
+    /// The rank's staging buffer, kept alive by every peer's task until that task ends, so a
+    /// rank that gives up (times out) and destroys its communicator cannot unmap a buffer a
+    /// slower peer still reads.
+    staging: Arc<os::Space>,
 }
 
 /// A symmetric buffer: its window (kept alive by the task) and where it sits in it.
@@ -425,7 +427,7 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
     let all = ctx.exchange(Arrival {
         sig: job.sig,
         route,
-        staging: (comm.staging.addr(), comm.staging.len()),
+        staging: comm.staging.clone(),
     })?;
     if all.iter().any(|a| a.sig != job.sig) {
         let calls: Vec<String> = all
@@ -465,8 +467,8 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
     }
     match &job.path {
         Path::Staged => {
-            let staging: Vec<usize> = all.iter().map(|a| a.staging.0).collect();
-            let cap = all.iter().map(|a| a.staging.1).min().unwrap_or(0);
+            let staging: Vec<usize> = all.iter().map(|a| a.staging.addr()).collect();
+            let cap = all.iter().map(|a| a.staging.len()).min().unwrap_or(0);
             staged::run(&mut ctx, job, &staging, cap)?;
         }
         Path::Symmetric { input, output } => {

@@ -45,8 +45,8 @@ pub(crate) struct Comm {
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
     pub(crate) stride: usize,
     /// The staging buffer of the non-symmetric path (`hcclBufferSize` MiB); its pages are
-    /// allocated when first touched.
-    pub(crate) staging: os::Space,
+    /// allocated when first touched. Shared: peers' collectives hold it while they read it.
+    pub(crate) staging: Arc<os::Space>,
     coll_seq: AtomicU64,
     host_seq: AtomicU64,
     /// The symmetric heap, reserved at the first window registration.
@@ -198,7 +198,7 @@ pub(crate) fn init(
             n,
             timeout,
             stride,
-            staging,
+            staging: Arc::new(staging),
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
             heap: Mutex::new(None),

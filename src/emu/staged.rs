@@ -36,9 +36,9 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
             ctx.barrier()?;
         }
         // SAFETY (every block below): the job's buffers are checked, pinned device memory (see
-        // `Job`); staging buffers are the live, `cap`-byte buffers of ranks that are inside
-        // this collective; the barriers order every write before the reads of it, and no two
-        // ranks write the same bytes in one phase.
+        // `Job`); the staging buffers are `cap` bytes or more each and kept mapped by this
+        // task (it holds every rank's buffer); the barriers order every write before the
+        // reads of it, and no two ranks write the same bytes in one phase.
         match job.kind {
             Kind::AllReduce => {
                 // SAFETY: see above; `l * es <= cap`.
