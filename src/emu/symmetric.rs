@@ -1,21 +1,24 @@
 //! The symmetric path: both buffers are inside registered windows at the same offsets on every
-//! rank (checked at the collective's first rendezvous), so a rank reads its peers' data
-//! directly through its own heap, at `heapBase + stride * peer + slot + offset`: zero copy.
+//! rank (checked at the collective's first rendezvous), so a rank reads (and, for AllReduce,
+//! writes) its peers' buffers directly through its own heap, at
+//! `heapBase + stride * peer + slot + offset`: zero copy.
 
 use super::collective::{Ctx, Job, Kind, SymBuf, copy, part};
-use super::errors::HcclRes;
 use super::reduce::reduce;
 
-/// Runs `job`, whose input is `input` and output `output` on every rank.
-pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, input: &SymBuf, output: &SymBuf) -> HcclRes {
+/// Runs `job`, whose input is `input` and output `output` on every rank, between the
+/// collective's entry and exit rendezvous.
+pub(crate) fn run(ctx: &Ctx<'_>, job: &Job, input: &SymBuf, output: &SymBuf) {
     let (r, n) = (ctx.rank, ctx.n);
     let (es, c) = (job.es, job.count);
     // Where rank k's input is visible to this rank: its own through its own mapping.
     let src = |k: u32| if k == r { job.send } else { input.peer(k) };
     // SAFETY (every block below): the job's own buffers are checked, pinned device memory; a
     // peer's buffer is the same range of the peer's window (same slot, same offset, same
-    // size on every rank), mapped in this rank's heap while the job holds the window; and
-    // the phases are ordered by rendezvous steps so no bytes are written while read.
+    // size on every rank), mapped in this rank's heap while the job holds the window. The
+    // entry rendezvous means every rank's earlier stream work is done, each rank writes only
+    // bytes no other rank reads in this collective, and the exit rendezvous keeps every rank
+    // here until all are done.
     match job.kind {
         Kind::AllReduce => {
             // Rank r reduces part r of every input, once, and writes the result straight into
@@ -50,5 +53,4 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
         // Never routed here (HCCL does not use windows for these).
         Kind::Broadcast | Kind::Barrier => {}
     }
-    Ok(())
 }
