@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod emu;
 mod error;
 pub mod heap;
 pub mod runtime;

@@ -1,0 +1,519 @@
+//! Communicators: root info, the rendezvous that forms a group, per-rank communicator state,
+//! and the configuration fields the emulator uses.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::sys::{
+    HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_COMM_DEFAULT_U32, HcclCommConfig, HcclResult, HcclRootInfo,
+};
+
+use super::counters::{self, Counter};
+use super::device;
+use super::errors::{HcclRes, hccl_fail};
+use super::os;
+use super::registry::{HandleKind, Registry, lock, new_handle};
+use super::rendezvous::Rendezvous;
+use super::window::{SymHeap, Window, forget_window};
+
+/// The execution timeout when the config leaves it unset (`hcclExecTimeOut` <= 0).
+const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+/// Overrides [`DEFAULT_EXEC_TIMEOUT`] (seconds, fractions allowed).
+const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_S";
+/// The staging ("HCCL buffer") size when the config leaves it unset, in MiB.
+const DEFAULT_BUFFER_MB: u32 = 200;
+/// Marks a root info blob as the emulator's.
+const ROOT_MAGIC: &[u8; 16] = b"symheap-emu-root";
+
+/// The state the ranks of one communicator share.
+pub(crate) struct Group {
+    /// Where the ranks meet for collectives and collective host calls.
+    pub(crate) rv: Rendezvous,
+}
+
+/// One rank's communicator (what an `HcclComm` handle names).
+pub(crate) struct Comm {
+    /// The `HcclComm` value.
+    pub(crate) handle: usize,
+    pub(crate) group: Arc<Group>,
+    pub(crate) rank: u32,
+    pub(crate) n: u32,
+    /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
+    pub(crate) timeout: Duration,
+    /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
+    pub(crate) stride: usize,
+    /// The staging buffer of the non-symmetric path (`hcclBufferSize` MiB); its pages are
+    /// allocated when first touched. Shared: peers' collectives hold it while they read it.
+    pub(crate) staging: Arc<os::Space>,
+    coll_seq: AtomicU64,
+    host_seq: AtomicU64,
+    /// The symmetric heap, reserved at the first window registration.
+    heap: Mutex<Option<Arc<SymHeap>>>,
+    /// Live windows of this rank, in registration order.
+    pub(crate) windows: Mutex<Vec<Arc<Window>>>,
+    /// The first collective failure not yet read by `HcclGetCommAsyncError`.
+    async_error: AtomicI32,
+}
+
+static COMMS: Registry<Comm> = Registry::new();
+
+/// A root info blob that ranks have not all joined yet.
+struct PendingRoot {
+    join: Mutex<Join>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct Join {
+    n: u32,
+    joined: Vec<bool>,
+    count: u32,
+    group: Option<Arc<Group>>,
+}
+
+static ROOTS: Mutex<BTreeMap<u64, Arc<PendingRoot>>> = Mutex::new(BTreeMap::new());
+static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
+
+fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
+    hccl_fail(HcclResult::HCCL_E_PARA, msg)
+}
+
+/// `HcclGetRootInfo`: a fresh rendezvous, identified in the blob.
+pub(crate) fn get_root_info() -> HcclRootInfo {
+    let id = NEXT_ROOT.fetch_add(1, Ordering::Relaxed);
+    lock(&ROOTS).insert(
+        id,
+        Arc::new(PendingRoot {
+            join: Mutex::new(Join::default()),
+            cv: Condvar::new(),
+        }),
+    );
+    let mut info = HcclRootInfo::default();
+    let bytes = ROOT_MAGIC.iter().copied().chain(id.to_le_bytes());
+    for (dst, b) in info.internal.iter_mut().zip(bytes) {
+        *dst = b as std::ffi::c_char;
+    }
+    info
+}
+
+fn root_id(info: &HcclRootInfo) -> Option<u64> {
+    let bytes: Vec<u8> = info.internal[..24].iter().map(|&c| c as u8).collect();
+    (bytes[..16] == ROOT_MAGIC[..]).then(|| u64::from_le_bytes(bytes[16..24].try_into().unwrap()))
+}
+
+/// Reads a config the way HCCL does: the header must carry the magic word; fields are taken
+/// from the first `min(configSize, sizeof)` bytes, the rest keep their defaults.
+///
+/// # Safety
+/// `config` points to at least 24 readable bytes, and to `configSize` (as its header says)
+/// readable bytes or the whole struct, whichever is smaller.
+pub(crate) unsafe fn read_config(config: *const HcclCommConfig) -> HcclRes<HcclCommConfig> {
+    let mut header = [0u8; 24];
+    // SAFETY: the caller promises the 24-byte header is readable.
+    unsafe { std::ptr::copy_nonoverlapping(config.cast::<u8>(), header.as_mut_ptr(), 24) };
+    let size = usize::from_ne_bytes(header[0..8].try_into().unwrap());
+    let magic = u32::from_ne_bytes(header[8..12].try_into().unwrap());
+    if magic != HCCL_COMM_CONFIG_MAGIC_WORD {
+        return para(format!(
+            "config magic word is {magic:#x}, not {HCCL_COMM_CONFIG_MAGIC_WORD:#x}: \
+             initialise it with HcclCommConfigInit"
+        ));
+    }
+    if size < header.len() {
+        return para(format!("config size {size} is smaller than its header"));
+    }
+    let mut out = HcclCommConfig::init();
+    let len = size.min(std::mem::size_of::<HcclCommConfig>());
+    // SAFETY: the caller promises `len` bytes are readable; `out` is a plain-data struct of at
+    // least `len` bytes, and every byte pattern is a valid value of its fields.
+    unsafe { std::ptr::copy_nonoverlapping(config.cast::<u8>(), (&raw mut out).cast::<u8>(), len) };
+    Ok(out)
+}
+
+/// The execution timeout a config asks for.
+fn exec_timeout(config: &HcclCommConfig) -> Duration {
+    if config.hcclExecTimeOut > 0 {
+        return Duration::from_secs(config.hcclExecTimeOut as u64);
+    }
+    std::env::var(EXEC_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_EXEC_TIMEOUT)
+}
+
+/// `HcclCommInitRootInfoConfig` (after the null checks): joins the group named by `root` as
+/// `rank` of `n` and waits until all ranks have joined.
+pub(crate) fn init(
+    n: u32,
+    root: &HcclRootInfo,
+    rank: u32,
+    config: &HcclCommConfig,
+) -> HcclRes<usize> {
+    if n == 0 {
+        return para("nRanks is 0");
+    }
+    if rank >= n {
+        return para(format!("rank {rank} is not below nRanks {n}"));
+    }
+    if let Err(e) = device::current() {
+        return hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg);
+    }
+    let timeout = exec_timeout(config);
+    let buffer_mb = match config.hcclBufferSize {
+        0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
+        mb => mb,
+    };
+    let stride = usize::try_from(config.hcclSymWinMaxMemSizePerRank)
+        .ok()
+        .and_then(|gb| gb.checked_mul(1 << 30))
+        .filter(|s| s.checked_mul(n as usize).is_some_and(|t| t <= 1 << 46));
+    let Some(stride) = stride else {
+        return para(format!(
+            "hcclSymWinMaxMemSizePerRank {} GiB x {n} ranks does not fit the address space",
+            config.hcclSymWinMaxMemSizePerRank
+        ));
+    };
+    let Some(id) = root_id(root) else {
+        return para("rootInfo was not made by HcclGetRootInfo");
+    };
+    // Allocated before joining, so a failure here leaves the peers' group untouched.
+    let staging = os::anonymous(buffer_mb as usize * (1 << 20)).or_else(|e| {
+        hccl_fail(
+            HcclResult::HCCL_E_MEMORY,
+            format!("cannot map the {buffer_mb} MiB staging buffer: {e}"),
+        )
+    })?;
+    let group = join(id, n, rank, timeout)?;
+    let handle = new_handle(HandleKind::Comm);
+    COMMS.insert(
+        handle,
+        Arc::new(Comm {
+            handle,
+            group,
+            rank,
+            n,
+            timeout,
+            stride,
+            staging: Arc::new(staging),
+            coll_seq: AtomicU64::new(0),
+            host_seq: AtomicU64::new(0),
+            heap: Mutex::new(None),
+            windows: Mutex::new(Vec::new()),
+            async_error: AtomicI32::new(0),
+        }),
+    );
+    counters::inc(Counter::Comms);
+    Ok(handle)
+}
+
+/// Joins root `id` and waits for the other ranks.
+fn join(id: u64, n: u32, rank: u32, timeout: Duration) -> HcclRes<Arc<Group>> {
+    let Some(pending) = lock(&ROOTS).get(&id).cloned() else {
+        return para(
+            "rootInfo is unknown or was already used by a communicator whose ranks all joined",
+        );
+    };
+    let deadline = Instant::now() + timeout;
+    let mut st = lock(&pending.join);
+    if st.count == 0 {
+        st.n = n;
+        st.joined = vec![false; n as usize];
+    } else if st.n != n {
+        return para(format!(
+            "nRanks {n} differs from the {} of other ranks",
+            st.n
+        ));
+    }
+    if st.joined[rank as usize] {
+        return para(format!("rank {rank} has already joined this rootInfo"));
+    }
+    st.joined[rank as usize] = true;
+    st.count += 1;
+    if st.count == n {
+        st.group = Some(Arc::new(Group {
+            rv: Rendezvous::new(n),
+        }));
+        lock(&ROOTS).remove(&id);
+        pending.cv.notify_all();
+    }
+    loop {
+        if let Some(group) = &st.group {
+            return Ok(group.clone());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<usize> = (0..n as usize).filter(|&r| !st.joined[r]).collect();
+            st.joined[rank as usize] = false;
+            st.count -= 1;
+            return hccl_fail(
+                HcclResult::HCCL_E_TIMEOUT,
+                format!(
+                    "rank {rank} waited {:.1} s for ranks {missing:?} to join",
+                    timeout.as_secs_f64()
+                ),
+            );
+        }
+        st = pending
+            .cv
+            .wait_timeout(st, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// The live communicator `handle` (null `HCCL_E_PTR`, unknown `HCCL_E_PARA`).
+pub(crate) fn lookup(handle: usize) -> HcclRes<Arc<Comm>> {
+    if handle == 0 {
+        return hccl_fail(HcclResult::HCCL_E_PTR, "comm is NULL");
+    }
+    COMMS.get(handle).map_or_else(
+        || para(format!("{handle:#x} is not a live communicator")),
+        Ok,
+    )
+}
+
+/// `HcclCommDestroy`: a local call. Deregisters this rank's windows without a rendezvous and
+/// forgets the handle; the staging buffer and heap go when queued work no longer uses them.
+pub(crate) fn destroy(handle: usize) -> HcclRes {
+    lookup(handle)?;
+    let Some(comm) = COMMS.remove(handle) else {
+        return para(format!("{handle:#x} is not a live communicator"));
+    };
+    let windows = std::mem::take(&mut *lock(&comm.windows));
+    for w in &windows {
+        forget_window(w);
+    }
+    // Dropped outside the lock: dropping a window unmaps it.
+    drop(windows);
+    counters::dec(Counter::Comms);
+    Ok(())
+}
+
+impl Comm {
+    /// The next collective sequence number (host program order).
+    pub(crate) fn next_collective_seq(&self) -> u64 {
+        self.coll_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The next sequence number of a collective host call (window register / deregister).
+    pub(crate) fn next_host_seq(&self) -> u64 {
+        self.host_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The symmetric heap, reserving `stride * n` of address space on first use.
+    pub(crate) fn heap(&self) -> HcclRes<Arc<SymHeap>> {
+        let mut heap = lock(&self.heap);
+        if let Some(h) = &*heap {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(SymHeap::new(self.stride, self.n)?);
+        *heap = Some(h.clone());
+        Ok(h)
+    }
+
+    /// The window of this communicator holding `[addr, addr + len)` whole, and the offset of
+    /// `addr` in it: what `HcclCommSymWinGet` finds (never on a one-rank communicator).
+    pub(crate) fn find_window(&self, addr: usize, len: usize) -> Option<(Arc<Window>, usize)> {
+        if self.n == 1 {
+            return None;
+        }
+        let end = addr.checked_add(len)?;
+        lock(&self.windows)
+            .iter()
+            .find(|w| w.user_base <= addr && end <= w.user_base + w.size)
+            .map(|w| (w.clone(), addr - w.user_base))
+    }
+
+    /// Records a collective failure for `HcclGetCommAsyncError` (the first one is kept).
+    pub(crate) fn set_async_error(&self, code: HcclResult) {
+        let _ = self
+            .async_error
+            .compare_exchange(0, code.0, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// `HcclGetCommAsyncError`: the first collective failure since the last call (read and
+    /// clear), or `HCCL_SUCCESS`.
+    pub(crate) fn take_async_error(&self) -> HcclResult {
+        HcclResult(self.async_error.swap(0, Ordering::AcqRel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::null_mut;
+    use std::time::Instant;
+
+    use super::super::testutil::{
+        acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
+    };
+    use super::super::{counters, test_lock};
+    use crate::sys::*;
+
+    const PARA: HcclResult = HcclResult::HCCL_E_PARA;
+    const PTR: HcclResult = HcclResult::HCCL_E_PTR;
+
+    fn root() -> HcclRootInfo {
+        let mut root = HcclRootInfo::default();
+        // SAFETY: valid out-pointer.
+        hok(unsafe { (hccl().HcclGetRootInfo)(&mut root) });
+        root
+    }
+
+    #[test]
+    fn init_checks_its_arguments() {
+        let _g = test_lock();
+        let h = hccl();
+        let a = acl();
+        let root = root();
+        let cfg = test_config();
+        let mut comm = null_mut();
+        // SAFETY: the emulator validates every argument; pointers are valid or null.
+        unsafe {
+            assert_eq!((h.HcclGetRootInfo)(null_mut()), PTR);
+            let init = h.HcclCommInitRootInfoConfig;
+            assert_eq!(init(1, std::ptr::null(), 0, &cfg, &mut comm), PTR);
+            assert_eq!(init(1, &root, 0, std::ptr::null(), &mut comm), PTR);
+            assert_eq!(init(1, &root, 0, &cfg, null_mut()), PTR);
+            // No device on this thread yet.
+            assert_eq!(
+                init(1, &root, 0, &cfg, &mut comm),
+                HcclResult::HCCL_E_RUNTIME
+            );
+            ok((a.aclrtSetDevice)(0));
+            assert_eq!(init(0, &root, 0, &cfg, &mut comm), PARA);
+            assert_eq!(init(2, &root, 2, &cfg, &mut comm), PARA);
+            let mut bad = cfg;
+            bad.reserved[8] ^= 1;
+            assert_eq!(init(1, &root, 0, &bad, &mut comm), PARA);
+            assert!(recent().contains("magic"));
+            let mut huge = cfg;
+            huge.hcclSymWinMaxMemSizePerRank = 1 << 40;
+            assert_eq!(init(1, &root, 0, &huge, &mut comm), PARA);
+            let junk = HcclRootInfo::default();
+            assert_eq!(init(1, &junk, 0, &cfg, &mut comm), PARA);
+
+            // A one-rank communicator forms at once.
+            hok(init(1, &root, 0, &cfg, &mut comm));
+            assert_eq!(counters().comms, 1);
+            let (mut size, mut rank) = (0, 9);
+            hok((h.HcclGetRankSize)(comm, &mut size));
+            hok((h.HcclGetRankId)(comm, &mut rank));
+            assert_eq!((size, rank), (1, 0));
+            assert_eq!((h.HcclGetRankSize)(comm, null_mut()), PTR);
+            assert_eq!((h.HcclGetRankSize)(null_mut(), &mut size), PTR);
+            assert_eq!((h.HcclGetRankId)(0x77 as HcclComm, &mut rank), PARA);
+            let mut err = HcclResult(-1);
+            hok((h.HcclGetCommAsyncError.unwrap())(comm, &mut err));
+            assert_eq!(err, HcclResult::HCCL_SUCCESS);
+            // The root info is used up once every rank joined.
+            let mut other = null_mut();
+            assert_eq!(init(1, &root, 0, &cfg, &mut other), PARA);
+            // The default-config variant works the same way.
+            let root2 = super::get_root_info();
+            hok((h.HcclCommInitRootInfo)(1, &root2, 0, &mut other));
+            hok((h.HcclCommDestroy)(other));
+            hok((h.HcclCommDestroy)(comm));
+            assert_eq!((h.HcclCommDestroy)(comm), PARA);
+            assert_eq!((h.HcclCommDestroy)(null_mut()), PTR);
+            ok((a.aclrtResetDevice)(0));
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn ranks_meet_and_conflicts_are_rejected() {
+        let _g = test_lock();
+        let h = hccl();
+        // Three ranks join; each sees its own id.
+        let ids = run_ranks(3, &test_config(), |r| {
+            let (mut size, mut id) = (0, 0);
+            // SAFETY: live communicator, valid out-pointers.
+            unsafe {
+                hok((h.HcclGetRankSize)(r.comm, &mut size));
+                hok((h.HcclGetRankId)(r.comm, &mut id));
+            }
+            (size, id)
+        });
+        assert_eq!(ids, vec![(3, 0), (3, 1), (3, 2)]);
+
+        // A rank that is already taken, or a different rank count, is refused at once.
+        let root = root();
+        let cfg = test_config();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| {
+                let mut comm = null_mut();
+                // SAFETY: valid pointers.
+                unsafe {
+                    ok((acl().aclrtSetDevice)(0));
+                    hok((h.HcclCommInitRootInfoConfig)(2, &root, 0, &cfg, &mut comm));
+                    hok((h.HcclCommDestroy)(comm));
+                    ok((acl().aclrtResetDevice)(0));
+                }
+            });
+            // Wait until rank 0 has joined (and is waiting for rank 1).
+            let id = super::root_id(&root).unwrap();
+            let pending = super::lock(&super::ROOTS).get(&id).cloned().unwrap();
+            while super::lock(&pending.join).count == 0 {
+                std::thread::yield_now();
+            }
+            let mut comm = null_mut();
+            // SAFETY: valid pointers.
+            unsafe {
+                ok((acl().aclrtSetDevice)(1));
+                let init = h.HcclCommInitRootInfoConfig;
+                assert_eq!(init(2, &root, 0, &cfg, &mut comm), PARA);
+                assert!(recent().contains("already joined"));
+                assert_eq!(init(3, &root, 1, &cfg, &mut comm), PARA);
+                assert!(recent().contains("differs"));
+                hok(init(2, &root, 1, &cfg, &mut comm));
+                hok((h.HcclCommDestroy)(comm));
+                ok((acl().aclrtResetDevice)(1));
+            }
+            first.join().unwrap();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn a_missing_rank_times_out() {
+        let _g = test_lock();
+        let h = hccl();
+        let root = root();
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 1;
+        let mut comm = null_mut();
+        let start = Instant::now();
+        // SAFETY: valid pointers.
+        unsafe {
+            ok((acl().aclrtSetDevice)(0));
+            let code = (h.HcclCommInitRootInfoConfig)(2, &root, 0, &cfg, &mut comm);
+            assert_eq!(code, HcclResult::HCCL_E_TIMEOUT);
+            assert!(recent().contains("[1]"));
+            ok((acl().aclrtResetDevice)(0));
+        }
+        assert!(start.elapsed().as_secs_f64() < 5.0);
+        assert_clean();
+    }
+
+    #[test]
+    fn config_fields_are_read_by_size() {
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 7;
+        cfg.hcclSymWinMaxMemSizePerRank = 3;
+        // Claim a size that stops before hcclExecTimeOut: the library's defaults apply.
+        let mut short = cfg;
+        short.reserved[0..8].copy_from_slice(&300usize.to_ne_bytes());
+        // SAFETY: both point to whole config structs.
+        let (full, cut) = unsafe { (super::read_config(&cfg), super::read_config(&short)) };
+        let (full, cut) = (full.unwrap(), cut.unwrap());
+        assert_eq!(full.hcclExecTimeOut, 7);
+        assert_eq!(full.hcclSymWinMaxMemSizePerRank, 3);
+        assert_eq!(cut.hcclExecTimeOut, -1);
+        assert_eq!(cut.hcclSymWinMaxMemSizePerRank, 16);
+        assert_eq!(super::exec_timeout(&full).as_secs(), 7);
+    }
+}

@@ -1,0 +1,64 @@
+//! Counts of live emulator objects, so tests can prove that everything was released.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live and cumulative object counts of the emulator (process-wide).
+///
+/// After every handle has been destroyed or released, all the live counts are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Live address reservations (`aclrtReserveMemAddress` not yet released).
+    pub reservations: u64,
+    /// Live physical allocations (`aclrtMallocPhysical` not yet freed).
+    pub physical_allocations: u64,
+    /// Live user mappings (`aclrtMapMem` not yet unmapped); symmetric-heap mappings made by
+    /// window registration are not counted here.
+    pub mappings: u64,
+    /// Live window handles (per rank; registering the same allocation again does not add one).
+    pub windows: u64,
+    /// Live streams (`aclrtCreateStream` not yet destroyed).
+    pub streams: u64,
+    /// Live communicator handles (per rank).
+    pub comms: u64,
+    /// Successful `HcclCommSymWinRegister` calls since the process started, counting each
+    /// rank's call (cumulative: never decreases).
+    pub registrations: u64,
+}
+
+/// One of the counts in [`Counters`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Counter {
+    Reservations,
+    PhysicalAllocations,
+    Mappings,
+    Windows,
+    Streams,
+    Comms,
+    Registrations,
+}
+
+static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+
+/// Adds one to `c`.
+pub(crate) fn inc(c: Counter) {
+    COUNTS[c as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Subtracts one from `c` (a live count).
+pub(crate) fn dec(c: Counter) {
+    COUNTS[c as usize].fetch_sub(1, Ordering::Relaxed);
+}
+
+/// A snapshot of the emulator's object counts.
+pub fn counters() -> Counters {
+    let get = |c: Counter| COUNTS[c as usize].load(Ordering::Relaxed);
+    Counters {
+        reservations: get(Counter::Reservations),
+        physical_allocations: get(Counter::PhysicalAllocations),
+        mappings: get(Counter::Mappings),
+        windows: get(Counter::Windows),
+        streams: get(Counter::Streams),
+        comms: get(Counter::Comms),
+        registrations: get(Counter::Registrations),
+    }
+}

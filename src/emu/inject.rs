@@ -1,0 +1,138 @@
+//! Failure injection: make the n-th call of a named C function fail with a chosen code,
+//! without doing anything, so every error and `Drop` path of the layers above can be run.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::registry::lock;
+
+/// Every C function the emulator implements that returns a status code (and so can fail).
+pub(crate) const CALLS: &[&str] = &[
+    "aclInit",
+    "aclFinalize",
+    "aclrtSetDevice",
+    "aclrtGetDevice",
+    "aclrtResetDevice",
+    "aclrtCreateStream",
+    "aclrtDestroyStream",
+    "aclrtSynchronizeStream",
+    "aclrtMemcpy",
+    "aclrtMemcpyAsync",
+    "aclrtMemset",
+    "aclrtMemsetAsync",
+    "aclrtGetMemInfo",
+    "aclrtReserveMemAddress",
+    "aclrtReleaseMemAddress",
+    "aclrtMallocPhysical",
+    "aclrtFreePhysical",
+    "aclrtMapMem",
+    "aclrtUnmapMem",
+    "aclrtMemGetAllocationGranularity",
+    "HcclGetRootInfo",
+    "HcclCommInitRootInfo",
+    "HcclCommInitRootInfoConfig",
+    "HcclCommDestroy",
+    "HcclGetRankSize",
+    "HcclGetRankId",
+    "HcclBarrier",
+    "HcclAllReduce",
+    "HcclAllGather",
+    "HcclReduceScatter",
+    "HcclAlltoAll",
+    "HcclBroadcast",
+    "HcclGetCommAsyncError",
+    "HcclCommSymWinRegister",
+    "HcclCommSymWinDeregister",
+    "HcclCommSymWinGet",
+];
+
+/// Pending failures of one function.
+#[derive(Default)]
+struct Pending {
+    /// Calls seen since the first failure was injected.
+    calls: u64,
+    /// `(call number, code)`: the call with that number fails with that code.
+    failures: Vec<(u64, i32)>,
+}
+
+/// Whether any failure is pending: the only thing a call checks when none is.
+static ANY: AtomicBool = AtomicBool::new(false);
+static TABLE: Mutex<BTreeMap<&'static str, Pending>> = Mutex::new(BTreeMap::new());
+
+/// Makes the `nth` call (1 = the next one; 0 is treated as 1) of the C function `call`, counted
+/// from now on and process-wide, fail with `code` (an `HcclResult` or `aclError` value, as the
+/// function returns) without doing anything else. Several failures may be pending at once.
+///
+/// Injections are process-global: tests that use them must not run beside other emulator
+/// tests.
+///
+/// # Panics
+/// If `call` is not one of the emulator's C functions that return a status code (a typo would
+/// otherwise silently inject nothing).
+pub fn inject_failure(call: &str, nth: u64, code: i32) {
+    let name = CALLS
+        .iter()
+        .copied()
+        .find(|c| *c == call)
+        .unwrap_or_else(|| panic!("inject_failure: {call:?} is not an emulated C function"));
+    let mut table = lock(&TABLE);
+    let pending = table.entry(name).or_default();
+    let at = pending.calls + nth.max(1);
+    pending.failures.push((at, code));
+    ANY.store(true, Ordering::Release);
+}
+
+/// Removes every pending injected failure.
+pub fn clear_injected_failures() {
+    let mut table = lock(&TABLE);
+    table.clear();
+    ANY.store(false, Ordering::Release);
+}
+
+/// Counts a call of `name` and returns the code it must fail with, if one was injected for it.
+pub(crate) fn take(name: &'static str) -> Option<i32> {
+    if !ANY.load(Ordering::Acquire) {
+        return None;
+    }
+    debug_assert!(CALLS.contains(&name), "{name} missing from inject::CALLS");
+    let mut table = lock(&TABLE);
+    let pending = table.get_mut(name)?;
+    pending.calls += 1;
+    let now = pending.calls;
+    let hit = pending.failures.iter().position(|&(at, _)| at == now);
+    let code = hit.map(|i| pending.failures.swap_remove(i).1);
+    if pending.failures.is_empty() {
+        table.remove(name);
+    }
+    ANY.store(!table.is_empty(), Ordering::Release);
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nth_call_fails_once() {
+        let _guard = crate::emu::test_lock();
+        inject_failure("aclrtMapMem", 2, 7);
+        inject_failure("aclrtMapMem", 4, 9);
+        assert_eq!(take("aclrtUnmapMem"), None);
+        assert_eq!(take("aclrtMapMem"), None);
+        assert_eq!(take("aclrtMapMem"), Some(7));
+        assert_eq!(take("aclrtMapMem"), None);
+        assert_eq!(take("aclrtMapMem"), Some(9));
+        assert_eq!(take("aclrtMapMem"), None);
+        assert!(!ANY.load(Ordering::Acquire));
+        inject_failure("HcclAllReduce", 1, 4);
+        clear_injected_failures();
+        assert_eq!(take("HcclAllReduce"), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "not an emulated C function")]
+    fn unknown_names_are_rejected() {
+        inject_failure("aclrtMapMemory", 1, 1);
+    }
+}

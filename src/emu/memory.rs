@@ -1,0 +1,761 @@
+//! Device virtual memory: address reservations, physical allocations (memfds), mappings, and
+//! the registry of every device-addressable range.
+//!
+//! Every range a device operation touches is looked up here first and *pinned* (an `Arc` of
+//! the mapping or window that makes it addressable) for as long as queued work may touch it.
+//! `aclrtUnmapMem` refuses a pinned mapping, so a bad pointer or an unmap racing a queued copy
+//! is an error, never an access to unmapped or foreign host memory.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::sys::{
+    ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
+    ACL_ERROR_RT_PARAM_INVALID, ACL_MEM_LOCATION_TYPE_DEVICE, aclrtPhysicalMemProp,
+};
+
+use super::GRANULARITY;
+use super::counters::{self, Counter};
+use super::device::{self, MAX_DEVICES};
+use super::errors::{AclResult, acl_fail};
+use super::os;
+use super::registry::{HandleKind, lock, new_handle};
+
+/// A physical allocation: a memfd of a granularity multiple.
+#[derive(Debug)]
+pub(crate) struct Physical {
+    /// The `aclrtDrvMemHandle` value.
+    pub(crate) handle: usize,
+    fd: OwnedFd,
+    /// Bytes.
+    pub(crate) size: usize,
+    /// The device it was allocated on.
+    pub(crate) device: u32,
+}
+
+impl Physical {
+    /// The memfd, for mapping it elsewhere (the symmetric heaps of peers).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// A user mapping made by `aclrtMapMem`.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    /// First mapped address.
+    pub(crate) base: usize,
+    /// Mapped bytes.
+    pub(crate) size: usize,
+    /// Offset into the physical allocation.
+    pub(crate) offset: usize,
+    /// The physical allocation mapped.
+    pub(crate) phys: Arc<Physical>,
+}
+
+/// Keeps a mapping or window alive and its memory addressable while work may touch it.
+pub(crate) type Pin = Arc<dyn Any + Send + Sync>;
+
+/// The pins of one operation, released when dropped.
+#[derive(Default)]
+pub(crate) struct Pins(Vec<Pin>);
+
+impl Pins {
+    /// Adds the pins of `other`.
+    pub(crate) fn extend(&mut self, other: Pins) {
+        self.0.extend(other.0);
+    }
+
+    /// Adds one pin.
+    pub(crate) fn push(&mut self, pin: Pin) {
+        self.0.push(pin);
+    }
+}
+
+/// What makes a device range addressable.
+enum Owner {
+    /// A user mapping; pinned by cloning the `Arc`.
+    User(Arc<Mapping>),
+    /// A peer mapping in a symmetric heap, owned by a window.
+    Window(Weak<dyn Any + Send + Sync>),
+}
+
+struct Region {
+    end: usize,
+    owner: Owner,
+}
+
+struct Reservation {
+    space: os::Space,
+    mappings: usize,
+}
+
+struct PhysEntry {
+    phys: Arc<Physical>,
+    mappings: usize,
+    windows: usize,
+}
+
+struct State {
+    /// User reservations by base address.
+    reservations: BTreeMap<usize, Reservation>,
+    /// Address space of symmetric heaps (base -> end): device addresses, not user reservations.
+    heaps: BTreeMap<usize, usize>,
+    physicals: BTreeMap<usize, PhysEntry>,
+    /// Every mapped, device-addressable range by start address (never overlapping).
+    regions: BTreeMap<usize, Region>,
+    /// Physical bytes allocated per device.
+    used: [u64; MAX_DEVICES],
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    reservations: BTreeMap::new(),
+    heaps: BTreeMap::new(),
+    physicals: BTreeMap::new(),
+    regions: BTreeMap::new(),
+    used: [0; MAX_DEVICES],
+});
+
+fn state() -> MutexGuard<'static, State> {
+    lock(&STATE)
+}
+
+fn param<T>(msg: impl Into<String>) -> AclResult<T> {
+    acl_fail(ACL_ERROR_RT_PARAM_INVALID, msg)
+}
+
+fn check_granular(what: &str, value: usize) -> AclResult {
+    if value == 0 || value % GRANULARITY != 0 {
+        return param(format!(
+            "{what} {value} is not a non-zero multiple of the granularity ({GRANULARITY})"
+        ));
+    }
+    Ok(())
+}
+
+impl State {
+    /// The user reservation holding `[addr, addr + len)` whole.
+    fn reservation_holding(&mut self, addr: usize, len: usize) -> Option<&mut Reservation> {
+        let end = addr.checked_add(len)?;
+        let (_, r) = self.reservations.range_mut(..=addr).next_back()?;
+        (r.space.addr() + r.space.len() >= end).then_some(r)
+    }
+
+    /// The region containing `addr`.
+    fn region_at(&self, addr: usize) -> Option<(usize, &Region)> {
+        let (&start, r) = self.regions.range(..=addr).next_back()?;
+        (r.end > addr).then_some((start, r))
+    }
+
+    /// Pins every region of `[addr, addr + len)`, which must be wholly mapped (possibly by
+    /// several adjacent mappings).
+    fn pin(&self, addr: usize, len: usize, pins: &mut Pins) -> Result<(), String> {
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| format!("range at {addr:#x} of {len} bytes overflows"))?;
+        let mut at = addr;
+        loop {
+            let Some((_, region)) = self.region_at(at) else {
+                return Err(if at == addr {
+                    format!("{addr:#x} is not in mapped device memory")
+                } else {
+                    format!(
+                        "[{addr:#x}, {end:#x}) is not wholly in mapped device memory: \
+                         nothing is mapped at {at:#x}"
+                    )
+                });
+            };
+            match &region.owner {
+                Owner::User(m) => pins.push(m.clone()),
+                Owner::Window(w) => match w.upgrade() {
+                    Some(w) => pins.push(w),
+                    None => return Err(format!("{at:#x} belongs to a window being removed")),
+                },
+            }
+            if region.end >= end {
+                return Ok(());
+            }
+            at = region.end;
+        }
+    }
+}
+
+/// `aclrtReserveMemAddress`.
+pub(crate) fn reserve(
+    size: usize,
+    alignment: usize,
+    expect: usize,
+    flags: u64,
+) -> AclResult<usize> {
+    check_granular("size", size)?;
+    if alignment != 0 && !alignment.is_power_of_two() {
+        return param(format!("alignment {alignment} is not 0 or a power of two"));
+    }
+    if expect != 0 {
+        return param("expectPtr must be NULL: the emulator chooses the address");
+    }
+    if flags > 1 {
+        return param(format!("flags {flags} is not 0 or 1"));
+    }
+    let space = os::reserve(size, alignment.max(GRANULARITY)).or_else(|e| {
+        acl_fail(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            format!("cannot reserve {size} bytes of address space: {e}"),
+        )
+    })?;
+    let addr = space.addr();
+    state()
+        .reservations
+        .insert(addr, Reservation { space, mappings: 0 });
+    counters::inc(Counter::Reservations);
+    Ok(addr)
+}
+
+/// `aclrtReleaseMemAddress`.
+pub(crate) fn release(addr: usize) -> AclResult {
+    let mut st = state();
+    let Some(r) = st.reservations.get(&addr) else {
+        return param(format!("{addr:#x} is not the start of a reservation"));
+    };
+    if r.mappings > 0 {
+        return param(format!(
+            "reservation at {addr:#x} still has {} mapping(s): unmap them first",
+            r.mappings
+        ));
+    }
+    let r = st.reservations.remove(&addr);
+    drop(st);
+    drop(r);
+    counters::dec(Counter::Reservations);
+    Ok(())
+}
+
+/// `aclrtMallocPhysical`.
+pub(crate) fn malloc_physical(
+    size: usize,
+    prop: &aclrtPhysicalMemProp,
+    flags: u64,
+) -> AclResult<usize> {
+    check_granular("size", size)?;
+    if flags != 0 {
+        return param(format!("flags {flags} is not 0"));
+    }
+    if prop.location.r#type != ACL_MEM_LOCATION_TYPE_DEVICE {
+        return param(format!(
+            "location type {} is not ACL_MEM_LOCATION_TYPE_DEVICE",
+            prop.location.r#type
+        ));
+    }
+    let device = i32::try_from(prop.location.id)
+        .map_err(|_| ())
+        .and_then(|id| device::check_id(id).map_err(|_| ()));
+    let Ok(device) = device else {
+        return param(format!(
+            "location id {} is not a device (0..{MAX_DEVICES})",
+            prop.location.id
+        ));
+    };
+    let mut st = state();
+    let limit = device::memory_limit();
+    let used = st.used[device as usize];
+    if used.saturating_add(size as u64) > limit {
+        return acl_fail(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            format!(
+                "device {device} out of memory: asked for {size} bytes, {} of {limit} free \
+                 (emu::set_device_memory_limit)",
+                limit.saturating_sub(used)
+            ),
+        );
+    }
+    let fd = os::memfd(size).or_else(|e| {
+        acl_fail(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            format!("memfd of {size} bytes: {e}"),
+        )
+    })?;
+    let handle = new_handle(HandleKind::Physical);
+    let phys = Arc::new(Physical {
+        handle,
+        fd,
+        size,
+        device,
+    });
+    st.physicals.insert(
+        handle,
+        PhysEntry {
+            phys,
+            mappings: 0,
+            windows: 0,
+        },
+    );
+    st.used[device as usize] += size as u64;
+    counters::inc(Counter::PhysicalAllocations);
+    Ok(handle)
+}
+
+/// `aclrtFreePhysical`.
+pub(crate) fn free_physical(handle: usize) -> AclResult {
+    let mut st = state();
+    let Some(e) = st.physicals.get(&handle) else {
+        return acl_fail(
+            ACL_ERROR_RT_INVALID_HANDLE,
+            format!("{handle:#x} is not a live physical allocation"),
+        );
+    };
+    if e.mappings > 0 {
+        return param(format!(
+            "physical allocation {handle:#x} is still mapped {} time(s): unmap it first",
+            e.mappings
+        ));
+    }
+    if e.windows > 0 {
+        return param(format!(
+            "physical allocation {handle:#x} is registered in {} symmetric window(s): \
+             deregister first",
+            e.windows
+        ));
+    }
+    let (size, device) = (e.phys.size, e.phys.device);
+    let e = st.physicals.remove(&handle);
+    st.used[device as usize] -= size as u64;
+    drop(st);
+    drop(e);
+    counters::dec(Counter::PhysicalAllocations);
+    Ok(())
+}
+
+/// `aclrtMapMem`.
+pub(crate) fn map(addr: usize, size: usize, offset: usize, handle: usize, flags: u64) -> AclResult {
+    if flags != 0 {
+        return param(format!("flags {flags} is not 0"));
+    }
+    check_granular("size", size)?;
+    if addr % GRANULARITY != 0 {
+        return param(format!(
+            "virPtr {addr:#x} is not aligned to the granularity"
+        ));
+    }
+    if offset % GRANULARITY != 0 {
+        return param(format!(
+            "offset {offset} is not a multiple of the granularity"
+        ));
+    }
+    let mut st = state();
+    let Some(e) = st.physicals.get(&handle) else {
+        return acl_fail(
+            ACL_ERROR_RT_INVALID_HANDLE,
+            format!("{handle:#x} is not a live physical allocation"),
+        );
+    };
+    let phys = e.phys.clone();
+    if offset.checked_add(size).is_none_or(|end| end > phys.size) {
+        return param(format!(
+            "offset {offset} + size {size} exceeds the physical allocation ({} bytes)",
+            phys.size
+        ));
+    }
+    if st.reservation_holding(addr, size).is_none() {
+        return param(format!(
+            "[{addr:#x}, +{size:#x}) is not inside one reservation"
+        ));
+    }
+    if let Some((&start, r)) = st.regions.range(..addr + size).next_back() {
+        if r.end > addr {
+            return param(format!(
+                "[{addr:#x}, +{size:#x}) overlaps the mapping at {start:#x}"
+            ));
+        }
+    }
+    // SAFETY: the range lies inside a live user reservation (checked above, under the lock)
+    // and no mapping overlaps it, so nothing else uses these addresses.
+    unsafe { os::map_fixed(addr, size, phys.fd(), offset) }.or_else(|e| {
+        acl_fail(
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            format!("mmap at {addr:#x}: {e}"),
+        )
+    })?;
+    let mapping = Arc::new(Mapping {
+        base: addr,
+        size,
+        offset,
+        phys,
+    });
+    st.regions.insert(
+        addr,
+        Region {
+            end: addr + size,
+            owner: Owner::User(mapping),
+        },
+    );
+    if let Some(r) = st.reservation_holding(addr, size) {
+        r.mappings += 1;
+    }
+    if let Some(e) = st.physicals.get_mut(&handle) {
+        e.mappings += 1;
+    }
+    counters::inc(Counter::Mappings);
+    Ok(())
+}
+
+/// `aclrtUnmapMem`.
+pub(crate) fn unmap(addr: usize) -> AclResult {
+    let mut st = state();
+    let mapping = match st.regions.get(&addr) {
+        Some(Region {
+            owner: Owner::User(m),
+            ..
+        }) => m.clone(),
+        _ => return param(format!("{addr:#x} is not the start of a mapping")),
+    };
+    // One reference is the registry's, one is ours: anything more is queued work.
+    if Arc::strong_count(&mapping) > 2 {
+        return param(format!(
+            "mapping at {addr:#x} is in use by queued stream work or a copy in progress: \
+             synchronize the stream first"
+        ));
+    }
+    // SAFETY: the range is a user mapping inside a live reservation and nothing pins it, so
+    // no operation is reading or writing it.
+    unsafe { os::unmap_to_reserved(addr, mapping.size) }.or_else(|e| {
+        acl_fail(
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            format!("mmap at {addr:#x}: {e}"),
+        )
+    })?;
+    st.regions.remove(&addr);
+    if let Some(r) = st.reservation_holding(addr, mapping.size) {
+        r.mappings -= 1;
+    }
+    if let Some(e) = st.physicals.get_mut(&mapping.phys.handle) {
+        e.mappings -= 1;
+    }
+    drop(st);
+    counters::dec(Counter::Mappings);
+    Ok(())
+}
+
+/// `aclrtGetMemInfo` for `device`: `(free, total)` bytes.
+pub(crate) fn mem_info(device: u32) -> (u64, u64) {
+    let limit = device::memory_limit();
+    let used = state().used[device as usize];
+    (limit.saturating_sub(used), limit)
+}
+
+/// Whether `addr` is in device address space (a user reservation or a symmetric heap),
+/// mapped or not. Copies treat such a pointer as device memory and validate it.
+pub(crate) fn is_device_address(addr: usize) -> bool {
+    let st = state();
+    let inside = |m: &BTreeMap<usize, usize>| {
+        m.range(..=addr)
+            .next_back()
+            .is_some_and(|(_, &end)| end > addr)
+    };
+    let in_reservation = st
+        .reservations
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(_, r)| r.space.addr() + r.space.len() > addr);
+    in_reservation || inside(&st.heaps)
+}
+
+/// Pins `[addr, addr + len)`, which must be wholly inside mapped device memory.
+pub(crate) fn pin_range(addr: usize, len: usize) -> Result<Pins, String> {
+    let mut pins = Pins::default();
+    let verdict = state().pin(addr, len, &mut pins);
+    // The lock is released before a failed attempt drops its pins: dropping the last
+    // reference to a window takes the lock again.
+    verdict.map(|()| pins)
+}
+
+/// The user mapping containing `addr`.
+pub(crate) fn mapping_at(addr: usize) -> Option<Arc<Mapping>> {
+    match state().region_at(addr) {
+        Some((
+            _,
+            Region {
+                owner: Owner::User(m),
+                ..
+            },
+        )) => Some(m.clone()),
+        _ => None,
+    }
+}
+
+/// Records a symmetric heap's address space as device address space.
+pub(crate) fn add_heap_space(base: usize, len: usize) {
+    state().heaps.insert(base, base + len);
+}
+
+/// Forgets a symmetric heap's address space.
+pub(crate) fn remove_heap_space(base: usize) {
+    state().heaps.remove(&base);
+}
+
+/// Records a peer mapping inside a symmetric heap, owned by a window.
+pub(crate) fn add_window_region(base: usize, len: usize, owner: Weak<dyn Any + Send + Sync>) {
+    state().regions.insert(
+        base,
+        Region {
+            end: base + len,
+            owner: Owner::Window(owner),
+        },
+    );
+}
+
+/// Forgets a region recorded with [`add_window_region`].
+pub(crate) fn remove_window_region(base: usize) {
+    let mut st = state();
+    if let Some(Region {
+        owner: Owner::Window(_),
+        ..
+    }) = st.regions.get(&base)
+    {
+        st.regions.remove(&base);
+    }
+}
+
+/// Counts a window registration of physical allocation `handle` (blocks freeing it).
+pub(crate) fn attach_window(handle: usize) {
+    if let Some(e) = state().physicals.get_mut(&handle) {
+        e.windows += 1;
+    }
+}
+
+/// Undoes [`attach_window`].
+pub(crate) fn detach_window(handle: usize) {
+    if let Some(e) = state().physicals.get_mut(&handle) {
+        e.windows -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+
+    use super::super::testutil::{DevBuf, acl, assert_clean, ok};
+    use super::super::{GRANULARITY as G, counters, set_device_memory_limit, test_lock};
+    use crate::sys::*;
+
+    const PARAM: aclError = ACL_ERROR_RT_PARAM_INVALID;
+
+    fn reserve(size: usize, align: usize) -> (aclError, *mut c_void) {
+        let mut p = null_mut();
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (acl().aclrtReserveMemAddress)(&mut p, size, align, null_mut(), 1) };
+        (code, p)
+    }
+
+    fn malloc(size: usize, prop: &aclrtPhysicalMemProp) -> (aclError, aclrtDrvMemHandle) {
+        let mut h = null_mut();
+        // SAFETY: valid out-pointer and property.
+        let code = unsafe { (acl().aclrtMallocPhysical)(&mut h, size, prop, 0) };
+        (code, h)
+    }
+
+    #[test]
+    fn reserve_rules() {
+        let _g = test_lock();
+        let a = acl();
+        assert_eq!(reserve(0, 0).0, PARAM);
+        assert_eq!(reserve(G + 4096, 0).0, PARAM);
+        assert_eq!(reserve(G, 3).0, PARAM);
+        let mut p = null_mut();
+        // SAFETY: the emulator validates every argument; out-pointers are valid or null.
+        unsafe {
+            assert_eq!(
+                (a.aclrtReserveMemAddress)(null_mut(), G, 0, null_mut(), 0),
+                PARAM
+            );
+            let hint = 0x1000_0000 as *mut c_void;
+            assert_eq!((a.aclrtReserveMemAddress)(&mut p, G, 0, hint, 0), PARAM);
+            assert_eq!(
+                (a.aclrtReserveMemAddress)(&mut p, G, 0, null_mut(), 2),
+                PARAM
+            );
+        }
+        let (code, p) = reserve(4 * G, 1 << 30);
+        ok(code);
+        assert_eq!(p as usize % (1 << 30), 0);
+        assert_eq!(counters().reservations, 1);
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!((a.aclrtReleaseMemAddress)(p.wrapping_byte_add(G)), PARAM);
+            ok((a.aclrtReleaseMemAddress)(p));
+            assert_eq!((a.aclrtReleaseMemAddress)(p), PARAM);
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn physical_rules_and_limit() {
+        let _g = test_lock();
+        let a = acl();
+        let good = aclrtPhysicalMemProp::device_huge(3);
+        assert_eq!(malloc(0, &good).0, PARAM);
+        assert_eq!(malloc(G / 2, &good).0, PARAM);
+        let mut host = good;
+        host.location.r#type = ACL_MEM_LOCATION_TYPE_HOST;
+        assert_eq!(malloc(G, &host).0, PARAM);
+        assert_eq!(malloc(G, &aclrtPhysicalMemProp::device_huge(64)).0, PARAM);
+        let mut h = null_mut();
+        // SAFETY: the emulator validates every argument.
+        unsafe {
+            assert_eq!((a.aclrtMallocPhysical)(null_mut(), G, &good, 0), PARAM);
+            assert_eq!(
+                (a.aclrtMallocPhysical)(&mut h, G, std::ptr::null(), 0),
+                PARAM
+            );
+            assert_eq!((a.aclrtMallocPhysical)(&mut h, G, &good, 1), PARAM);
+            assert_eq!(
+                (a.aclrtFreePhysical)(null_mut()),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+            assert_eq!(
+                (a.aclrtFreePhysical)(0x1234 as aclrtDrvMemHandle),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+        }
+
+        set_device_memory_limit(3 * G as u64);
+        let (code, first) = malloc(2 * G, &good);
+        ok(code);
+        assert_eq!(malloc(2 * G, &good).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        // Other devices have their own memory.
+        let (code, other) = malloc(2 * G, &aclrtPhysicalMemProp::device_huge(4));
+        ok(code);
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers; the device is set on this thread first.
+        unsafe {
+            ok((a.aclrtSetDevice)(3));
+            ok((a.aclrtGetMemInfo)(
+                aclrtMemAttr::ACL_HBM_MEM,
+                &mut free,
+                &mut total,
+            ));
+            assert_eq!((total, free), (3 * G, G));
+            assert_eq!(
+                (a.aclrtGetMemInfo)(aclrtMemAttr::ACL_HBM_MEM, null_mut(), &mut total),
+                PARAM
+            );
+            ok((a.aclrtResetDevice)(3));
+            ok((a.aclrtFreePhysical)(first));
+            ok((a.aclrtFreePhysical)(other));
+            assert_eq!((a.aclrtFreePhysical)(first), ACL_ERROR_RT_INVALID_HANDLE);
+        }
+        set_device_memory_limit(64 << 30);
+        assert_clean();
+    }
+
+    #[test]
+    fn map_rules() {
+        let _g = test_lock();
+        let a = acl();
+        let (code, va) = reserve(4 * G, 0);
+        ok(code);
+        let (code, ph) = malloc(2 * G, &aclrtPhysicalMemProp::device_huge(0));
+        ok(code);
+        let at = |off: usize| va.wrapping_byte_add(off);
+        // SAFETY: the emulator validates every argument.
+        unsafe {
+            let map = a.aclrtMapMem;
+            assert_eq!(
+                map(at(0), 2 * G, 0, 0x99 as aclrtDrvMemHandle, 0),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+            assert_eq!(map(at(0), 0, 0, ph, 0), PARAM);
+            assert_eq!(map(at(0), G + 1, 0, ph, 0), PARAM);
+            assert_eq!(map(at(4096), G, 0, ph, 0), PARAM, "unaligned");
+            assert_eq!(map(at(0), G, 4096, ph, 0), PARAM, "unaligned offset");
+            assert_eq!(map(at(0), 2 * G, G, ph, 0), PARAM, "past the allocation");
+            assert_eq!(map(at(0), 2 * G, 0, ph, 1), PARAM, "flags");
+            assert_eq!(
+                map(at(3 * G), 2 * G, 0, ph, 0),
+                PARAM,
+                "past the reservation"
+            );
+            assert_eq!(map(null_mut(), 2 * G, 0, ph, 0), PARAM);
+            let outside = 0x7000_0000_0000usize as *mut c_void;
+            assert_eq!(map(outside, 2 * G, 0, ph, 0), PARAM, "not reserved");
+
+            ok(map(at(G), 2 * G, 0, ph, 0));
+            assert_eq!(map(at(G), 2 * G, 0, ph, 0), PARAM, "double map");
+            assert_eq!(map(at(0), 2 * G, 0, ph, 0), PARAM, "overlap below");
+            assert_eq!(map(at(2 * G), G, 0, ph, 0), PARAM, "overlap inside");
+            // The same physical memory mapped twice, at different addresses, is allowed.
+            ok(map(at(3 * G), G, G, ph, 0));
+            assert_eq!(counters().mappings, 2);
+
+            assert_eq!((a.aclrtFreePhysical)(ph), PARAM, "free while mapped");
+            assert_eq!(
+                (a.aclrtReleaseMemAddress)(va),
+                PARAM,
+                "release while mapped"
+            );
+            assert_eq!((a.aclrtUnmapMem)(at(2 * G)), PARAM, "not a mapping start");
+            assert_eq!((a.aclrtUnmapMem)(at(0)), PARAM, "not mapped");
+            ok((a.aclrtUnmapMem)(at(G)));
+            assert_eq!((a.aclrtUnmapMem)(at(G)), PARAM, "double unmap");
+            ok((a.aclrtUnmapMem)(at(3 * G)));
+            ok((a.aclrtFreePhysical)(ph));
+            ok((a.aclrtReleaseMemAddress)(va));
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn granularity() {
+        let _g = test_lock();
+        let mut prop = aclrtPhysicalMemProp::device_huge(0);
+        let mut g = 0usize;
+        let get = acl().aclrtMemGetAllocationGranularity;
+        // SAFETY: valid pointers, or null where the emulator must refuse.
+        unsafe {
+            for opt in [0, 1] {
+                ok(get(&mut prop, aclrtMemGranularityOptions(opt), &mut g));
+                assert_eq!(g, G);
+            }
+            assert_eq!(get(&mut prop, aclrtMemGranularityOptions(2), &mut g), PARAM);
+            assert_eq!(
+                get(null_mut(), aclrtMemGranularityOptions(0), &mut g),
+                PARAM
+            );
+            assert_eq!(
+                get(&mut prop, aclrtMemGranularityOptions(0), null_mut()),
+                PARAM
+            );
+        }
+    }
+
+    #[test]
+    fn mapped_memory_is_the_physical_memory() {
+        let _g = test_lock();
+        let buf = DevBuf::new(0, 2 * G);
+        buf.write(G - 4, &[1u32, 2, 3]);
+        assert_eq!(buf.read::<u32>(G - 4, 3), vec![1, 2, 3]);
+        // A second mapping of the same allocation sees the same bytes.
+        let (code, va) = reserve(G, 0);
+        ok(code);
+        // SAFETY: validated by the emulator; the mapping is then read through aclrtMemcpy.
+        unsafe { ok((acl().aclrtMapMem)(va, G, G, buf.phys, 0)) };
+        let mut out = [0u32; 2];
+        // SAFETY: `out` is valid for 8 bytes.
+        unsafe {
+            ok((acl().aclrtMemcpy)(
+                out.as_mut_ptr().cast(),
+                8,
+                va,
+                8,
+                aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+            ));
+            ok((acl().aclrtUnmapMem)(va));
+            ok((acl().aclrtReleaseMemAddress)(va));
+        }
+        assert_eq!(out, [2, 3]);
+        buf.free();
+        assert_clean();
+    }
+}

@@ -1,0 +1,194 @@
+//! An emulator of the CANN C ABI (`libhccl.so` + `libascendcl.so`) over host memory, with
+//! threads as ranks.
+//!
+//! It implements the same C functions and fills the same [`HcclApi`] / [`AclApi`] tables as
+//! the real libraries ([`hccl_api`], [`acl_api`]), so everything above [`crate::sys`] runs
+//! unchanged against it. With the `emulator-c-exports` feature the functions also carry their
+//! C names, for a `cdylib` that exercises the dynamic-loading path.
+//!
+//! # Model
+//! - **Devices**: `aclrtSetDevice` binds the calling thread to a device id in `0..64`.
+//! - **Device memory** is host memory managed like device virtual memory: a reservation is
+//!   `mmap` PROT_NONE address space, physical memory a `memfd` of a multiple of
+//!   [`GRANULARITY`], and `aclrtMapMem` maps one into the other with `MAP_FIXED`. Every
+//!   device-addressable range (user mappings and symmetric-heap mappings) is registered;
+//!   copies and collectives validate device-side ranges against the registry and pin them
+//!   while queued work may touch them, so a bad pointer is an error, never an access to
+//!   arbitrary host memory.
+//! - **Streams** are threads with a FIFO queue: async calls enqueue and return, and
+//!   `aclrtSynchronizeStream` waits, so a host read before synchronizing can see stale data.
+//! - **Communicators**: `HcclGetRootInfo` names a rendezvous; each rank's init joins it and
+//!   blocks until all have. Ranks meet again, keyed by sequence numbers taken in host program
+//!   order, for window registration and for every collective.
+//! - **Symmetric windows** work like the A3 ones: each rank reserves `stride * rankSize`, and
+//!   registering maps every rank's memfd at `heapBase + stride * r + slot` in every rank's
+//!   heap (the same pages mapped again), so peers' memory is really visible there.
+//! - **Collectives** are checked when called, then run on the stream thread: the ranks
+//!   rendezvous, compare their calls, and either read and write each other's windows through
+//!   the heap (symmetric path, when both buffers are in windows at the same offsets on every
+//!   rank) or stage through a per-communicator buffer (otherwise), then meet once more before
+//!   the stream moves on.
+//!
+//! # Choices where the reference is silent
+//! ACL:
+//! - `aclInit` called again succeeds (no `ACL_ERROR_REPEAT_INITIALIZE`); `aclFinalize`
+//!   succeeds and changes nothing.
+//! - `aclrtGetDevice`, `aclrtCreateStream` and `aclrtGetMemInfo` on a thread without a device:
+//!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..64`:
+//!   `ACL_ERROR_RT_INVALID_DEVICEID` (107001). `aclrtResetDevice` unbinds the thread.
+//! - Null pointer arguments of ACL calls: `ACL_ERROR_RT_PARAM_INVALID` (107000). There is no
+//!   default stream: a NULL stream is 107000; an unknown stream or physical handle is
+//!   `ACL_ERROR_RT_INVALID_HANDLE` (107017); an address that is not the start of a
+//!   reservation or mapping is 107000.
+//! - `aclrtReserveMemAddress` rejects a non-NULL `expectPtr` (107000) and flags other than
+//!   0 or 1; reservations are aligned to at least the granularity.
+//! - `aclrtMallocPhysical` needs `location.type == ACL_MEM_LOCATION_TYPE_DEVICE`, a device id
+//!   in range and `flags == 0` (107000); beyond [`set_device_memory_limit`] it fails with
+//!   `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001). `memAttr` is not checked.
+//! - `aclrtMapMem` needs a granularity-aligned address and offset. `aclrtUnmapMem` of a
+//!   mapping that queued stream work still uses fails with 107000 (synchronize first); a
+//!   mapping registered in a window may be unmapped (the window then fails to be used).
+//! - `aclrtFreePhysical` fails with 107000 while the allocation is mapped or registered in a
+//!   symmetric window; `aclrtReleaseMemAddress` fails with 107000 while it has mappings.
+//! - `aclrtMemcpy` kinds are checked against which side is device address space (inside a
+//!   reservation or a symmetric heap); `ACL_MEMCPY_DEFAULT` infers them. A count of 0 is a
+//!   no-op. Copies may span adjacent mappings.
+//! - A failed task (a collective) makes its stream fail every later task until
+//!   `aclrtSynchronizeStream` returns `ACL_ERROR_RT_INTERNAL_ERROR` (507000) and clears it;
+//!   the detail is copied to the synchronizing thread's `aclGetRecentErrMsg`.
+//! - `aclGetRecentErrMsg` returns the calling thread's last failure message of any emulated
+//!   call, ACL or HCCL (read and clear), or NULL.
+//! - `aclrtDestroyStream` runs what is queued (a collective waiting for absent peers until its
+//!   timeout), joins the thread and discards a pending failure.
+//!
+//! HCCL:
+//! - Null pointer arguments and NULL handles are `HCCL_E_PTR`; an unknown communicator, window
+//!   or stream handle is `HCCL_E_PARA`.
+//! - Init on a thread without a device: `HCCL_E_RUNTIME`. Config fields are read from the
+//!   first `min(configSize, 2248)` bytes (by size; the version is not interpreted).
+//!   `hcclExecTimeOut <= 0` means 120 s, or `SYMHEAP_EMU_EXEC_TIMEOUT_S` (seconds) when set;
+//!   `hcclBufferSize` unset or 0 means 200 MiB, mapped so untouched pages cost nothing;
+//!   `hcclSymWinMaxMemSizePerRank` is the heap stride in GiB (`stride * nRanks` must fit in
+//!   64 TiB). A root info is used up once all its ranks joined.
+//! - `HcclCommDestroy` is local: it deregisters this rank's windows without a rendezvous and
+//!   forgets the handle; the heap and staging buffer go when queued work no longer uses them.
+//! - `HcclGetCommAsyncError` reads and clears the communicator's first collective failure.
+//! - A window covers the whole physical allocation mapped at `addr`, and the emulator needs
+//!   that allocation mapped whole (offset 0, its full size) at one address (`HCCL_E_PARA`
+//!   otherwise). Registering the same allocation again on a communicator returns the same
+//!   handle and counts a reference; each registration needs a deregistration.
+//! - Register compares `{slot, size, allocation size, new or counted again}` across ranks;
+//!   deregistering a window that queued stream work still uses fails with `HCCL_E_AGAIN` on
+//!   every rank (synchronize, then deregister again).
+//! - A collective host call (register / deregister / collective) that names a live
+//!   communicator consumes a sequence number even when it is rejected locally, so peers'
+//!   matching calls time out and later calls stay matched. An injected failure consumes
+//!   nothing.
+//! - Collectives: unsupported type (INT128, FP8 kinds, reserved) or op, a root out of range,
+//!   an overflowing count, a buffer not wholly in mapped device memory, reduction buffers not
+//!   aligned to the element size, or buffers that overlap other than in place (AllReduce
+//!   `send == recv`, AllGather `send == recv + rank * count`, ReduceScatter
+//!   `recv == send + rank * count`): `HCCL_E_PARA`. A count of 0 succeeds at once. AlltoAll
+//!   needs equal send / receive counts and types. Broadcast and Barrier always use the staged
+//!   path, as HCCL does.
+//! - On the stream, ranks whose calls differ (collective, count, type, op, root), whose paths
+//!   differ, or whose window offsets differ fail with `HCCL_E_PARA` on every rank, with a
+//!   message naming each rank's call or offsets; absent peers give `HCCL_E_TIMEOUT` after the
+//!   exec timeout. (In-place AllGather / ReduceScatter compare the offset of rank 0's block.)
+//! - Reductions fold in rank order for every element, so all ranks get identical bits;
+//!   integers wrap; fp16 / bf16 are reduced in f32 and rounded once; float max / min ignore a
+//!   NaN operand (IEEE maxNum / minNum).
+//!
+//! # Limits
+//! Window handles point to a boxed descriptor and are validated against a registry; a handle
+//! of a dropped window whose address the allocator hands out again for a new window would
+//! name the new one (as with any pointer-valued handle). Unused root infos are kept until
+//! the process ends (a few bytes each).
+
+mod acl;
+mod collective;
+mod comm;
+mod copy;
+mod counters;
+mod device;
+mod errors;
+mod hccl;
+mod inject;
+mod memory;
+mod os;
+mod reduce;
+mod registry;
+mod rendezvous;
+mod staged;
+mod stream;
+mod symmetric;
+#[cfg(test)]
+mod testutil;
+mod window;
+
+pub use counters::{Counters, counters};
+pub use device::set_device_memory_limit;
+pub use inject::{clear_injected_failures, inject_failure};
+
+use crate::sys::{AclApi, HcclApi};
+
+/// The allocation granularity of device memory (2 MiB), for both granularity options.
+pub const GRANULARITY: usize = 2 << 20;
+
+/// The HCCL table, filled with the emulator's functions (every optional entry `Some`).
+pub fn hccl_api() -> HcclApi {
+    HcclApi {
+        HcclGetRootInfo: hccl::HcclGetRootInfo,
+        HcclCommInitRootInfo: hccl::HcclCommInitRootInfo,
+        HcclCommInitRootInfoConfig: hccl::HcclCommInitRootInfoConfig,
+        HcclCommDestroy: hccl::HcclCommDestroy,
+        HcclGetRankSize: hccl::HcclGetRankSize,
+        HcclGetRankId: hccl::HcclGetRankId,
+        HcclBarrier: hccl::HcclBarrier,
+        HcclGetErrorString: hccl::HcclGetErrorString,
+        HcclAllReduce: hccl::HcclAllReduce,
+        HcclAllGather: hccl::HcclAllGather,
+        HcclReduceScatter: hccl::HcclReduceScatter,
+        HcclAlltoAll: hccl::HcclAlltoAll,
+        HcclBroadcast: hccl::HcclBroadcast,
+        HcclGetCommAsyncError: Some(hccl::HcclGetCommAsyncError),
+        HcclCommSymWinRegister: Some(hccl::HcclCommSymWinRegister),
+        HcclCommSymWinDeregister: Some(hccl::HcclCommSymWinDeregister),
+        HcclCommSymWinGet: Some(hccl::HcclCommSymWinGet),
+    }
+}
+
+/// The ACL runtime table, filled with the emulator's functions (every optional entry `Some`).
+pub fn acl_api() -> AclApi {
+    AclApi {
+        aclInit: acl::aclInit,
+        aclFinalize: acl::aclFinalize,
+        aclrtSetDevice: acl::aclrtSetDevice,
+        aclrtGetDevice: acl::aclrtGetDevice,
+        aclrtResetDevice: acl::aclrtResetDevice,
+        aclrtCreateStream: acl::aclrtCreateStream,
+        aclrtDestroyStream: acl::aclrtDestroyStream,
+        aclrtSynchronizeStream: acl::aclrtSynchronizeStream,
+        aclrtMemcpy: acl::aclrtMemcpy,
+        aclrtMemcpyAsync: acl::aclrtMemcpyAsync,
+        aclrtMemset: acl::aclrtMemset,
+        aclrtMemsetAsync: acl::aclrtMemsetAsync,
+        aclrtGetMemInfo: acl::aclrtGetMemInfo,
+        aclrtReserveMemAddress: acl::aclrtReserveMemAddress,
+        aclrtReleaseMemAddress: acl::aclrtReleaseMemAddress,
+        aclrtMallocPhysical: acl::aclrtMallocPhysical,
+        aclrtFreePhysical: acl::aclrtFreePhysical,
+        aclrtMapMem: acl::aclrtMapMem,
+        aclrtUnmapMem: acl::aclrtUnmapMem,
+        aclrtMemGetAllocationGranularity: acl::aclrtMemGetAllocationGranularity,
+        aclGetRecentErrMsg: Some(acl::aclGetRecentErrMsg),
+    }
+}
+
+/// Serialises the unit tests that depend on process-global emulator state (counters,
+/// injected failures).
+#[cfg(test)]
+pub(crate) fn test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    registry::lock(&LOCK)
+}

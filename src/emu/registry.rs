@@ -1,0 +1,64 @@
+//! Opaque handles and the registries of live objects behind them.
+//!
+//! Every handle the emulator gives out (physical memory, streams, communicators) is a fresh
+//! number that is never reused and never a dereferenceable address, looked up in a registry.
+//! A stale, foreign or made-up handle is therefore an error, not a dangling pointer.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Locks `m`, ignoring poisoning: every critical section leaves its data consistent before
+/// doing anything that can panic, so a panic elsewhere never leaves half-updated state.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a handle names; each kind has its own range of values.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HandleKind {
+    /// `aclrtDrvMemHandle`.
+    Physical = 1,
+    /// `aclrtStream`.
+    Stream = 2,
+    /// `HcclComm`.
+    Comm = 3,
+}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// A new handle of `kind`. The values are non-canonical x86-64 addresses (top bits set), so a
+/// caller that wrongly dereferences one faults instead of reading someone's memory.
+pub(crate) fn new_handle(kind: HandleKind) -> usize {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    0xE5E0_0000_0000_0000 | ((kind as usize) << 48) | ((id & 0xFFF_FFFF_FFFF) << 4)
+}
+
+/// Live objects by handle.
+pub(crate) struct Registry<T> {
+    map: Mutex<BTreeMap<usize, Arc<T>>>,
+}
+
+impl<T> Registry<T> {
+    /// An empty registry (usable in a `static`).
+    pub(crate) const fn new() -> Self {
+        Self {
+            map: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Records `value` under `handle`.
+    pub(crate) fn insert(&self, handle: usize, value: Arc<T>) {
+        lock(&self.map).insert(handle, value);
+    }
+
+    /// The live object named by `handle`.
+    pub(crate) fn get(&self, handle: usize) -> Option<Arc<T>> {
+        lock(&self.map).get(&handle).cloned()
+    }
+
+    /// Forgets `handle`, returning its object.
+    pub(crate) fn remove(&self, handle: usize) -> Option<Arc<T>> {
+        lock(&self.map).remove(&handle)
+    }
+}

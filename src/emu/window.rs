@@ -1,0 +1,822 @@
+//! Symmetric windows, as on Atlas A3: each rank's heap reserves `stride * rankSize` of address
+//! space, and registering a window maps every rank's physical memory at
+//! `heapBase + stride * r + slot` in every rank's heap (the same memfd pages, mapped again),
+//! so peers' memory really is visible at the same offset.
+//!
+//! Register and deregister are collective host calls: the ranks meet in a rendezvous, compare
+//! what they were given, and fail identically when it differs.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::sys::HcclResult;
+
+use super::GRANULARITY;
+use super::comm::{self, Comm};
+use super::counters::{self, Counter};
+use super::errors::{Fail, HcclRes, hccl_fail};
+use super::memory::{self, Physical};
+use super::os;
+use super::registry::lock;
+use super::rendezvous::{Key, RvError};
+
+/// One rank's symmetric heap: `stride * n` bytes of reserved address space, and the
+/// deterministic first-fit allocator of window slots inside one stride.
+pub(crate) struct SymHeap {
+    space: os::Space,
+    stride: usize,
+    /// Allocated slots: offset -> size (granularity multiples).
+    slots: Mutex<BTreeMap<usize, usize>>,
+}
+
+impl SymHeap {
+    /// Reserves the heap of `n` ranks of `stride` bytes.
+    pub(crate) fn new(stride: usize, n: u32) -> HcclRes<Self> {
+        let len = stride * n as usize;
+        let space = os::reserve(len.max(GRANULARITY), GRANULARITY).or_else(|e| {
+            hccl_fail(
+                HcclResult::HCCL_E_MEMORY,
+                format!("cannot reserve the {len}-byte symmetric heap: {e}"),
+            )
+        })?;
+        memory::add_heap_space(space.addr(), space.len());
+        Ok(SymHeap {
+            space,
+            stride,
+            slots: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Where rank `rank`'s copy of byte `offset` of the window at `slot` is mapped.
+    pub(crate) fn addr(&self, rank: u32, slot: usize, offset: usize) -> usize {
+        self.space.addr() + self.stride * rank as usize + slot + offset
+    }
+
+    /// First fit: the lowest offset with `size` free bytes. Deterministic, so ranks making the
+    /// same calls in the same order get the same slots.
+    fn alloc(&self, size: usize) -> Option<usize> {
+        let mut slots = lock(&self.slots);
+        let mut cursor = 0;
+        for (&off, &len) in slots.iter() {
+            if off - cursor >= size {
+                break;
+            }
+            cursor = off + len;
+        }
+        (self.stride - cursor >= size).then(|| {
+            slots.insert(cursor, size);
+            cursor
+        })
+    }
+
+    fn used(&self) -> usize {
+        lock(&self.slots).values().sum()
+    }
+
+    fn free(&self, slot: usize) {
+        lock(&self.slots).remove(&slot);
+    }
+}
+
+impl Drop for SymHeap {
+    fn drop(&mut self) {
+        memory::remove_heap_space(self.space.addr());
+    }
+}
+
+/// What a window handle points to: the emulator's stand-in for HCCL's device copy of the
+/// window descriptor. Opaque to callers; its address is the handle.
+#[repr(C)]
+#[allow(
+    dead_code,
+    reason = "never read on the host: it is what the opaque handle points at"
+)]
+struct WindowDesc {
+    magic: u64,
+    heap_base: u64,
+    stride: u64,
+    slot: u64,
+    size: u64,
+    user_base: u64,
+    rank: u32,
+    rank_size: u32,
+}
+
+const DESC_MAGIC: u64 = u64::from_le_bytes(*b"symwin\0\0");
+
+/// One rank's registered window.
+pub(crate) struct Window {
+    desc: Box<WindowDesc>,
+    /// The communicator handle it belongs to.
+    comm: usize,
+    heap: Arc<SymHeap>,
+    /// Offset of the window in every rank's stride (identical on all ranks).
+    pub(crate) slot: usize,
+    /// Bytes: the whole physical allocation.
+    pub(crate) size: usize,
+    /// Where the user mapped the allocation on this rank.
+    pub(crate) user_base: usize,
+    phys: usize,
+    n: u32,
+    /// Registrations of this allocation on this rank not yet deregistered.
+    refs: AtomicU32,
+}
+
+impl Window {
+    /// The `HcclCommSymWindow` value.
+    pub(crate) fn handle(&self) -> usize {
+        (&raw const *self.desc) as usize
+    }
+
+    /// Where rank `rank`'s byte `offset` of this window is visible in this rank's heap.
+    pub(crate) fn peer_addr(&self, rank: u32, offset: usize) -> usize {
+        self.heap.addr(rank, self.slot, offset)
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        let mut unmapped = true;
+        for r in 0..self.n {
+            let at = self.peer_addr(r, 0);
+            memory::remove_window_region(at);
+            // SAFETY: the range is this window's slot of rank r inside the heap reservation;
+            // no pin refers to the window any more (it is being dropped), so nothing accesses it.
+            unmapped &= unsafe { os::unmap_to_reserved(at, self.size) }.is_ok();
+        }
+        // A slot whose pages could not be unmapped is never handed out again.
+        if unmapped {
+            self.heap.free(self.slot);
+        }
+        memory::detach_window(self.phys);
+        counters::dec(Counter::Windows);
+    }
+}
+
+/// Live window handles -> their communicator handle.
+static WINDOWS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+
+/// Forgets the handle of `w` (the window itself goes when its last reference does).
+pub(crate) fn forget_window(w: &Window) {
+    lock(&WINDOWS).remove(&w.handle());
+}
+
+fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
+    hccl_fail(HcclResult::HCCL_E_PARA, msg)
+}
+
+/// Turns a failed register / deregister exchange into HCCL's codes.
+fn exchange_error(e: RvError, comm: &Comm, call: &str) -> Fail<HcclResult> {
+    match e {
+        RvError::Timeout { missing } => Fail {
+            code: HcclResult::HCCL_E_TCP_TRANSFER,
+            msg: format!(
+                "rank {} waited {:.1} s for ranks {missing:?} to call {call}",
+                comm.rank,
+                comm.timeout.as_secs_f64()
+            ),
+        },
+        RvError::Mismatch | RvError::Duplicate => Fail {
+            code: HcclResult::HCCL_E_INTERNAL,
+            msg: format!("ranks made different collective calls where {call} was expected"),
+        },
+    }
+}
+
+/// A registration checked locally, before the ranks meet.
+enum Prep {
+    /// The allocation is already registered on this communicator: count it again.
+    Existing(Arc<Window>),
+    /// A new window in `slot` of the heap.
+    New {
+        heap: Arc<SymHeap>,
+        slot: usize,
+        phys: Arc<Physical>,
+        user_base: usize,
+    },
+}
+
+/// What each rank tells the others at registration.
+#[derive(Clone)]
+struct RegVote {
+    slot: usize,
+    user_size: u64,
+    size: usize,
+    new: bool,
+    /// The shareable handle (new windows only).
+    phys: Option<Arc<Physical>>,
+}
+
+/// The local checks of `HcclCommSymWinRegister`, in the reference's order.
+fn prepare(comm: &Comm, addr: usize, size: u64) -> HcclRes<Prep> {
+    let Some(m) = memory::mapping_at(addr) else {
+        return para(format!(
+            "addr {addr:#x} is not in memory mapped with aclrtReserveMemAddress + \
+             aclrtMallocPhysical + aclrtMapMem"
+        ));
+    };
+    let end = (m.base + m.size) as u64;
+    if (addr as u64).checked_add(size).is_none_or(|e| e > end) {
+        return para(format!(
+            "[{addr:#x}, +{size}) runs past the end of its mapping at {end:#x}"
+        ));
+    }
+    if m.offset != 0 || m.size != m.phys.size {
+        return para(format!(
+            "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
+             window covers the whole allocation, so map all of it at one address",
+            m.base,
+            m.offset,
+            m.offset + m.size,
+            m.phys.size
+        ));
+    }
+    let existing = lock(&comm.windows)
+        .iter()
+        .find(|w| w.phys == m.phys.handle)
+        .cloned();
+    if let Some(w) = existing {
+        if w.user_base != m.base {
+            return para(format!(
+                "this physical allocation is already registered at {:#x}, not {:#x}",
+                w.user_base, m.base
+            ));
+        }
+        return Ok(Prep::Existing(w));
+    }
+    let win_size = m.phys.size;
+    if win_size > comm.stride {
+        return hccl_fail(
+            HcclResult::HCCL_E_MEMORY,
+            format!(
+                "a {win_size}-byte window does not fit the per-rank stride of {} bytes \
+                 (raise hcclSymWinMaxMemSizePerRank)",
+                comm.stride
+            ),
+        );
+    }
+    let heap = comm.heap()?;
+    let Some(slot) = heap.alloc(win_size) else {
+        return hccl_fail(
+            HcclResult::HCCL_E_MEMORY,
+            format!(
+                "no room for a {win_size}-byte window: {} of the {}-byte per-rank stride in use \
+                 (raise hcclSymWinMaxMemSizePerRank)",
+                heap.used(),
+                comm.stride
+            ),
+        );
+    };
+    Ok(Prep::New {
+        heap,
+        slot,
+        phys: m.phys.clone(),
+        user_base: m.base,
+    })
+}
+
+/// `HcclCommSymWinRegister` (after the null checks). Collective.
+pub(crate) fn register(comm: usize, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
+    if size == 0 {
+        return para("size is 0");
+    }
+    if flag != 1 {
+        return para(format!("flag is {flag}, must be 1"));
+    }
+    let comm = comm::lookup(comm)?;
+    // Consumed even when the local checks fail: peers that did call time out on this
+    // sequence number, and later calls stay matched.
+    let seq = comm.next_host_seq();
+    let prep = prepare(&comm, addr, size)?;
+    let mine = match &prep {
+        Prep::Existing(w) => RegVote {
+            slot: w.slot,
+            user_size: size,
+            size: w.size,
+            new: false,
+            phys: None,
+        },
+        Prep::New { slot, phys, .. } => RegVote {
+            slot: *slot,
+            user_size: size,
+            size: phys.size,
+            new: true,
+            phys: Some(phys.clone()),
+        },
+    };
+    let undo = |prep: &Prep| {
+        if let Prep::New { heap, slot, .. } = prep {
+            heap.free(*slot);
+        }
+    };
+    let rv = &comm.group.rv;
+    let key = |step| Key::Host { seq, step };
+    let votes = match rv.exchange(key(0), comm.rank, mine.clone(), comm.timeout) {
+        Ok(v) => v,
+        Err(e) => {
+            undo(&prep);
+            return Err(exchange_error(e, &comm, "HcclCommSymWinRegister"));
+        }
+    };
+    if votes.iter().any(|v| {
+        (v.slot, v.user_size, v.size, v.new) != (mine.slot, mine.user_size, mine.size, mine.new)
+    }) {
+        undo(&prep);
+        let desc: Vec<String> = votes
+            .iter()
+            .enumerate()
+            .map(|(r, v)| {
+                format!(
+                    "rank {r}: size {} (allocation {} bytes), slot {:#x}{}",
+                    v.user_size,
+                    v.size,
+                    v.slot,
+                    if v.new { "" } else { ", already registered" }
+                )
+            })
+            .collect();
+        return hccl_fail(
+            HcclResult::HCCL_E_INTERNAL,
+            format!("ranks registered different windows: {}", desc.join("; ")),
+        );
+    }
+    let window = match prep {
+        Prep::Existing(w) => {
+            w.refs.fetch_add(1, Ordering::Relaxed);
+            w
+        }
+        Prep::New {
+            heap,
+            slot,
+            phys,
+            user_base,
+        } => {
+            let w = create(&comm, heap, slot, &phys, user_base, &votes);
+            // Every rank must have mapped every peer before anyone uses the window.
+            let mapped = w.as_ref().map(drop).map_err(|f| f.msg.clone());
+            let all = rv
+                .exchange(key(1), comm.rank, mapped, comm.timeout)
+                .map_err(|e| exchange_error(e, &comm, "HcclCommSymWinRegister"))?;
+            if let Some((r, Err(msg))) = all.iter().enumerate().find(|(_, m)| m.is_err()) {
+                return hccl_fail(
+                    HcclResult::HCCL_E_INTERNAL,
+                    format!("rank {r} could not map the window: {msg}"),
+                );
+            }
+            let w = w?;
+            lock(&comm.windows).push(w.clone());
+            lock(&WINDOWS).insert(w.handle(), comm.handle);
+            w
+        }
+    };
+    counters::inc(Counter::Registrations);
+    Ok(window.handle())
+}
+
+/// Makes the window and maps every rank's allocation into this rank's heap.
+fn create(
+    comm: &Comm,
+    heap: Arc<SymHeap>,
+    slot: usize,
+    phys: &Physical,
+    user_base: usize,
+    votes: &[RegVote],
+) -> HcclRes<Arc<Window>> {
+    let size = phys.size;
+    let desc = Box::new(WindowDesc {
+        magic: DESC_MAGIC,
+        heap_base: heap.addr(0, 0, 0) as u64,
+        stride: heap.stride as u64,
+        slot: slot as u64,
+        size: size as u64,
+        user_base: user_base as u64,
+        rank: comm.rank,
+        rank_size: comm.n,
+    });
+    memory::attach_window(phys.handle);
+    counters::inc(Counter::Windows);
+    // From here on, dropping the window undoes everything.
+    let w = Arc::new(Window {
+        desc,
+        comm: comm.handle,
+        heap,
+        slot,
+        size,
+        user_base,
+        phys: phys.handle,
+        n: comm.n,
+        refs: AtomicU32::new(1),
+    });
+    for (r, vote) in votes.iter().enumerate() {
+        let Some(peer) = &vote.phys else {
+            return hccl_fail(HcclResult::HCCL_E_INTERNAL, "a peer sent no memory handle");
+        };
+        let at = w.peer_addr(r as u32, 0);
+        // SAFETY: [at, at + size) is this window's slot of rank r, inside this rank's heap
+        // reservation; the slot was free, so nothing else maps or uses it.
+        unsafe { os::map_fixed(at, size, peer.fd(), 0) }.or_else(|e| {
+            hccl_fail(
+                HcclResult::HCCL_E_MEMORY,
+                format!("mapping rank {r}'s memory at {at:#x}: {e}"),
+            )
+        })?;
+        let owner: Weak<dyn Any + Send + Sync> = Arc::downgrade(&w) as Weak<Window>;
+        memory::add_window_region(at, size, owner);
+    }
+    Ok(w)
+}
+
+/// What each rank tells the others at deregistration.
+#[derive(Clone, PartialEq, Eq)]
+struct DeregVote {
+    slot: usize,
+    last: bool,
+    in_use: bool,
+}
+
+/// `HcclCommSymWinDeregister` (after the null check). Collective; never frees user memory.
+pub(crate) fn deregister(handle: usize) -> HcclRes {
+    let Some(comm) = lock(&WINDOWS).get(&handle).copied() else {
+        return para(format!("{handle:#x} is not a live window"));
+    };
+    let comm = comm::lookup(comm)?;
+    let Some(w) = lock(&comm.windows)
+        .iter()
+        .find(|w| w.handle() == handle)
+        .cloned()
+    else {
+        return para(format!("{handle:#x} is not a live window"));
+    };
+    let seq = comm.next_host_seq();
+    let last = w.refs.load(Ordering::Relaxed) == 1;
+    // References: the communicator's list, `w`, and one per piece of queued work.
+    let in_use = last && Arc::strong_count(&w) > 2;
+    let mine = DeregVote {
+        slot: w.slot,
+        last,
+        in_use,
+    };
+    let votes = comm
+        .group
+        .rv
+        .exchange(Key::Host { seq, step: 0 }, comm.rank, mine, comm.timeout)
+        .map_err(|e| exchange_error(e, &comm, "HcclCommSymWinDeregister"))?;
+    if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {
+        return hccl_fail(
+            HcclResult::HCCL_E_INTERNAL,
+            "ranks deregistered different windows",
+        );
+    }
+    let busy: Vec<usize> = (0..votes.len()).filter(|&r| votes[r].in_use).collect();
+    if !busy.is_empty() {
+        return hccl_fail(
+            HcclResult::HCCL_E_AGAIN,
+            format!(
+                "the window is still used by queued stream work on ranks {busy:?}: \
+                 synchronize the streams, then deregister again"
+            ),
+        );
+    }
+    if last {
+        lock(&comm.windows).retain(|x| x.handle() != handle);
+        forget_window(&w);
+    } else {
+        w.refs.fetch_sub(1, Ordering::Relaxed);
+    }
+    // With `last`, this is the final reference: the window unmaps itself here.
+    drop(w);
+    Ok(())
+}
+
+/// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and
+/// the offset of `ptr` in it.
+pub(crate) fn get(comm: usize, ptr: usize, size: usize) -> HcclRes<(usize, usize)> {
+    if size == 0 {
+        return para("size is 0");
+    }
+    let comm = comm::lookup(comm)?;
+    match comm.find_window(ptr, size) {
+        Some((w, offset)) => Ok((w.handle(), offset)),
+        None if comm.n == 1 => hccl_fail(
+            HcclResult::HCCL_E_NOT_FOUND,
+            "a one-rank communicator has no symmetric windows to find",
+        ),
+        None => hccl_fail(
+            HcclResult::HCCL_E_NOT_FOUND,
+            format!("[{ptr:#x}, +{size}) is not wholly inside one registered window"),
+        ),
+    }
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("comm", &format_args!("{:#x}", self.comm))
+            .field("slot", &self.slot)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+    use std::sync::Barrier;
+
+    use super::super::testutil::{
+        DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
+        test_config,
+    };
+    use super::super::{GRANULARITY as G, counters, test_lock};
+    use super::WindowDesc;
+    use crate::sys::*;
+
+    const PARA: HcclResult = HcclResult::HCCL_E_PARA;
+    const PTR: HcclResult = HcclResult::HCCL_E_PTR;
+
+    fn reg(r: &Rank, addr: *mut c_void, size: u64, flag: u32) -> (HcclResult, HcclCommSymWindow) {
+        let mut win = null_mut();
+        // SAFETY: the emulator validates everything but the out-pointer, which is valid.
+        let code =
+            unsafe { (hccl().HcclCommSymWinRegister.unwrap())(r.comm, addr, size, &mut win, flag) };
+        (code, win)
+    }
+
+    fn get(
+        r: &Rank,
+        ptr: *mut c_void,
+        size: usize,
+    ) -> Result<(HcclCommSymWindow, usize), HcclResult> {
+        let (mut win, mut off) = (null_mut(), 0);
+        // SAFETY: valid out-pointers.
+        let code =
+            unsafe { (hccl().HcclCommSymWinGet.unwrap())(r.comm, ptr, size, &mut win, &mut off) };
+        if code == HcclResult::HCCL_SUCCESS {
+            Ok((win, off))
+        } else {
+            Err(code)
+        }
+    }
+
+    /// Where rank `peer`'s byte `offset` of `win` is mapped in the calling rank's heap.
+    fn heap_addr(win: HcclCommSymWindow, peer: u32, offset: usize) -> *mut c_void {
+        // SAFETY: a live window handle points to its descriptor (an emulator detail the tests
+        // may rely on).
+        let d = unsafe { &*(win as *const WindowDesc) };
+        (d.heap_base + d.stride * peer as u64 + d.slot + offset as u64) as *mut c_void
+    }
+
+    #[test]
+    fn register_checks_locally_in_the_reference_order() {
+        let _g = test_lock();
+        let mut cfg = test_config();
+        cfg.hcclSymWinMaxMemSizePerRank = 1;
+        run_ranks(2, &cfg, |r| {
+            let reg_fn = hccl().HcclCommSymWinRegister.unwrap();
+            let buf = DevBuf::new(r.rank, 2 * G);
+            let mut win = null_mut();
+            let mut host = [0u8; 64];
+            // SAFETY: the emulator validates every argument.
+            unsafe {
+                assert_eq!(reg_fn(null_mut(), buf.ptr, 64, &mut win, 1), PTR);
+                assert_eq!(reg_fn(r.comm, null_mut(), 64, &mut win, 1), PTR);
+                assert_eq!(reg_fn(r.comm, buf.ptr, 64, null_mut(), 1), PTR);
+                assert_eq!(reg_fn(0x55 as HcclComm, buf.ptr, 64, &mut win, 1), PARA);
+            }
+            assert_eq!(reg(r, buf.ptr, 0, 1).0, PARA);
+            assert_eq!(reg(r, buf.ptr, 64, 0).0, PARA);
+            assert_eq!(reg(r, host.as_mut_ptr().cast(), 64, 1).0, PARA);
+            assert!(recent().contains("not in memory mapped"));
+            assert_eq!(
+                reg(r, buf.at(G), G as u64 + 1, 1).0,
+                PARA,
+                "past the mapping"
+            );
+
+            // Reserved but unmapped address space, then only part of an allocation mapped.
+            let a = acl();
+            let (mut va, mut ph) = (null_mut(), null_mut());
+            let prop = aclrtPhysicalMemProp::device_huge(r.rank);
+            // SAFETY: valid out-pointers; everything is released below.
+            unsafe {
+                ok((a.aclrtReserveMemAddress)(&mut va, 2 * G, 0, null_mut(), 0));
+                ok((a.aclrtMallocPhysical)(&mut ph, 2 * G, &prop, 0));
+            }
+            assert_eq!(reg(r, va, 64, 1).0, PARA);
+            // SAFETY: handles from above.
+            unsafe { ok((a.aclrtMapMem)(va, G, 0, ph, 0)) };
+            assert_eq!(reg(r, va, 64, 1).0, PARA);
+            assert!(recent().contains("whole allocation"));
+            // SAFETY: handles from above.
+            unsafe {
+                ok((a.aclrtUnmapMem)(va));
+                ok((a.aclrtFreePhysical)(ph));
+                ok((a.aclrtReleaseMemAddress)(va));
+            }
+
+            // A window larger than the 1 GiB stride.
+            let big = DevBuf::new(r.rank, 1024 * G / 2 + G);
+            assert_eq!(reg(r, big.ptr, 64, 1).0, HcclResult::HCCL_E_MEMORY);
+            big.free();
+
+            // The heap fills up: 2 x 510 MiB fit in 1 GiB, a third does not.
+            let parts: Vec<DevBuf> = (0..3).map(|_| DevBuf::new(r.rank, 255 * G)).collect();
+            let w0 = register(r, &parts[0]);
+            let w1 = register(r, &parts[1]);
+            assert_eq!(reg(r, parts[2].ptr, 64, 1).0, HcclResult::HCCL_E_MEMORY);
+            assert!(recent().contains("hcclSymWinMaxMemSizePerRank"));
+            // Freeing the first slot makes room again (first fit reuses it).
+            deregister(w0);
+            let w2 = register(r, &parts[2]);
+            // SAFETY: live window handles point to their descriptors.
+            unsafe { assert_eq!((*(w2 as *const WindowDesc)).slot, 0) };
+            deregister(w1);
+            deregister(w2);
+            parts.into_iter().for_each(DevBuf::free);
+
+            // After all those failures the ranks are still in step.
+            let w = register(r, &buf);
+            deregister(w);
+            buf.free();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn peers_see_each_other_through_the_heap() {
+        let _g = test_lock();
+        for n in [2u32, 3] {
+            let before = counters().registrations;
+            let barrier = Barrier::new(n as usize);
+            run_ranks(n, &test_config(), |r| {
+                let small = DevBuf::new(r.rank, G);
+                let buf = DevBuf::new(r.rank, 4 * G);
+                let w_small = register(r, &small);
+                // Registering with a smaller size still covers the whole allocation.
+                let (code, win) = reg(r, buf.at(G), 64, 1);
+                hok(code);
+                assert_eq!(counters().windows, 2 * n as u64);
+                // SAFETY: live window handles point to their descriptors.
+                let (d_small, d) = unsafe {
+                    (
+                        &*(w_small as *const WindowDesc),
+                        &*(win as *const WindowDesc),
+                    )
+                };
+                assert_eq!((d_small.slot, d.slot, d.size), (0, G as u64, 4 * G as u64));
+
+                // Each rank writes its own memory; every rank reads every peer's through its heap.
+                buf.write(3 * G, &[r.rank * 100, r.rank * 100 + 1]);
+                barrier.wait();
+                for peer in 0..n {
+                    let mut got = [0u32; 2];
+                    // SAFETY: `got` is valid for 8 bytes; the heap address is validated.
+                    ok(unsafe {
+                        (acl().aclrtMemcpy)(
+                            got.as_mut_ptr().cast(),
+                            8,
+                            heap_addr(win, peer, 3 * G),
+                            8,
+                            aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                        )
+                    });
+                    assert_eq!(got, [peer * 100, peer * 100 + 1]);
+                }
+                barrier.wait();
+
+                // Get: offsets from the window base; ranges must lie wholly inside a window.
+                assert_eq!(get(r, buf.at(5000), 100), Ok((win, 5000)));
+                assert_eq!(get(r, buf.ptr, 4 * G), Ok((win, 0)));
+                assert_eq!(get(r, small.at(G - 1), 1), Ok((w_small, G - 1)));
+                assert_eq!(
+                    get(r, buf.at(4 * G - 10), 11),
+                    Err(HcclResult::HCCL_E_NOT_FOUND)
+                );
+                assert_eq!(get(r, buf.at(0), 0), Err(PARA));
+                let mut host = 0u64;
+                assert_eq!(
+                    get(r, (&raw mut host).cast(), 8),
+                    Err(HcclResult::HCCL_E_NOT_FOUND)
+                );
+                let (mut w, mut o) = (null_mut(), 0);
+                let get_fn = hccl().HcclCommSymWinGet.unwrap();
+                // SAFETY: the emulator validates every argument.
+                unsafe {
+                    assert_eq!(get_fn(null_mut(), buf.ptr, 8, &mut w, &mut o), PTR);
+                    assert_eq!(get_fn(r.comm, null_mut(), 8, &mut w, &mut o), PTR);
+                    assert_eq!(get_fn(r.comm, buf.ptr, 8, null_mut(), &mut o), PTR);
+                    assert_eq!(get_fn(r.comm, buf.ptr, 8, &mut w, null_mut()), PTR);
+                }
+
+                // The same allocation again: the same handle, counted twice.
+                let (code, again) = reg(r, buf.ptr, 4 * G as u64, 1);
+                hok(code);
+                assert_eq!(again, win);
+                assert_eq!(counters().windows, 2 * n as u64);
+                // While registered, the physical memory cannot be freed.
+                // SAFETY: a live handle.
+                let code = unsafe { (acl().aclrtFreePhysical)(buf.phys) };
+                assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+                deregister(again);
+                assert_eq!(get(r, buf.ptr, 8), Ok((win, 0)), "still registered once");
+                deregister(win);
+                deregister(w_small);
+                let dereg = hccl().HcclCommSymWinDeregister.unwrap();
+                // SAFETY: the emulator validates the handle.
+                unsafe {
+                    assert_eq!(dereg(win), PARA);
+                    assert_eq!(dereg(null_mut()), PTR);
+                }
+                assert_eq!(get(r, buf.ptr, 8), Err(HcclResult::HCCL_E_NOT_FOUND));
+                // Deregistering never frees the user's memory.
+                assert_eq!(
+                    buf.read::<u32>(3 * G, 2),
+                    vec![r.rank * 100, r.rank * 100 + 1]
+                );
+                small.free();
+                buf.free();
+            });
+            assert_eq!(counters().registrations - before, 3 * n as u64);
+            assert_clean();
+        }
+    }
+
+    #[test]
+    fn mismatched_sizes_fail_on_every_rank_and_change_nothing() {
+        let _g = test_lock();
+        let codes = run_ranks(3, &test_config(), |r| {
+            let buf = DevBuf::new(r.rank, if r.rank == 1 { 4 * G } else { 2 * G });
+            let (code, _) = reg(r, buf.ptr, 2 * G as u64, 1);
+            let msg = recent();
+            // Nothing was registered, and the slot was given back.
+            let fixed = DevBuf::new(r.rank, 2 * G);
+            let w = register(r, &fixed);
+            // SAFETY: live window handles point to their descriptors.
+            assert_eq!(unsafe { (*(w as *const WindowDesc)).slot }, 0);
+            deregister(w);
+            fixed.free();
+            buf.free();
+            (code, msg)
+        });
+        for (code, msg) in codes {
+            assert_eq!(code, HcclResult::HCCL_E_INTERNAL);
+            assert!(msg.contains("rank 1: size"), "{msg}");
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn a_rank_that_never_registers_makes_the_others_time_out() {
+        let _g = test_lock();
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 1;
+        let codes = run_ranks(2, &cfg, |r| {
+            if r.rank == 1 {
+                return HcclResult::HCCL_SUCCESS;
+            }
+            let buf = DevBuf::new(r.rank, G);
+            let (code, _) = reg(r, buf.ptr, G as u64, 1);
+            assert!(recent().contains("ranks [1]"));
+            assert_eq!(counters().windows, 0);
+            buf.free();
+            code
+        });
+        assert_eq!(codes[0], HcclResult::HCCL_E_TCP_TRANSFER);
+        assert_clean();
+    }
+
+    #[test]
+    fn one_rank_windows_register_but_are_never_found() {
+        let _g = test_lock();
+        run_ranks(1, &test_config(), |r| {
+            let buf = DevBuf::new(0, G);
+            let win = register(r, &buf);
+            assert_eq!(get(r, buf.ptr, 8), Err(HcclResult::HCCL_E_NOT_FOUND));
+            assert!(recent().contains("one-rank"));
+            deregister(win);
+            buf.free();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn destroying_the_communicator_deregisters_what_is_left() {
+        let _g = test_lock();
+        let bufs = run_ranks(2, &test_config(), |r| {
+            let buf = DevBuf::new(r.rank, G);
+            let win = register(r, &buf);
+            (buf, win as usize)
+        });
+        assert_eq!(counters().windows, 0);
+        for (buf, win) in bufs {
+            let dereg = hccl().HcclCommSymWinDeregister.unwrap();
+            // SAFETY: a stale handle is looked up, not dereferenced.
+            assert_eq!(unsafe { dereg(win as HcclCommSymWindow) }, PARA);
+            buf.free();
+        }
+        assert_clean();
+    }
+}
