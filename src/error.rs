@@ -43,6 +43,9 @@ pub enum Error {
         /// The missing C function.
         call: &'static str,
     },
+    /// Host access to device memory was asked for on a runtime whose device memory the host
+    /// cannot address (real NPUs). Copy through `to_host` / `copy_from_host` instead.
+    NotHostAddressable,
     /// The CANN libraries could not be loaded. Lists every path tried and why each failed.
     Load {
         /// Which library was being looked for (`"HCCL"` or `"ACL"`).
@@ -113,6 +116,9 @@ impl fmt::Display for Error {
             Error::Unsupported { call } => {
                 write!(f, "{call} is not exported by the loaded library")
             }
+            Error::NotHostAddressable => f.write_str(
+                "device memory is not host-addressable on this runtime; copy to and from the host instead",
+            ),
             Error::Load { library, tried } => {
                 write!(f, "could not load the {library} library; tried:")?;
                 for (path, why) in tried {
@@ -138,8 +144,6 @@ impl std::error::Error for Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
-    // Unused on this branch until the runtime lands; the allow keeps `-D warnings` green.
-    #[allow(dead_code)]
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
     }

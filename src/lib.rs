@@ -7,4 +7,4 @@ pub mod runtime;
 pub mod sys;
 
 pub use error::{Error, OutOfMemory, Result};
-pub use runtime::Runtime;
+pub use runtime::{DevicePtr, Element, Runtime, WindowHandle};

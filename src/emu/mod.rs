@@ -114,6 +114,7 @@ mod device;
 mod errors;
 mod hccl;
 mod inject;
+mod launch;
 mod memory;
 mod os;
 mod reduce;
@@ -129,6 +130,7 @@ mod window;
 pub use counters::{Counters, counters};
 pub use device::set_device_memory_limit;
 pub use inject::{clear_injected_failures, inject_failure};
+pub use launch::{launch, launch_with};
 
 use crate::sys::{AclApi, HcclApi};
 

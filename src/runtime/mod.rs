@@ -9,6 +9,7 @@ mod collective;
 mod comm;
 mod copy;
 mod device;
+mod element;
 mod loader;
 mod memory;
 mod stream;
@@ -25,6 +26,7 @@ use crate::{Error, Result};
 
 pub use collective::ReduceOp;
 pub use comm::{Comm, CommConfig, RootInfo};
+pub use element::Element;
 pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
 pub use stream::Stream;
 pub use window::{Window, WindowHandle};
@@ -98,6 +100,21 @@ impl Runtime {
             rt.acl_check("aclInit", code)?;
         }
         Ok(rt)
+    }
+
+    /// The emulator built into this crate: HCCL and ACL over host memory, threads as ranks,
+    /// device memory host-addressable. See [`crate::emu`].
+    ///
+    /// # Errors
+    /// Only if `aclInit` fails (which it does not, unless a failure is injected).
+    pub fn emulated() -> Result<Runtime> {
+        Runtime::from_tables(
+            crate::emu::hccl_api(),
+            crate::emu::acl_api(),
+            Backend::Emulated,
+            true,
+            Vec::new(),
+        )
     }
 
     /// Which backend this runtime calls.

@@ -1,24 +1,31 @@
 //! ACL streams: ordered queues of device work.
 
+use std::sync::Arc;
+
 use super::Runtime;
 use crate::Result;
 use crate::sys::aclrtStream;
 
-/// An ACL stream (`aclrtCreateStream`); destroyed on drop.
+/// An ACL stream (`aclrtCreateStream`). Cheap to clone; destroyed when the last clone drops.
 ///
 /// Work enqueued on a stream runs in order, asynchronously to the host:
 /// [`synchronize`](Stream::synchronize) waits for it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+#[derive(Debug)]
+struct StreamInner {
     rt: Runtime,
     raw: aclrtStream,
 }
 
 // SAFETY: ACL streams are opaque handles that may be used from any thread.
-unsafe impl Send for Stream {}
+unsafe impl Send for StreamInner {}
 // SAFETY: enqueueing on one stream from several threads is allowed by ACL; ordering between
 // those threads is the caller's business, as in C.
-unsafe impl Sync for Stream {}
+unsafe impl Sync for StreamInner {}
 
 impl Stream {
     /// Creates a stream on the calling thread's current device.
@@ -31,8 +38,10 @@ impl Stream {
         let code = unsafe { (rt.acl().aclrtCreateStream)(&mut raw) };
         rt.acl_check("aclrtCreateStream", code)?;
         Ok(Stream {
-            rt: rt.clone(),
-            raw,
+            inner: Arc::new(StreamInner {
+                rt: rt.clone(),
+                raw,
+            }),
         })
     }
 
@@ -42,24 +51,29 @@ impl Stream {
     /// The error of the first task that failed since the last synchronisation.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: `raw` is a live stream.
-        let code = unsafe { (self.rt.acl().aclrtSynchronizeStream)(self.raw) };
-        self.rt.acl_check("aclrtSynchronizeStream", code)
+        let code = unsafe { (self.runtime().acl().aclrtSynchronizeStream)(self.as_raw()) };
+        self.runtime().acl_check("aclrtSynchronizeStream", code)
     }
 
     /// The raw handle, for calls this crate does not wrap.
     pub fn as_raw(&self) -> aclrtStream {
-        self.raw
+        self.inner.raw
     }
 
     /// The runtime the stream belongs to.
     pub fn runtime(&self) -> &Runtime {
-        &self.rt
+        &self.inner.rt
+    }
+
+    /// Whether two handles name the same stream.
+    pub fn same_as(&self, other: &Stream) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 
-impl Drop for Stream {
+impl Drop for StreamInner {
     fn drop(&mut self) {
-        // SAFETY: `raw` is a live stream, destroyed exactly once.
+        // SAFETY: `raw` is a live stream, destroyed exactly once (by the last clone).
         let code = unsafe { (self.rt.acl().aclrtDestroyStream)(self.raw) };
         if let Err(e) = self.rt.acl_check("aclrtDestroyStream", code) {
             self.rt.record_drop_error(e);

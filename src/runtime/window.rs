@@ -30,6 +30,8 @@ pub struct Window {
     handle: WindowHandle,
     ptr: DevicePtr,
     size: u64,
+    /// Set by [`Window::deregister`], so `Drop` does not deregister twice.
+    deregistered: bool,
 }
 
 impl Window {
@@ -54,7 +56,30 @@ impl Window {
             handle: WindowHandle::from_raw(raw),
             ptr,
             size,
+            deregistered: false,
         })
+    }
+
+    /// Deregisters the window now (collective), reporting any error instead of recording it
+    /// as `Drop` would.
+    ///
+    /// # Errors
+    /// The library's error.
+    pub fn deregister(mut self) -> Result<()> {
+        self.deregistered = true;
+        self.deregister_raw()
+    }
+
+    fn deregister_raw(&self) -> Result<()> {
+        let rt = self.comm.runtime();
+        let deregister = Runtime::optional(
+            "HcclCommSymWinDeregister",
+            rt.hccl().HcclCommSymWinDeregister,
+        )?;
+        // SAFETY: the handle came from a successful register and is deregistered once: the
+        // flag is set before, and checked by, the only other caller (`drop`).
+        let code = unsafe { deregister(self.handle.as_raw()) };
+        rt.hccl_check("HcclCommSymWinDeregister", code)
     }
 
     /// The window's handle.
@@ -75,18 +100,11 @@ impl Window {
 
 impl Drop for Window {
     fn drop(&mut self) {
-        let rt = self.comm.runtime();
-        let result = Runtime::optional(
-            "HcclCommSymWinDeregister",
-            rt.hccl().HcclCommSymWinDeregister,
-        )
-        .and_then(|deregister| {
-            // SAFETY: the handle came from a successful register and is deregistered once.
-            let code = unsafe { deregister(self.handle.as_raw()) };
-            rt.hccl_check("HcclCommSymWinDeregister", code)
-        });
-        if let Err(e) = result {
-            rt.record_drop_error(e);
+        if self.deregistered {
+            return;
+        }
+        if let Err(e) = self.deregister_raw() {
+            self.comm.runtime().record_drop_error(e);
         }
     }
 }

@@ -4,8 +4,6 @@
 //! checked against the CANN headers.
 #![allow(non_camel_case_types, non_snake_case)]
 
-// The loader that calls `resolve` is not on this branch yet; the allow keeps `-D warnings` green.
-#[allow(dead_code)]
 mod table;
 mod types;
 

@@ -1,0 +1,99 @@
+//! Running a closure on every rank of an emulated communicator.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::runtime::{Comm, CommConfig, RootInfo, Runtime};
+use crate::{Error, Result};
+
+/// Runs `f` on `ranks` threads, each bound to its own emulated device (device `r` for rank
+/// `r`) with an initialised communicator, and returns the results in rank order.
+///
+/// # Errors
+/// The first failure in time, as [`Error::Rank`] or [`Error::Panicked`] with its rank (a rank
+/// that fails first often makes its peers time out later; the first failure is the cause).
+///
+/// # Examples
+/// ```
+/// let ranks = symheap::emu::launch(4, |comm| Ok(comm.rank()))?;
+/// assert_eq!(ranks, [0, 1, 2, 3]);
+/// # Ok::<(), symheap::Error>(())
+/// ```
+pub fn launch<T, F>(ranks: u32, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
+    launch_with(&Runtime::emulated()?, ranks, &CommConfig::default(), f)
+}
+
+/// [`launch`] on a given runtime (the emulator, or the emulator's cdylib loaded with
+/// [`Runtime::load_from`]) with a given communicator configuration.
+///
+/// # Errors
+/// As for [`launch`]; [`Error::InvalidArgument`] for zero ranks.
+pub fn launch_with<T, F>(rt: &Runtime, ranks: u32, config: &CommConfig, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
+    if ranks == 0 {
+        return Err(Error::invalid("launch needs at least one rank"));
+    }
+    let root = RootInfo::new(rt)?;
+    // Each outcome is stamped with a global order so the earliest failure is reported.
+    let clock = AtomicU64::new(0);
+    let outcomes: Vec<(Result<T>, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..ranks)
+            .map(|rank| {
+                let (root, f, clock) = (&root, &f, &clock);
+                scope.spawn(move || {
+                    let run = || {
+                        rt.set_device(rank)?;
+                        let comm = Comm::init(rt, ranks, root, rank, config)?;
+                        f(&comm)
+                    };
+                    let result = match catch_unwind(AssertUnwindSafe(run)) {
+                        Ok(result) => result.map_err(|source| Error::Rank {
+                            rank,
+                            source: Box::new(source),
+                        }),
+                        Err(payload) => Err(Error::Panicked {
+                            rank,
+                            message: panic_message(payload.as_ref()),
+                        }),
+                    };
+                    (result, clock.fetch_add(1, Ordering::SeqCst))
+                })
+            })
+            .collect();
+        // The closure's panics are caught above, so a join error cannot happen.
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked outside its closure"))
+            .collect()
+    });
+    let first_failure = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, (result, _))| result.is_err())
+        .min_by_key(|(_, (_, stamp))| *stamp)
+        .map(|(rank, _)| rank);
+    let mut results = Vec::with_capacity(outcomes.len());
+    for (rank, (result, _)) in outcomes.into_iter().enumerate() {
+        match result {
+            Ok(value) => results.push(value),
+            Err(e) if Some(rank) == first_failure => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(results)
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}
