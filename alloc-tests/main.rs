@@ -1,1 +1,6 @@
 //! symheap's integration tests: one binary, one module per subject.
+
+mod collectives;
+mod dlopen;
+mod harness;
+mod runtime;

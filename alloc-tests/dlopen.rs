@@ -1,0 +1,75 @@
+//! The dynamic-loading path: the emulator built as a shared library, opened with
+//! `Runtime::load_from` exactly as the real `libhccl.so` / `libascendcl.so` would be.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use symheap::Runtime;
+use symheap::runtime::{Backend, CommConfig, ReduceOp, Stream};
+
+use symheap::runtime::Element;
+
+use crate::harness::{DeviceBuf, EmuSession};
+
+/// Builds `alloc-tests/emu-cdylib` (in its own target directory, so the outer cargo's lock is
+/// never contended) and returns the path of the shared library.
+fn build_emulator_cdylib() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target_dir = root.join("target").join("emu-cdylib");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(&root)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "symheap-emu-cdylib",
+            "--target-dir",
+        ])
+        .arg(&target_dir);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("running cargo");
+    assert!(status.success(), "building the emulator cdylib failed");
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let lib = target_dir.join(profile).join("libsymheap_emu_cdylib.so");
+    assert!(lib.exists(), "{} was not built", lib.display());
+    lib
+}
+
+#[test]
+fn allreduce_through_the_dlopened_emulator() {
+    let lib = build_emulator_cdylib();
+    let rt = Runtime::load_from(&lib, &lib).unwrap();
+    assert!(matches!(rt.backend(), Backend::Loaded { .. }));
+    // The library has its own copy of the emulator's state; the lock still keeps this test
+    // away from the in-process counters' readers while it runs.
+    let session = EmuSession::start();
+    let sums = symheap::emu::launch_with(&rt, 2, &CommConfig::new(), |comm| {
+        let stream = Stream::new(comm.runtime())?;
+        let buf = DeviceBuf::new(comm, 4 << 20, true)?;
+        let mine: Vec<f32> = (0..1000).map(|i| (i * (comm.rank() + 1)) as f32).collect();
+        buf.write(comm, 0, &mine)?;
+        // SAFETY: the window holds 1000 floats; synchronised before the host reads.
+        unsafe {
+            comm.all_reduce(
+                buf.ptr(),
+                buf.ptr(),
+                1000,
+                f32::DATA_TYPE,
+                ReduceOp::Sum,
+                &stream,
+            )?
+        };
+        comm.synchronize(&stream)?;
+        buf.read::<f32>(comm, 0, 1000)
+    })
+    .unwrap();
+    let expected: Vec<f32> = (0..1000).map(|i| (i * 3) as f32).collect();
+    assert_eq!(sums, [expected.clone(), expected]);
+    session.assert_clean();
+}

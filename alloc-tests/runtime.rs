@@ -1,0 +1,98 @@
+//! The safe runtime over the emulator: errors keep their code and call, failures injected into
+//! any C call surface as errors without leaking, and errors in `Drop` are recorded.
+
+use symheap::runtime::{Comm, CommConfig, RootInfo, Stream};
+use symheap::sys::HcclResult;
+use symheap::{Error, Runtime};
+
+use crate::harness::{DeviceBuf, EmuSession};
+
+#[test]
+fn an_injected_failure_is_reported_with_its_call_and_code_and_nothing_leaks() {
+    let session = EmuSession::start();
+    let err = symheap::emu::launch(1, |comm| {
+        symheap::emu::inject_failure("aclrtMapMem", 1, 207001);
+        DeviceBuf::new(comm, 4 << 20, false).map(|_| ())
+    })
+    .unwrap_err();
+    let Error::Rank { rank: 0, source } = err else {
+        panic!("expected a rank error, got {err}");
+    };
+    assert!(
+        matches!(
+            *source,
+            Error::Acl {
+                call: "aclrtMapMem",
+                code: 207001,
+                ..
+            }
+        ),
+        "{source}"
+    );
+    session.assert_clean();
+}
+
+#[test]
+fn hccl_errors_carry_the_library_text() {
+    let session = EmuSession::start();
+    let err = symheap::emu::launch(1, |comm| {
+        symheap::emu::inject_failure("HcclCommSymWinRegister", 1, HcclResult::HCCL_E_MEMORY.0);
+        DeviceBuf::new(comm, 4 << 20, true).map(|_| ())
+    })
+    .unwrap_err();
+    let Error::Rank { source, .. } = err else {
+        panic!("expected a rank error, got {err}");
+    };
+    let Error::Hccl {
+        call,
+        code,
+        message,
+    } = *source
+    else {
+        panic!("expected an HCCL error, got {source}");
+    };
+    assert_eq!((call, code), ("HcclCommSymWinRegister", 3));
+    assert!(!message.is_empty());
+    session.assert_clean();
+}
+
+#[test]
+fn errors_in_drop_are_recorded_not_panicked() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    rt.set_device(0).unwrap();
+    let stream = Stream::new(&rt).unwrap();
+    let raw = stream.as_raw();
+    symheap::emu::inject_failure("aclrtDestroyStream", 1, 507000);
+    drop(stream);
+    let errors = rt.take_drop_errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(matches!(
+        errors[0],
+        Error::Acl {
+            call: "aclrtDestroyStream",
+            code: 507000,
+            ..
+        }
+    ));
+    assert!(rt.take_drop_errors().is_empty(), "errors are taken once");
+    // The injected failure left the stream alive: destroy it for real.
+    // SAFETY: `raw` is the live stream whose destruction was made to fail.
+    let code = unsafe { (symheap::emu::acl_api().aclrtDestroyStream)(raw) };
+    assert_eq!(code, 0);
+    session.assert_clean();
+}
+
+#[test]
+fn bad_ranks_and_root_info_are_rejected() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    rt.set_device(0).unwrap();
+    let root = RootInfo::new(&rt).unwrap();
+    let err = Comm::init(&rt, 2, &root, 2, &CommConfig::new()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(RootInfo::from_bytes(&[0u8; 10]).is_err());
+    let copy = RootInfo::from_bytes(&root.as_bytes()).unwrap();
+    assert_eq!(copy.as_bytes(), root.as_bytes());
+    session.assert_clean();
+}
