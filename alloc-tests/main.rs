@@ -1,1 +1,4 @@
 //! symheap's integration tests: one binary, one module per subject.
+
+mod heap;
+mod support;
