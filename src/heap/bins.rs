@@ -7,12 +7,24 @@
 use super::node::NIL;
 use super::size_class::{BIN_COUNT, FL_COUNT, SL_COUNT};
 
+/// The head of one bin's free list, with its size so that `alloc` can ask "does the head of
+/// this bin fit?" without touching the node (a likely cache miss when the answer is no).
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    key: u32,
+    /// `min(size in granules, u32::MAX)`: a lower bound of the head's size, exact below
+    /// `u32::MAX`.
+    size: u32,
+}
+
+const EMPTY: Head = Head { key: NIL, size: 0 };
+
 /// Free-list heads plus the bitmaps that say which of them are non-empty.
 #[derive(Debug)]
 pub(super) struct Bins {
     fl_map: u64,
     sl_maps: [u64; FL_COUNT],
-    heads: Box<[u32; BIN_COUNT]>,
+    heads: Box<[Head; BIN_COUNT]>,
 }
 
 impl Bins {
@@ -21,29 +33,54 @@ impl Bins {
         Bins {
             fl_map: 0,
             sl_maps: [0; FL_COUNT],
-            heads: Box::new([NIL; BIN_COUNT]),
+            heads: Box::new([EMPTY; BIN_COUNT]),
         }
     }
 
     /// The first node of `bin`'s free list, or [`NIL`].
     #[inline]
     pub(super) fn head(&self, bin: usize) -> u32 {
-        self.heads[bin]
+        self.heads[bin].key
     }
 
-    /// Replaces the head of `bin`'s list and keeps the bitmaps in step with it.
+    /// The head of `bin`'s list if it may hold `units` granules: `None` means it surely does
+    /// not (or the bin is empty); `Some` still needs checking against the node.
     #[inline]
-    pub(super) fn set_head(&mut self, bin: usize, node: u32) {
-        self.heads[bin] = node;
-        let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
-        if node == NIL {
+    pub(super) fn head_if_may_fit(&self, bin: usize, units: u64) -> Option<u32> {
+        let head = self.heads[bin];
+        let may_fit = u64::from(head.size) >= units || head.size == u32::MAX;
+        (head.key != NIL && may_fit).then_some(head.key)
+    }
+
+    /// Makes `node` (of `size` granules) the head of `bin`'s list, which held `old_head`
+    /// ([`NIL`] if it was empty).
+    #[inline]
+    pub(super) fn push_head(&mut self, bin: usize, old_head: u32, node: u32, size: u64) {
+        self.heads[bin] = Head {
+            key: node,
+            size: saturate(size),
+        };
+        if old_head == NIL {
+            let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
+            self.sl_maps[fl] |= 1 << sl;
+            self.fl_map |= 1 << fl;
+        }
+    }
+
+    /// Replaces the head of `bin`'s list after the old head left: `next`, of `next_size`
+    /// granules, or [`NIL`].
+    #[inline]
+    pub(super) fn pop_head(&mut self, bin: usize, next: u32, next_size: u64) {
+        self.heads[bin] = Head {
+            key: next,
+            size: saturate(next_size),
+        };
+        if next == NIL {
+            let (fl, sl) = (bin / SL_COUNT, bin % SL_COUNT);
             self.sl_maps[fl] &= !(1 << sl);
             if self.sl_maps[fl] == 0 {
                 self.fl_map &= !(1 << fl);
             }
-        } else {
-            self.sl_maps[fl] |= 1 << sl;
-            self.fl_map |= 1 << fl;
         }
     }
 
@@ -78,6 +115,12 @@ impl Bins {
     }
 }
 
+/// `size` clamped to a u32.
+#[inline]
+fn saturate(size: u64) -> u32 {
+    u32::try_from(size).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,8 +136,17 @@ mod tests {
     fn search_crosses_classes_and_skips_lower_bins() {
         let mut bins = Bins::new();
         for bin in [3, SL_COUNT + 5, 7 * SL_COUNT, BIN_COUNT - 1] {
-            bins.set_head(bin, 1);
+            bins.push_head(bin, NIL, 1, 100);
         }
+        bins.push_head(3, 1, 2, 3); // a second node: no bitmap change
+        assert_eq!(bins.head(3), 2);
+        assert_eq!(bins.head_if_may_fit(3, 3), Some(2));
+        assert_eq!(bins.head_if_may_fit(3, 4), None);
+        bins.pop_head(3, 1, 100);
+        assert_eq!(bins.first_at_or_above(0), Some(3));
+        bins.push_head(3, 1, 4, 1 << 40); // sizes beyond u32 may always fit
+        assert_eq!(bins.head_if_may_fit(3, 1 << 41), Some(4));
+        bins.pop_head(3, 1, 100);
         assert_eq!(bins.first_at_or_above(0), Some(3));
         assert_eq!(bins.first_at_or_above(3), Some(3));
         assert_eq!(bins.first_at_or_above(4), Some(SL_COUNT + 5));
@@ -106,12 +158,12 @@ mod tests {
         assert_eq!(bins.first_at_or_above(BIN_COUNT), None);
         assert_eq!(bins.last(), Some(BIN_COUNT - 1));
 
-        bins.set_head(BIN_COUNT - 1, NIL);
+        bins.pop_head(BIN_COUNT - 1, NIL, 0);
         assert_eq!(bins.first_at_or_above(7 * SL_COUNT + 1), None);
         assert_eq!(bins.last(), Some(7 * SL_COUNT));
-        bins.set_head(7 * SL_COUNT, NIL);
-        bins.set_head(SL_COUNT + 5, NIL);
-        bins.set_head(3, NIL);
+        bins.pop_head(7 * SL_COUNT, NIL, 0);
+        bins.pop_head(SL_COUNT + 5, NIL, 0);
+        bins.pop_head(3, NIL, 0);
         assert_eq!(bins.first_at_or_above(0), None);
         assert_eq!(bins.fl_map, 0);
     }

@@ -1,5 +1,7 @@
 //! What the heap hands out ([`Block`]) and what it reports ([`HeapReport`]).
 
+use std::num::NonZeroU32;
+
 /// A live allocation: a range of the heap, in bytes.
 ///
 /// A `Block` is neither `Copy` nor `Clone`, and [`Heap::free`](super::Heap::free) takes it by
@@ -15,8 +17,9 @@ pub struct Block {
     pub(super) size: u64,
     /// The block's node in the heap's slab.
     pub(super) node: u32,
-    /// The id of the heap that made it (process-unique; never used for placement).
-    pub(super) heap: u64,
+    /// The id of the heap that made it (process-unique; never used for placement). Non-zero,
+    /// so `Option<Block>` is no bigger than `Block` (24 bytes).
+    pub(super) heap: NonZeroU32,
 }
 
 impl Block {
@@ -59,4 +62,16 @@ pub struct HeapReport {
     pub live_blocks: usize,
     /// Number of free regions. Free neighbours are always merged, so no two of them touch.
     pub free_regions: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_stay_small() {
+        // Users keep one per tensor: keep it three words, with a niche for `Option`.
+        assert_eq!(size_of::<Block>(), 24);
+        assert_eq!(size_of::<Option<Block>>(), 24);
+    }
 }

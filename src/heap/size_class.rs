@@ -26,12 +26,12 @@ const _: () = assert!(FL_COUNT <= 64 && SL_COUNT <= 64);
 #[inline]
 pub(super) fn bin_of(units: u64) -> usize {
     debug_assert!(units >= 1);
-    if units < SL_COUNT as u64 {
-        return units as usize;
-    }
-    let exp = 63 - units.leading_zeros();
-    let mantissa = (units >> (exp - SL_BITS)) as usize - SL_COUNT;
-    (exp - SL_BITS + 1) as usize * SL_COUNT + mantissa
+    // Branch-free: below `SL_COUNT` the exponent is clamped to `SL_BITS`, so the shift is 0 and
+    // the bin is `units` itself; above, `units >> shift` is `SL_COUNT + mantissa`, which
+    // supplies the `+ 1` of the first level.
+    let exp = 63 - (units | SL_COUNT as u64).leading_zeros();
+    let shift = exp - SL_BITS;
+    ((shift as usize) << SL_BITS) + (units >> shift) as usize
 }
 
 /// The smallest size (in granules) that maps to `bin`.

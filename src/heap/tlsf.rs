@@ -7,10 +7,22 @@
 //! * `free_units` and `free_regions` are the sum of sizes and the number of nodes in the lists.
 
 use super::node::{NIL, Node};
-use super::size_class::{bin_at_least, bin_of};
+use super::size_class::{bin_at_least, bin_floor, bin_of};
 use super::{Heap, Request};
 
-/// Node keys must stay below [`NIL`]; an `alloc` adds at most two nodes.
+/// Where `alloc` will carve its block.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Found {
+    /// The free node.
+    key: u32,
+    /// Its bin.
+    bin: usize,
+    /// Granules to skip at its start for alignment.
+    pad: u64,
+}
+
+/// Node keys must stay below [`NIL`], and an `alloc` adds at most two nodes, so `find` refuses
+/// (as out of memory) beyond this many nodes: about 4 billion blocks, 128 GiB of metadata.
 pub(super) const MAX_NODES: usize = NIL as usize - 2;
 
 /// `offset` rounded up to a multiple of `align` (a power of two), if that fits in a u64.
@@ -20,28 +32,48 @@ fn align_up(offset: u64, align: u64) -> Option<u64> {
 }
 
 impl Heap {
-    /// Finds a free node for `request`: `(node key, leading pad in granules)`, or `None` if no
-    /// free region can hold it. Changes nothing. See the module docs for the two paths.
-    pub(super) fn find(&self, request: Request) -> Option<(u32, u64)> {
+    /// Finds a free node for `request`, or `None` if no free region can hold it. Changes
+    /// nothing. See the module docs for the paths.
+    #[inline]
+    pub(super) fn find(&self, request: Request) -> Option<Found> {
         let Request { units, align_units } = request;
         if self.nodes.len() > MAX_NODES {
             return None;
         }
-        // Fast path: every block at or above `start` holds `units` after any alignment pad.
-        // `check_request` made sure this sum does not overflow.
-        let start = bin_at_least(units + (align_units - 1));
-        if let Some(bin) = self.bins.first_at_or_above(start) {
+        let own = bin_of(units);
+        // The first bin whose every block holds `units` after any alignment pad: the request
+        // (plus the alignment slack) rounded up to a bin boundary. `Heap::request` made sure
+        // the sum does not overflow.
+        let start = if align_units == 1 {
+            own + usize::from(bin_floor(own) != units)
+        } else {
+            bin_at_least(units + (align_units - 1))
+        };
+        let above = self.bins.first_at_or_above(start);
+        // 1. Good fit: when the search must go past `start`, the head of the request's own bin
+        // (which the rounding skips) may fit more closely than anything above. The bins keep
+        // each head's size, so a head that is too small costs no node access.
+        if own < start && above != Some(start) {
+            if let Some(key) = self.bins.head_if_may_fit(own, units) {
+                if let Some(pad) = self.fit(&self.nodes[key as usize], units, align_units) {
+                    return Some(Found { key, bin: own, pad });
+                }
+            }
+        }
+        // 2. Fast path: the head of the first non-empty bin at or above `start` fits.
+        if let Some(bin) = above {
             let key = self.bins.head(bin);
             let pad = if align_units == 1 {
                 0
             } else {
+                // Cannot overflow: the block holds `align_units - 1 + units` past its offset.
                 let offset = self.nodes[key as usize].offset;
                 align_up(offset, align_units)? - offset
             };
-            return Some((key, pad));
+            return Some(Found { key, bin, pad });
         }
-        // Fallback: the bins the rounding skipped may still hold a block that fits exactly.
-        let mut bin = bin_of(units);
+        // 3. Fallback: the bins the rounding skipped may still hold a block that fits.
+        let mut bin = own;
         while let Some(found) = self.bins.first_at_or_above(bin) {
             if found >= start {
                 break;
@@ -50,7 +82,11 @@ impl Heap {
             while key != NIL {
                 let node = &self.nodes[key as usize];
                 if let Some(pad) = self.fit(node, units, align_units) {
-                    return Some((key, pad));
+                    return Some(Found {
+                        key,
+                        bin: found,
+                        pad,
+                    });
                 }
                 key = node.next_free;
             }
@@ -66,62 +102,62 @@ impl Heap {
         (pad < node.size && node.size - pad >= units).then_some(pad)
     }
 
-    /// Turns free node `key` into a live block of `units` granules starting `pad` granules in:
-    /// the pad and the tail become free nodes of their own.
-    pub(super) fn carve(&mut self, key: u32, pad: u64, units: u64) {
-        self.remove_free(key);
-        if pad > 0 {
-            let (offset, prev) = {
-                let node = &self.nodes[key as usize];
-                (node.offset, node.prev_phys)
-            };
-            let gap = self.new_node(offset, pad, prev, key);
-            if prev != NIL {
-                self.nodes[prev as usize].next_phys = gap;
-            }
-            let node = &mut self.nodes[key as usize];
-            node.prev_phys = gap;
-            node.offset += pad;
-            node.size -= pad;
-            // The gap's lower neighbour was not free (free nodes never touch), so no merge.
-            self.insert_free(gap);
-        }
-        let (offset, size, next) = {
+    /// Turns the free node `find` found into a live block of `units` granules, `pad` granules
+    /// into it: the pad and the tail become free nodes of their own (their neighbours outside
+    /// are live, as free nodes never touch, so there is nothing to merge). Returns the block's
+    /// node and offset.
+    #[inline]
+    pub(super) fn carve(&mut self, found: Found, units: u64) -> (u32, u64) {
+        let Found { key, bin, pad } = found;
+        self.unlink(key, Some(bin));
+        let (offset, size, prev_phys, next_phys) = {
             let node = &self.nodes[key as usize];
-            (node.offset, node.size, node.next_phys)
+            (node.offset, node.size, node.prev_phys(), node.next_phys)
         };
-        if size > units {
-            let tail = self.new_node(offset + units, size - units, key, next);
-            if next != NIL {
-                self.nodes[next as usize].prev_phys = tail;
+        if pad > 0 {
+            let gap = self.new_node(Node::new(offset, pad, prev_phys, key));
+            if prev_phys != NIL {
+                self.nodes[prev_phys as usize].next_phys = gap;
             }
-            let node = &mut self.nodes[key as usize];
-            node.next_phys = tail;
-            node.size = units;
-            self.insert_free(tail);
+            self.insert_free(gap);
+            self.nodes[key as usize].set_prev_phys(gap);
         }
+        let rest = size - pad - units;
+        if rest > 0 {
+            let tail = self.new_node(Node::new(offset + pad + units, rest, key, next_phys));
+            if next_phys != NIL {
+                self.nodes[next_phys as usize].set_prev_phys(tail);
+            }
+            self.insert_free(tail);
+            self.nodes[key as usize].next_phys = tail;
+        }
+        let node = &mut self.nodes[key as usize];
+        node.offset = offset + pad;
+        node.size = units;
         self.live_blocks += 1;
+        (key, offset + pad)
     }
 
-    /// Frees live node `key`, merging it with free physical neighbours.
-    pub(super) fn release(&mut self, key: u32) {
+    /// Frees live node `key`, whose physical neighbours are `prev` and `next`, merging it with
+    /// them where they are free.
+    #[inline]
+    pub(super) fn release(&mut self, key: u32, prev: u32, next: u32) {
         self.live_blocks -= 1;
         let mut key = key;
-        let prev = self.nodes[key as usize].prev_phys;
-        if prev != NIL && self.nodes[prev as usize].free {
+        if next != NIL && self.nodes[next as usize].is_free() {
+            self.remove_free(next);
+            self.absorb_next(key);
+        }
+        if prev != NIL && self.nodes[prev as usize].is_free() {
             self.remove_free(prev);
             self.absorb_next(prev);
             key = prev;
         }
-        let next = self.nodes[key as usize].next_phys;
-        if next != NIL && self.nodes[next as usize].free {
-            self.remove_free(next);
-            self.absorb_next(key);
-        }
         self.insert_free(key);
     }
 
-    /// Merges `key`'s upper physical neighbour (out of any list) into `key` and drops its node.
+    /// Merges `key`'s upper physical neighbour (in no list) into `key` and drops its node.
+    #[inline(always)]
     fn absorb_next(&mut self, key: u32) {
         let next = self.nodes[key as usize].next_phys;
         let gone = self.nodes.remove(next as usize);
@@ -129,64 +165,63 @@ impl Heap {
         node.size += gone.size;
         node.next_phys = gone.next_phys;
         if gone.next_phys != NIL {
-            self.nodes[gone.next_phys as usize].prev_phys = key;
+            self.nodes[gone.next_phys as usize].set_prev_phys(key);
         }
     }
 
-    /// Adds a node (not yet in any list) and returns its key.
-    pub(super) fn new_node(
-        &mut self,
-        offset: u64,
-        size: u64,
-        prev_phys: u32,
-        next_phys: u32,
-    ) -> u32 {
-        let key = self.nodes.insert(Node {
-            offset,
-            size,
-            prev_phys,
-            next_phys,
-            prev_free: NIL,
-            next_free: NIL,
-            free: false,
-        });
+    /// Adds a node (live, in no list) and returns its key.
+    #[inline]
+    pub(super) fn new_node(&mut self, node: Node) -> u32 {
+        let key = self.nodes.insert(node);
         // `find` refuses before the slab can reach NIL keys.
         debug_assert!(key < NIL as usize);
         key as u32
     }
 
-    /// Pushes node `key` on the front of its bin's free list and marks it free.
+    /// Pushes node `key` on the front of its bin's free list (which marks it free).
+    #[inline(always)]
     pub(super) fn insert_free(&mut self, key: u32) {
-        let bin = bin_of(self.nodes[key as usize].size);
-        let head = self.bins.head(bin);
         let node = &mut self.nodes[key as usize];
-        node.free = true;
-        node.prev_free = NIL;
+        let (size, bin) = (node.size, bin_of(node.size));
+        let head = self.bins.head(bin);
+        node.set_prev_free(NIL);
         node.next_free = head;
-        self.free_units += node.size;
         if head != NIL {
-            self.nodes[head as usize].prev_free = key;
+            self.nodes[head as usize].set_prev_free(key);
         }
-        self.bins.set_head(bin, key);
+        self.bins.push_head(bin, head, key, size);
+        self.free_units += size;
         self.free_regions += 1;
     }
 
     /// Unlinks free node `key` from its bin's list and marks it live. Its size must not have
     /// changed since `insert_free`.
+    #[inline(always)]
     pub(super) fn remove_free(&mut self, key: u32) {
+        self.unlink(key, None);
+    }
+
+    /// [`Heap::remove_free`], given the node's bin if the caller knows it (saves recomputing
+    /// it when the node is the head of its list).
+    #[inline(always)]
+    fn unlink(&mut self, key: u32, bin: Option<usize>) {
         let node = &mut self.nodes[key as usize];
-        let (prev, next, size) = (node.prev_free, node.next_free, node.size);
-        node.free = false;
-        self.free_units -= size;
-        self.free_regions -= 1;
+        let (prev, next, size) = (node.prev_free(), node.next_free, node.size);
+        node.set_live();
+        let mut next_size = 0;
         if next != NIL {
-            self.nodes[next as usize].prev_free = prev;
+            let next_node = &mut self.nodes[next as usize];
+            next_node.set_prev_free(prev);
+            next_size = next_node.size;
         }
         if prev != NIL {
             self.nodes[prev as usize].next_free = next;
         } else {
-            self.bins.set_head(bin_of(size), next);
+            let bin = bin.unwrap_or_else(|| bin_of(size));
+            self.bins.pop_head(bin, next, next_size);
         }
+        self.free_units -= size;
+        self.free_regions -= 1;
     }
 
     /// Bytes in the largest free region: the biggest node of the highest non-empty bin.
@@ -205,10 +240,16 @@ impl Heap {
     }
 }
 
+/// The integration tests' PRNG, for the randomized unit test below.
+#[cfg(test)]
+#[path = "../../alloc-tests/support/rng.rs"]
+mod test_rng;
+
 #[cfg(test)]
 mod tests {
     use super::super::size_class::SL_COUNT;
     use super::*;
+    use test_rng as rng;
 
     impl Heap {
         /// Walks the physical chain and the free lists and checks every invariant above.
@@ -217,17 +258,17 @@ mod tests {
             let (mut free_units, mut free_regions, mut live, mut prev_free) = (0, 0, 0, false);
             while key != NIL {
                 let node = &self.nodes[key as usize];
-                assert_eq!(node.prev_phys, prev, "broken back link at {key}");
+                assert_eq!(node.prev_phys(), prev, "broken back link at {key}");
                 assert_eq!(node.offset, end, "gap or overlap at {key}");
                 assert!(node.size > 0);
-                if node.free {
+                if node.is_free() {
                     assert!(!prev_free, "free neighbours not merged at {key}");
                     free_units += node.size;
                     free_regions += 1;
                 } else {
                     live += 1;
                 }
-                prev_free = node.free;
+                prev_free = node.is_free();
                 end = node.offset + node.size;
                 prev = key;
                 key = node.next_phys;
@@ -241,9 +282,16 @@ mod tests {
             for bin in 0..super::super::size_class::BIN_COUNT {
                 let (mut key, mut prev) = (self.bins.head(bin), NIL);
                 assert_eq!(key != NIL, self.bins.first_at_or_above(bin) == Some(bin));
+                if key != NIL {
+                    let size = self.nodes[key as usize].size;
+                    assert_eq!(self.bins.head_if_may_fit(bin, size), Some(key));
+                    if size < u64::from(u32::MAX) {
+                        assert_eq!(self.bins.head_if_may_fit(bin, size + 1), None);
+                    }
+                }
                 while key != NIL {
                     let node = &self.nodes[key as usize];
-                    assert!(node.free && bin_of(node.size) == bin && node.prev_free == prev);
+                    assert!(node.is_free() && bin_of(node.size) == bin && node.prev_free() == prev);
                     listed += 1;
                     prev = key;
                     key = node.next_free;
@@ -255,8 +303,8 @@ mod tests {
         fn first_node(&self) -> u32 {
             let (key, _) = self.nodes.iter().next().expect("a heap always has a node");
             let mut key = key as u32;
-            while self.nodes[key as usize].prev_phys != NIL {
-                key = self.nodes[key as usize].prev_phys;
+            while self.nodes[key as usize].prev_phys() != NIL {
+                key = self.nodes[key as usize].prev_phys();
             }
             key
         }
@@ -335,5 +383,34 @@ mod tests {
         }
         heap.check_invariants();
         assert_eq!(heap.nodes.len(), 1);
+    }
+
+    #[test]
+    fn random_calls_keep_every_invariant() {
+        // The integration tests check the public view against a model; this checks the
+        // internals (links, lists, bitmaps, cached head sizes) after every call.
+        for (seed, granularity) in [(1, 512u64), (2, 1), (3, 4096)] {
+            let mut rng = rng::Rng::new(seed);
+            let capacity = 3000 * granularity;
+            let mut heap = Heap::new(capacity, granularity).unwrap();
+            let mut blocks = Vec::new();
+            for step in 0..4000 {
+                if blocks.is_empty() || rng.chance(if step % 800 < 400 { 0.7 } else { 0.3 }) {
+                    let size = rng.log_uniform(1, capacity / 16);
+                    let align = if rng.chance(0.2) {
+                        1 << rng.below(16)
+                    } else {
+                        0
+                    };
+                    if let Ok(block) = heap.alloc(size, align) {
+                        blocks.push(block);
+                    }
+                } else {
+                    let block = blocks.swap_remove(rng.below(blocks.len() as u64) as usize);
+                    heap.free(block).unwrap();
+                }
+                heap.check_invariants();
+            }
+        }
     }
 }
