@@ -41,7 +41,8 @@ fn print_tables(ops: &[TraceOp], slots: usize) {
     report::trace_row::<OffsetAllocator>(ops, slots);
     report::trace_row::<BestFit>(ops, slots);
 
-    println!("\nsteady state timed in alternation: ns per free+alloc pair, median of 15 rounds");
+    println!("\nsteady state timed in alternation, after 20 M warm-up pairs (best fit: 2 M):");
+    println!("ns per free+alloc pair, median of 15 rounds of 1 M pairs (best fit: 50 k)");
     println!(
         "  {:<7} {:>10} {:>17} {:>15}",
         "live", "symheap", "offset-allocator", "btree-best-fit"
@@ -50,19 +51,15 @@ fn print_tables(ops: &[TraceOp], slots: usize) {
         let mut heap = Steady::<Heap>::new(live, STEADY_SEED);
         let mut offset = Steady::<OffsetAllocator>::new(live, STEADY_SEED);
         let mut best = Steady::<BestFit>::new(live, STEADY_SEED);
+        // Criterion runs each workload for ~100 M pairs: compare states that far along.
+        paired_round(&mut heap, 20_000_000);
+        paired_round(&mut offset, 20_000_000);
+        paired_round(&mut best, 2_000_000);
         let (mut h, mut o, mut b) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..16 {
-            let times = (
-                paired_round(&mut heap, 200_000),
-                paired_round(&mut offset, 200_000),
-                paired_round(&mut best, 20_000),
-            );
-            if round > 0 {
-                // Round 0 is the warm-up.
-                h.push(times.0);
-                o.push(times.1);
-                b.push(times.2);
-            }
+        for _ in 0..15 {
+            h.push(paired_round(&mut heap, 1_000_000));
+            o.push(paired_round(&mut offset, 1_000_000));
+            b.push(paired_round(&mut best, 50_000));
         }
         let (h, o, b) = (median(h), median(o), median(b));
         println!(
@@ -86,6 +83,10 @@ fn bench_trace<A: Allocator>(c: &mut Criterion, ops: &[TraceOp], slots: usize) {
         .filter(|op| !matches!(op, TraceOp::StepEnd))
         .count();
     let mut group = c.benchmark_group("llm_trace");
+    // A trace takes milliseconds (the best fit about 10): fewer, longer samples.
+    group
+        .sample_size(15)
+        .measurement_time(Duration::from_secs(4));
     group.throughput(Throughput::Elements(calls as u64));
     group.bench_function(A::NAME, |b| {
         b.iter_batched(
@@ -114,8 +115,8 @@ fn main() {
     // Short runs: the whole bench takes a couple of minutes on two cores.
     let mut c = Criterion::default()
         .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
         .configure_from_args();
     for live in [1000, 4000] {
         bench_steady::<Heap>(&mut c, live);
