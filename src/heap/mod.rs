@@ -207,7 +207,8 @@ impl Heap {
     ///   `size` rounded up to the granularity plus the alignment slack (`align - granularity`)
     ///   overflows `u64`.
     /// * [`Error::OutOfMemory`] if no free region can hold the block; it reports the free bytes
-    ///   and the largest free region.
+    ///   and the largest free region. (Also, in theory, once the heap tracks about 4 billion
+    ///   blocks and free regions: node keys are 32-bit.)
     ///
     /// Either way the heap is unchanged, except that [`Heap::op_hash`] records the failed call.
     ///
