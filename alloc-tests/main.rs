@@ -3,4 +3,6 @@
 mod collectives;
 mod dlopen;
 mod harness;
+mod heap;
 mod runtime;
+mod support;

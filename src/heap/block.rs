@@ -1,0 +1,77 @@
+//! What the heap hands out ([`Block`]) and what it reports ([`HeapReport`]).
+
+use std::num::NonZeroU32;
+
+/// A live allocation: a range of the heap, in bytes.
+///
+/// A `Block` is neither `Copy` nor `Clone`, and [`Heap::free`](super::Heap::free) takes it by
+/// value, so a double free cannot be written in safe code. It remembers which heap made it and
+/// where its metadata lives, so freeing it is O(1) without a lookup.
+///
+/// Dropping a `Block` without freeing it leaks its range for the life of the heap (the heap
+/// never touches the memory it manages, so nothing else happens).
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a Block that is dropped instead of freed leaks its range of the heap"]
+pub struct Block {
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    /// The block's node in the heap's slab.
+    pub(super) node: u32,
+    /// The id of the heap that made it (process-unique; never used for placement). Non-zero,
+    /// so `Option<Block>` is no bigger than `Block` (24 bytes).
+    pub(super) heap: NonZeroU32,
+}
+
+impl Block {
+    /// Offset of the first byte from the start of the heap; a multiple of the granularity and of
+    /// the alignment asked for.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes granted: the request rounded up to a multiple of the granularity.
+    #[inline]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// One past the last byte: `offset() + size()`.
+    #[inline]
+    pub fn end(&self) -> u64 {
+        self.offset + self.size
+    }
+}
+
+/// A snapshot of a heap's accounting, from [`Heap::report`](super::Heap::report).
+///
+/// Byte counts are `u64`; counts of blocks and regions are `usize` (each one has metadata in
+/// host memory, so they are bounded by it). `allocated + free == capacity` always holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HeapReport {
+    /// Total bytes managed.
+    pub capacity: u64,
+    /// Bytes in live blocks (sum of their [`Block::size`]).
+    pub allocated: u64,
+    /// Bytes not in live blocks: `capacity - allocated`.
+    pub free: u64,
+    /// Size in bytes of the largest free region (0 when full): the largest request with
+    /// alignment at or below the granularity that can succeed right now.
+    pub largest_free: u64,
+    /// Number of live blocks.
+    pub live_blocks: usize,
+    /// Number of free regions. Free neighbours are always merged, so no two of them touch.
+    pub free_regions: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_stay_small() {
+        // Users keep one per tensor: keep it three words, with a niche for `Option`.
+        assert_eq!(size_of::<Block>(), 24);
+        assert_eq!(size_of::<Option<Block>>(), 24);
+    }
+}
