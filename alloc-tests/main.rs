@@ -4,5 +4,6 @@ mod collectives;
 mod dlopen;
 mod harness;
 mod heap;
+mod pool;
 mod runtime;
 mod support;

@@ -6,8 +6,14 @@ use crate::sys::HcclCommSymWindow;
 
 /// An opaque window handle, as `HcclCommSymWinGet` returns it (a device pointer on real
 /// hardware: compare it, never dereference it).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WindowHandle(usize);
+
+impl std::fmt::Debug for WindowHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WindowHandle({:#x})", self.0)
+    }
+}
 
 impl WindowHandle {
     /// The raw handle.

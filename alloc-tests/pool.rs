@@ -1,0 +1,326 @@
+//! SymPool on 1, 2 and 4 emulated ranks: symmetric offsets, window_get, verification,
+//! typed collectives, growth / trim / OOM agreement, stream-safe reuse, no leaks.
+
+use symheap::runtime::ReduceOp;
+use symheap::{Error, PoolConfig, SymAlloc, SymBox, SymPool, SymVec, emu};
+
+use crate::harness::EmuSession;
+use crate::support::rng::Rng;
+
+/// A random program of allocs, frees, collectives and synchronisations; returns every
+/// allocation's `(segment order, offset, len)` and checks `window_get` along the way.
+fn random_program(pool: &SymPool, seed: u64, steps: usize) -> symheap::Result<Vec<(u64, u64)>> {
+    let mut rng = Rng::new(seed);
+    let mut live: Vec<SymVec<f32>> = Vec::new();
+    let mut placements = Vec::new();
+    let ranks = pool.comm().size();
+    for _ in 0..steps {
+        match rng.below(10) {
+            0..=4 => {
+                let len = rng.log_uniform(1, 1 << 14) as usize;
+                let v = SymVec::<f32>::zeroed(pool, len)?;
+                placements.push((v.offset(), len as u64));
+                live.push(v);
+            }
+            5..=6 if !live.is_empty() => {
+                let i = rng.below(live.len() as u64) as usize;
+                live.swap_remove(i);
+            }
+            7 if !live.is_empty() => {
+                let i = rng.below(live.len() as u64) as usize;
+                pool.all_reduce_in_place(&mut live[i], ReduceOp::Sum)?;
+            }
+            8 => pool.synchronize()?,
+            _ => {}
+        }
+        // window_get agrees with every live allocation (HCCL finds nothing on one rank).
+        for v in &live {
+            let bytes = (v.len() * 4).max(1) as u64;
+            match pool.window_get(v.device_ptr(), bytes) {
+                Ok(found) => assert_eq!(found, (v.window(), v.offset())),
+                Err(Error::Hccl { code: 6, .. }) if ranks == 1 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    pool.synchronize()?;
+    Ok(placements)
+}
+
+fn same_offsets_on_every_rank(ranks: u32) {
+    let session = EmuSession::start();
+    let placements = emu::launch(ranks, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(16 << 20).max_capacity(64 << 20))?;
+        let placements = random_program(&pool, 42, 300)?;
+        pool.verify_symmetric()?;
+        Ok((placements, pool.op_hash()))
+    })
+    .unwrap();
+    for p in &placements[1..] {
+        assert_eq!(p, &placements[0]);
+    }
+    session.assert_clean();
+}
+
+#[test]
+fn random_programs_give_identical_offsets_on_1_rank() {
+    same_offsets_on_every_rank(1);
+}
+
+#[test]
+fn random_programs_give_identical_offsets_on_2_ranks() {
+    same_offsets_on_every_rank(2);
+}
+
+#[test]
+fn random_programs_give_identical_offsets_on_4_ranks() {
+    same_offsets_on_every_rank(4);
+}
+
+#[test]
+fn one_extra_alloc_is_caught_on_every_rank() {
+    let session = EmuSession::start();
+    let outcomes = emu::launch(4, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let _a = pool.alloc(4096, 0)?;
+        let _extra = if comm.rank() == 2 {
+            Some(pool.alloc(512, 0)?)
+        } else {
+            None
+        };
+        Ok(pool.verify_symmetric().err().map(|e| e.to_string()))
+    })
+    .unwrap();
+    for (rank, outcome) in outcomes.iter().enumerate() {
+        let msg = outcome
+            .as_deref()
+            .unwrap_or_else(|| panic!("rank {rank} saw no asymmetry"));
+        assert!(msg.contains("ranks [2]"), "rank {rank}: {msg}");
+    }
+    session.assert_clean();
+}
+
+#[test]
+fn strict_pools_refuse_collectives_after_asymmetric_calls() {
+    let session = EmuSession::start();
+    let outcomes = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20).strict_symmetry(true))?;
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 8])?;
+        pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        assert_eq!(v.to_host()?, [2.0; 8]);
+        let _extra = if comm.rank() == 0 {
+            Some(pool.alloc(512, 0)?)
+        } else {
+            None
+        };
+        Ok(pool.all_reduce_in_place(&mut v, ReduceOp::Sum).err())
+    })
+    .unwrap();
+    for outcome in outcomes {
+        assert!(matches!(outcome, Some(Error::Asymmetric(_))), "{outcome:?}");
+    }
+    session.assert_clean();
+}
+
+#[test]
+fn typed_collectives_match_the_host() {
+    let session = EmuSession::start();
+    emu::launch(4, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let (r, n) = (comm.rank() as i64, 4usize);
+        let mine: Vec<i64> = (0..12).map(|i| i * 10 + r).collect();
+        let all: Vec<Vec<i64>> = (0..4)
+            .map(|p| (0..12).map(|i| i * 10 + p).collect())
+            .collect();
+        let input = SymVec::from_host(&pool, &mine)?;
+
+        let mut sum = SymVec::<i64>::zeroed(&pool, 12)?;
+        pool.all_reduce(&input, &mut sum, ReduceOp::Sum)?;
+        let want: Vec<i64> = (0..12).map(|i| all.iter().map(|v| v[i]).sum()).collect();
+        assert_eq!(sum.to_host()?, want);
+
+        let mut max = SymVec::from_host(&pool, &mine)?;
+        pool.all_reduce_in_place(&mut max, ReduceOp::Max)?;
+        assert_eq!(max.to_host()?, all[3]);
+
+        let mut gathered = SymVec::<i64>::zeroed(&pool, 12 * n)?;
+        pool.all_gather(&input, &mut gathered)?;
+        assert_eq!(gathered.to_host()?, all.concat());
+
+        let mut scattered = SymVec::<i64>::zeroed(&pool, 3)?;
+        pool.reduce_scatter(&input, &mut scattered, ReduceOp::Sum)?;
+        assert_eq!(scattered.to_host()?, want[r as usize * 3..][..3]);
+
+        let mut exchanged = SymVec::<i64>::zeroed(&pool, 12)?;
+        pool.all_to_all(&input, &mut exchanged)?;
+        let expect: Vec<i64> = (0..n)
+            .flat_map(|p| all[p][r as usize * 3..][..3].to_vec())
+            .collect();
+        assert_eq!(exchanged.to_host()?, expect);
+
+        let mut scalar = SymBox::new(&pool, half::bf16::from_f32(1.5))?;
+        pool.all_reduce_in_place(scalar.as_vec_mut(), ReduceOp::Sum)?;
+        assert_eq!(scalar.get()?, half::bf16::from_f32(6.0));
+        scalar.set(half::bf16::ONE)?;
+        assert_eq!(scalar.get()?, half::bf16::ONE);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn bad_lengths_and_foreign_buffers_are_rejected_before_any_call() {
+    let session = EmuSession::start();
+    emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let other = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let a = SymVec::<f32>::zeroed(&pool, 6)?;
+        let mut b = SymVec::<f32>::zeroed(&pool, 5)?;
+        let mut foreign = SymVec::<f32>::zeroed(&other, 6)?;
+        let invalid = |r: symheap::Result<()>| matches!(r, Err(Error::InvalidArgument(_)));
+        assert!(invalid(pool.all_reduce(&a, &mut b, ReduceOp::Sum)));
+        assert!(invalid(pool.all_reduce(&a, &mut foreign, ReduceOp::Sum)));
+        assert!(invalid(
+            pool.all_reduce_in_place(&mut foreign, ReduceOp::Sum)
+        ));
+        assert!(invalid(pool.all_gather(&a, &mut b)));
+        assert!(invalid(pool.reduce_scatter(&a, &mut b, ReduceOp::Sum)));
+        assert!(invalid(pool.all_to_all(&b, &mut SymVec::zeroed(&pool, 5)?)));
+        assert!(invalid(b.copy_from_host(&[1.0; 6])));
+        assert!(matches!(pool.alloc(0, 0), Err(Error::InvalidArgument(_))));
+        assert!(matches!(pool.alloc(512, 3), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            SymPool::new(comm, PoolConfig::new(0)),
+            Err(Error::InvalidArgument(_))
+        ));
+        // Nothing above reached the stream: a real collective still lines up on both ranks.
+        pool.all_reduce_in_place(&mut b, ReduceOp::Sum)?;
+        pool.synchronize()
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn growth_trim_and_oom_agree_across_ranks() {
+    let session = EmuSession::start();
+    let mib = 1u64 << 20;
+    let reports = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 * mib).max_capacity(6 * mib))?;
+        let a = pool.alloc(mib, 0)?;
+        let b = pool.alloc(mib + 512, 0)?; // no room beside `a` and the check block: grows
+        let grown = pool.stats();
+        assert_eq!((grown.windows, grown.registrations), (2, 2));
+        assert_ne!(a.window(), b.window(), "a block never spans two windows");
+        let oom = pool.alloc(3 * mib, 0).unwrap_err(); // 2 MiB of room left: no
+        assert!(matches!(oom, Error::OutOfMemory(_)));
+        pool.reserve(2 * mib)?; // grows to the 6 MiB limit ahead of time
+        assert_eq!(pool.stats().registrations, 3);
+        assert!(pool.reserve(2 * mib).is_ok(), "already fits: no growth");
+        drop(b);
+        let released = pool.trim()?;
+        let stats = pool.stats();
+        Ok((
+            oom.to_string(),
+            stats.oom_count,
+            released,
+            stats.windows,
+            stats.registrations,
+            pool.op_hash(),
+        ))
+    })
+    .unwrap();
+    assert_eq!(reports[0], reports[1], "ranks disagree");
+    let (oom, oom_count, released, windows, registrations, _) = &reports[0];
+    assert!(
+        oom.contains("out of memory") && oom.contains("max_capacity"),
+        "{oom}"
+    );
+    assert!(
+        oom.contains(&format!("asked for {} bytes", 3 * mib)),
+        "{oom}"
+    );
+    assert_eq!(
+        (*oom_count, *released, *windows, *registrations),
+        (1, 4 * mib, 1, 3)
+    );
+    session.assert_clean();
+}
+
+#[test]
+fn registrations_stay_flat_over_a_thousand_steps() {
+    let session = EmuSession::start();
+    emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let before = pool.stats().registrations;
+        for step in 0..1000 {
+            let mut x = SymVec::<f32>::zeroed(&pool, 64 + step % 7)?;
+            let _scratch: SymAlloc = pool.alloc(4096, 0)?;
+            pool.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+            pool.synchronize()?;
+        }
+        let stats = pool.stats();
+        assert_eq!(stats.registrations, before);
+        assert_eq!(stats.alloc_count, 2000);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn a_block_in_use_by_queued_work_is_not_reused_before_synchronize() {
+    let session = EmuSession::start();
+    emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let mut v = SymVec::<f32>::zeroed(&pool, 1024)?;
+        let offset = v.offset();
+        pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        drop(v); // the AllReduce may still be running
+        assert_eq!(pool.stats().pending_frees, 1);
+        let w = SymVec::<f32>::zeroed(&pool, 1024)?;
+        assert_ne!(w.offset(), offset, "reused while queued work may touch it");
+        drop(w); // never used by queued work: back to the heap at once
+        pool.synchronize()?;
+        assert_eq!(pool.stats().pending_frees, 0);
+        let again = SymVec::<f32>::zeroed(&pool, 1024)?;
+        assert_eq!(
+            again.offset(),
+            offset,
+            "released in program order at synchronize"
+        );
+        // A block recorded on another stream waits for that stream too.
+        let side = symheap::runtime::Stream::new(comm.runtime())?;
+        again.record_stream(&side);
+        drop(again);
+        assert_eq!(pool.stats().pending_frees, 1);
+        pool.synchronize()?;
+        assert_eq!(pool.stats().pending_frees, 0);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn the_allocator_api2_adapter_backs_a_vec() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let before = pool.stats().allocated;
+        {
+            let mut v = allocator_api2::vec::Vec::new_in(pool.allocator()?);
+            for i in 0..10_000u32 {
+                v.push(i); // grows through allocate / deallocate
+            }
+            assert_eq!(v.iter().map(|&x| u64::from(x)).sum::<u64>(), 49_995_000);
+            assert!(pool.stats().allocated > before);
+        }
+        assert_eq!(pool.stats().allocated, before, "every block came back");
+        assert_eq!(pool.comm().runtime().take_drop_errors().len(), 0);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}

@@ -1,0 +1,146 @@
+//! [`SymAlloc`]: one block of a pool, with its window and offset.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::{Placed, PoolShared};
+use crate::heap::Block;
+use crate::runtime::{DevicePtr, Stream, WindowHandle};
+
+/// Marks an allocation no queued work has used.
+const NEVER_USED: u64 = u64::MAX;
+
+/// A block of device memory from a [`SymPool`](super::SymPool); returned to the pool on drop.
+///
+/// `(window(), offset())` is what `HcclCommSymWinGet` returns for it, and the same on every
+/// rank that made the same calls.
+pub struct SymAlloc {
+    pool: Arc<PoolShared>,
+    /// `None` only during `drop`.
+    block: Option<Block>,
+    segment: usize,
+    ptr: DevicePtr,
+    window: WindowHandle,
+    len: u64,
+    /// The pool epoch in which queued work last used this memory, or `NEVER_USED`.
+    used_epoch: AtomicU64,
+    /// Streams other than the pool's that may use this memory ([`record_stream`](Self::record_stream)).
+    streams: Mutex<Vec<Stream>>,
+}
+
+impl std::fmt::Debug for SymAlloc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymAlloc")
+            .field("window", &self.window)
+            .field("offset", &self.offset())
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SymAlloc {
+    pub(super) fn new(pool: Arc<PoolShared>, placed: Placed, len: u64) -> Self {
+        SymAlloc {
+            pool,
+            block: Some(placed.block),
+            segment: placed.segment,
+            ptr: placed.ptr,
+            window: placed.window,
+            len,
+            used_epoch: AtomicU64::new(NEVER_USED),
+            streams: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn block(&self) -> &Block {
+        self.block.as_ref().expect("a live SymAlloc has its block")
+    }
+
+    /// The window holding the block.
+    pub fn window(&self) -> WindowHandle {
+        self.window
+    }
+
+    /// The block's offset in its window.
+    pub fn offset(&self) -> u64 {
+        self.block().offset()
+    }
+
+    /// The bytes asked for.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether zero bytes were asked for (never: the pool rejects size 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes granted (the request rounded up to the pool's granularity).
+    pub fn capacity(&self) -> u64 {
+        self.block().size()
+    }
+
+    /// The block's device address.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Declares that work on `stream` (not the pool's own) uses this memory, so that when
+    /// it is freed it is not reused before [`SymPool::synchronize`](super::SymPool::synchronize)
+    /// has waited for that stream. Like PyTorch's `record_stream`, but released in program
+    /// order.
+    pub fn record_stream(&self, stream: &Stream) {
+        if stream.same_as(self.pool.stream()) {
+            self.mark_used();
+            return;
+        }
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if !streams.iter().any(|s| s.same_as(stream)) {
+            streams.push(stream.clone());
+        }
+    }
+
+    /// Records that work just enqueued on the pool's stream uses this memory.
+    pub(crate) fn mark_used(&self) {
+        self.used_epoch
+            .store(self.pool.current_epoch(), Ordering::Release);
+    }
+
+    /// Waits until no queued work uses this memory (the pool's stream and recorded streams).
+    pub(crate) fn wait_idle(&self) -> crate::Result<()> {
+        if self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch() {
+            self.pool.comm().synchronize(self.pool.stream())?;
+        }
+        for stream in self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            stream.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Whether this allocation belongs to `pool`.
+    pub(crate) fn belongs_to(&self, pool: &Arc<PoolShared>) -> bool {
+        Arc::ptr_eq(&self.pool, pool)
+    }
+
+    pub(crate) fn pool(&self) -> &Arc<PoolShared> {
+        &self.pool
+    }
+}
+
+impl Drop for SymAlloc {
+    fn drop(&mut self) {
+        let Some(block) = self.block.take() else {
+            return;
+        };
+        let used = *self.used_epoch.get_mut();
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let used = (used != NEVER_USED).then_some(used);
+        self.pool.release(self.segment, block, used, streams);
+    }
+}

@@ -1,0 +1,98 @@
+//! Pool settings.
+
+use crate::{Error, Result};
+
+/// How a [`SymPool`](super::SymPool) is sized and checked. Every rank must use the same
+/// configuration.
+///
+/// # Examples
+/// ```
+/// use symheap::PoolConfig;
+///
+/// let config = PoolConfig::new(256 << 20)   // one 256 MiB window at start
+///     .granularity(512)                      // block alignment (the default)
+///     .max_capacity(1 << 30)                 // may grow to 1 GiB in more windows
+///     .strict_symmetry(true);                // verify every rank's op hash before collectives
+/// assert_eq!(config.capacity(), 256 << 20);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    capacity: u64,
+    granularity: u64,
+    max_capacity: Option<u64>,
+    strict_symmetry: bool,
+}
+
+impl PoolConfig {
+    /// A pool whose first window holds `capacity_bytes` (rounded up to the device's allocation
+    /// granularity, 2 MiB on Ascend).
+    pub fn new(capacity_bytes: u64) -> Self {
+        PoolConfig {
+            capacity: capacity_bytes,
+            granularity: 512,
+            max_capacity: None,
+            strict_symmetry: false,
+        }
+    }
+
+    /// Block alignment and size granularity in bytes (a power of two; default 512, the
+    /// alignment tensor code on Ascend expects).
+    pub fn granularity(mut self, bytes: u64) -> Self {
+        self.granularity = bytes;
+        self
+    }
+
+    /// The most the pool may grow to, in bytes, by adding windows when full (default: the
+    /// initial capacity, i.e. no growth).
+    pub fn max_capacity(mut self, bytes: u64) -> Self {
+        self.max_capacity = Some(bytes);
+        self
+    }
+
+    /// Whether to compare every rank's op hash before each collective (default false). Costs
+    /// one tiny AllGather and a stream synchronisation per collective.
+    pub fn strict_symmetry(mut self, on: bool) -> Self {
+        self.strict_symmetry = on;
+        self
+    }
+
+    /// The initial capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The block granularity in bytes.
+    pub fn block_granularity(&self) -> u64 {
+        self.granularity
+    }
+
+    /// The growth limit in bytes.
+    pub fn max_capacity_bytes(&self) -> u64 {
+        self.max_capacity.unwrap_or(self.capacity)
+    }
+
+    /// Whether collectives verify symmetry first.
+    pub fn is_strict(&self) -> bool {
+        self.strict_symmetry
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        if self.capacity == 0 {
+            return Err(Error::invalid("PoolConfig: capacity must be non-zero"));
+        }
+        if !self.granularity.is_power_of_two() {
+            return Err(Error::invalid(format!(
+                "PoolConfig: granularity {} is not a power of two",
+                self.granularity
+            )));
+        }
+        if self.max_capacity_bytes() < self.capacity {
+            return Err(Error::invalid(format!(
+                "PoolConfig: max_capacity {} is below the capacity {}",
+                self.max_capacity_bytes(),
+                self.capacity
+            )));
+        }
+        Ok(())
+    }
+}

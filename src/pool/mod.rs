@@ -1,0 +1,530 @@
+//! [`SymPool`]: one communicator, its registered window(s), the heaps that carve them, and a
+//! stream.
+//!
+//! # How reuse stays safe and symmetric
+//! A freed block whose memory may still be touched by queued work (it was used by a
+//! collective since the last [`SymPool::synchronize`], or [recorded](SymAlloc::record_stream)
+//! on another stream) is not returned to the heap at once: it waits in a pending list that
+//! `synchronize` releases, in the order the blocks were freed. What releases it is therefore
+//! program order, never timing, so every rank that makes the same calls makes the same heap
+//! calls and gets the same offsets. An allocation that does not fit first releases the pending
+//! list (synchronising), then grows the pool by a new window if `max_capacity` allows, and only
+//! then fails, with the same error on every rank.
+
+mod alloc;
+mod collectives;
+mod config;
+mod segment;
+mod stats;
+mod symmetry;
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use slab::Slab;
+
+use crate::heap::Block;
+use crate::runtime::{Comm, DevicePtr, Stream, WindowHandle};
+use crate::{Error, OutOfMemory, Result};
+
+pub use alloc::SymAlloc;
+pub use config::PoolConfig;
+pub use stats::PoolStats;
+
+use segment::Segment;
+
+/// What an out-of-memory error from the pool tells the caller to raise.
+const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call synchronize)";
+
+/// A memory pool over symmetric windows of one communicator. `Send + Sync`; internally locked.
+///
+/// Creating, growing ([`reserve`](Self::reserve) or an allocation that needs room), trimming
+/// and verifying are collective: every rank must make those calls in the same order.
+///
+/// # Examples
+/// ```
+/// use symheap::{PoolConfig, SymPool, SymVec, emu};
+/// use symheap::runtime::ReduceOp;
+///
+/// let sums = emu::launch(2, |comm| {
+///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+///     let mut v = SymVec::from_host(&pool, &[comm.rank() as f32 + 1.0; 4])?;
+///     pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+///     assert_eq!(pool.stats().registrations, 1);
+///     v.to_host()
+/// })?;
+/// assert_eq!(sums[0], [3.0; 4]);
+/// # Ok::<(), symheap::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct SymPool {
+    shared: Arc<PoolShared>,
+}
+
+pub(crate) struct PoolShared {
+    comm: Comm,
+    stream: Stream,
+    config: PoolConfig,
+    /// The device allocation granularity; segment sizes are multiples of it.
+    device_granularity: u64,
+    /// Bumped by every `synchronize`: work marked with an older epoch has finished.
+    epoch: AtomicU64,
+    state: Mutex<PoolState>,
+}
+
+struct PoolState {
+    /// Segment keys are stable (a trimmed segment's key is reused deterministically).
+    segments: Slab<Segment>,
+    pending: Vec<Pending>,
+    /// Blocks handed out through the `allocator-api2` adapter, by address.
+    host_blocks: HashMap<u64, (usize, Block)>,
+    /// The pool's own block for symmetry checks (`(ranks + 1) * 8` bytes).
+    check_block: Option<(usize, Block)>,
+    allocated: u64,
+    peak_allocated: u64,
+    alloc_count: u64,
+    free_count: u64,
+    oom_count: u64,
+    registrations: u64,
+}
+
+/// A block and where it is.
+pub(crate) struct Placed {
+    segment: usize,
+    block: Block,
+    ptr: DevicePtr,
+    window: WindowHandle,
+}
+
+/// A freed block that queued work may still touch.
+struct Pending {
+    segment: usize,
+    block: Block,
+    streams: Vec<Stream>,
+}
+
+impl std::fmt::Debug for SymPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymPool")
+            .field("rank", &self.shared.comm.rank())
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SymPool {
+    /// Creates a pool on `comm`: reserves address space, allocates physical memory rounded up
+    /// to the device granularity, maps it, registers it as one window, and runs one warm-up
+    /// collective on it. Collective. On any failure everything done so far is undone.
+    ///
+    /// Call it on a thread bound to the communicator's device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad configuration; the runtime's error otherwise.
+    pub fn new(comm: &Comm, config: PoolConfig) -> Result<SymPool> {
+        config.validate()?;
+        let rt = comm.runtime();
+        let device_granularity = rt
+            .granularity(comm.device())?
+            .max(config.block_granularity());
+        let stream = Stream::new(rt)?;
+        let size = round_up(config.capacity(), device_granularity)?;
+        let first = Segment::create(comm, &stream, size, config.block_granularity())?;
+        let mut state = PoolState {
+            segments: Slab::new(),
+            pending: Vec::new(),
+            host_blocks: HashMap::new(),
+            check_block: None,
+            allocated: 0,
+            peak_allocated: 0,
+            alloc_count: 0,
+            free_count: 0,
+            oom_count: 0,
+            registrations: 1,
+        };
+        let key = state.segments.insert(first);
+        let check_bytes = (u64::from(comm.size()) + 1) * 8;
+        let block = state.segments[key].heap.alloc(check_bytes, 0)?;
+        state.allocated = block.size();
+        state.peak_allocated = block.size();
+        state.check_block = Some((key, block));
+        Ok(SymPool {
+            shared: Arc::new(PoolShared {
+                comm: comm.clone(),
+                stream,
+                config,
+                device_granularity,
+                epoch: AtomicU64::new(0),
+                state: Mutex::new(state),
+            }),
+        })
+    }
+
+    /// The communicator.
+    pub fn comm(&self) -> &Comm {
+        &self.shared.comm
+    }
+
+    /// The stream the pool's collectives run on.
+    pub fn stream(&self) -> &Stream {
+        &self.shared.stream
+    }
+
+    /// The configuration the pool was made with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.config
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two; values at or below the
+    /// block granularity mean the granularity) from the pool's window(s).
+    ///
+    /// When nothing fits, releases the pending frees (synchronising the stream), then grows by
+    /// a new window if `max_capacity` allows (collective: every rank reaches it at the same
+    /// call), then fails.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for size 0, a bad alignment, or an alignment above the device
+    /// granularity; [`Error::OutOfMemory`] saying what was asked, what is free, the largest
+    /// free region and the setting to raise; the runtime's error if growing fails.
+    pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
+        let placed = self.shared.alloc_block(size, align)?;
+        Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
+    }
+
+    /// The window holding `[ptr, ptr + len)` and the offset of `ptr` in it, through
+    /// `HcclCommSymWinGet`. For every live allocation this is exactly its own
+    /// `(window(), offset())`.
+    ///
+    /// # Errors
+    /// HCCL's `HCCL_E_NOT_FOUND` when the range is not inside one window (HCCL also says so on
+    /// every one-rank communicator).
+    pub fn window_get(&self, ptr: DevicePtr, len: u64) -> Result<(WindowHandle, u64)> {
+        self.shared.comm.window_get(ptr, len)
+    }
+
+    /// Waits for the pool's stream (and every stream recorded on a pending block), then
+    /// releases the pending frees to the heap in the order they were freed.
+    ///
+    /// # Errors
+    /// The first failure of queued work (the communicator's HCCL error where there is one).
+    /// The pending frees are released even then.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut state = self.shared.lock();
+        self.shared.flush_pending(&mut state)
+    }
+
+    /// Makes sure a `bytes`-byte allocation fits without growing later: adds a window now if no
+    /// free region is large enough. Collective.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] if `max_capacity` does not allow it; the runtime's error.
+    pub fn reserve(&self, bytes: u64) -> Result<()> {
+        let mut state = self.shared.lock();
+        if state.largest_free() >= bytes {
+            return Ok(());
+        }
+        self.shared.grow(&mut state, bytes, 0).map(|_| ())
+    }
+
+    /// Releases every wholly free window except the first (collective; synchronises first).
+    /// Returns the bytes released.
+    ///
+    /// # Errors
+    /// The runtime's error from synchronising or deregistering.
+    pub fn trim(&self) -> Result<u64> {
+        let mut state = self.shared.lock();
+        self.shared.flush_pending(&mut state)?;
+        let first = state.segments.iter().next().map(|(key, _)| key);
+        let idle: Vec<usize> = state
+            .segments
+            .iter()
+            .filter(|(key, seg)| Some(*key) != first && seg.heap.report().live_blocks == 0)
+            .map(|(key, _)| key)
+            .collect();
+        let mut released = 0;
+        for key in idle {
+            let segment = state.segments.remove(key);
+            released += segment.size;
+            segment.release()?;
+        }
+        Ok(released)
+    }
+
+    /// A snapshot of the pool's accounting.
+    pub fn stats(&self) -> PoolStats {
+        let state = self.shared.lock();
+        let free: u64 = state
+            .segments
+            .iter()
+            .map(|(_, s)| s.heap.report().free)
+            .sum();
+        let largest_free = state.largest_free();
+        PoolStats {
+            allocated: state.allocated,
+            reserved: state.segments.iter().map(|(_, s)| s.size).sum(),
+            peak_allocated: state.peak_allocated,
+            alloc_count: state.alloc_count,
+            free_count: state.free_count,
+            oom_count: state.oom_count,
+            largest_free,
+            fragmentation: if free == 0 {
+                0.0
+            } else {
+                1.0 - largest_free as f64 / free as f64
+            },
+            windows: state.segments.len(),
+            registrations: state.registrations,
+            pending_frees: state.pending.len(),
+        }
+    }
+
+    /// A hash of every allocation, free, growth and trim so far (and of what is pending):
+    /// equal on ranks that made the same calls.
+    pub fn op_hash(&self) -> u64 {
+        self.shared.lock().op_hash()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<PoolShared> {
+        &self.shared
+    }
+}
+
+impl PoolShared {
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        // A panic while holding the lock cannot leave the heaps inconsistent (each heap call
+        // is all-or-nothing), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    pub(crate) fn current_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn alloc_block(&self, size: u64, align: u64) -> Result<Placed> {
+        if align > self.device_granularity {
+            return Err(Error::invalid(format!(
+                "alignment {align} exceeds the device allocation granularity {}",
+                self.device_granularity
+            )));
+        }
+        let mut state = self.lock();
+        let found = match state.try_alloc(size, align)? {
+            Some(found) => Some(found),
+            None if !state.pending.is_empty() => {
+                self.flush_pending(&mut state)?;
+                state.try_alloc(size, align)?
+            }
+            None => None,
+        };
+        let found = match found {
+            Some(found) => found,
+            None => match self.grow(&mut state, size, align) {
+                Ok(key) => {
+                    let block = state.segments[key].heap.alloc(size, align)?;
+                    (key, block)
+                }
+                Err(oom @ Error::OutOfMemory(_)) => {
+                    state.oom_count += 1;
+                    return Err(oom);
+                }
+                Err(other) => return Err(other),
+            },
+        };
+        let (segment, block) = found;
+        state.allocated += block.size();
+        state.peak_allocated = state.peak_allocated.max(state.allocated);
+        state.alloc_count += 1;
+        let seg = &state.segments[segment];
+        Ok(Placed {
+            ptr: seg.base.byte_add(block.offset()),
+            window: seg.handle,
+            segment,
+            block,
+        })
+    }
+
+    /// A block for the `allocator-api2` adapter, remembered by address so `deallocate` finds
+    /// it without a scan.
+    pub(crate) fn alloc_host_block(&self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
+        let placed = self.alloc_block(size, align)?;
+        let granted = placed.block.size();
+        let mut state = self.lock();
+        state
+            .host_blocks
+            .insert(placed.ptr.addr(), (placed.segment, placed.block));
+        Ok((placed.ptr, granted))
+    }
+
+    /// Frees a block of the `allocator-api2` adapter by address.
+    pub(crate) fn free_host_block(&self, addr: u64) {
+        let entry = self.lock().host_blocks.remove(&addr);
+        match entry {
+            Some((segment, block)) => self.release(segment, block, None, Vec::new()),
+            None => self
+                .comm
+                .runtime()
+                .record_drop_error(Error::invalid(format!(
+                    "deallocate of {addr:#x}, which this pool did not allocate"
+                ))),
+        }
+    }
+
+    /// Adds a segment large enough for `size` bytes at `align`. Collective.
+    fn grow(&self, state: &mut PoolState, size: u64, align: u64) -> Result<usize> {
+        let reserved: u64 = state.segments.iter().map(|(_, s)| s.size).sum();
+        let slack = align.saturating_sub(self.config.block_granularity());
+        let needed = size
+            .checked_add(slack)
+            .ok_or_else(|| Error::invalid(format!("size {size} with alignment {align} overflows")))
+            .and_then(|n| round_up(n, self.device_granularity))?;
+        let room = self.config.max_capacity_bytes().saturating_sub(reserved);
+        let grow_by = needed.max(round_up(self.config.capacity(), self.device_granularity)?);
+        let grow_by = if grow_by <= room { grow_by } else { needed };
+        if grow_by > room {
+            let free = state
+                .segments
+                .iter()
+                .map(|(_, s)| s.heap.report().free)
+                .sum();
+            return Err(Error::OutOfMemory(OutOfMemory {
+                requested: size,
+                align: align.max(self.config.block_granularity()),
+                capacity: reserved,
+                free,
+                largest_free: state.largest_free(),
+                setting: GROWTH_SETTING,
+            }));
+        }
+        let segment = Segment::create(
+            &self.comm,
+            &self.stream,
+            grow_by,
+            self.config.block_granularity(),
+        )?;
+        state.registrations += 1;
+        Ok(state.segments.insert(segment))
+    }
+
+    /// Synchronises the pool's stream and every stream recorded on a pending block, then
+    /// returns the pending blocks to their heaps in the order they were freed.
+    fn flush_pending(&self, state: &mut PoolState) -> Result<()> {
+        let mut result = self.comm.synchronize(&self.stream);
+        let mut synced: Vec<&Stream> = Vec::new();
+        for stream in state.pending.iter().flat_map(|p| &p.streams) {
+            if !synced.iter().any(|s| s.same_as(stream)) {
+                let r = stream.synchronize();
+                if result.is_ok() {
+                    result = r;
+                }
+                synced.push(stream);
+            }
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for pending in std::mem::take(&mut state.pending) {
+            state.segments[pending.segment].heap.free(pending.block)?;
+        }
+        result
+    }
+
+    /// Returns a block. It waits for `synchronize` if queued work may still touch it.
+    pub(crate) fn release(
+        &self,
+        segment: usize,
+        block: Block,
+        used_epoch: Option<u64>,
+        streams: Vec<Stream>,
+    ) {
+        let mut state = self.lock();
+        state.allocated -= block.size();
+        state.free_count += 1;
+        let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
+        if in_flight {
+            state.pending.push(Pending {
+                segment,
+                block,
+                streams,
+            });
+        } else if let Err(e) = state.segments[segment].heap.free(block) {
+            self.comm.runtime().record_drop_error(e);
+        }
+    }
+}
+
+impl PoolState {
+    /// First fit over segments in key order; `None` when no segment has room.
+    fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<(usize, Block)>> {
+        for (key, segment) in self.segments.iter_mut() {
+            match segment.heap.alloc(size, align) {
+                Ok(block) => return Ok(Some((key, block))),
+                Err(Error::OutOfMemory(_)) => continue,
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(None)
+    }
+
+    fn largest_free(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|(_, s)| s.heap.report().largest_free)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn op_hash(&self) -> u64 {
+        // A checksum, not a decision: std's SipHash with its fixed default keys is the same
+        // in every process of one build.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (key, segment) in &self.segments {
+            (key, segment.size, segment.heap.op_hash()).hash(&mut h);
+        }
+        for pending in &self.pending {
+            (
+                pending.segment,
+                pending.block.offset(),
+                pending.block.size(),
+            )
+                .hash(&mut h);
+        }
+        (self.alloc_count, self.free_count, self.oom_count).hash(&mut h);
+        h.finish()
+    }
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        // Queued work may still use the memory about to be unmapped: wait for it first.
+        if let Err(e) = self.comm.synchronize(&self.stream) {
+            self.comm.runtime().record_drop_error(e);
+        }
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        for pending in &state.pending {
+            for stream in &pending.streams {
+                if let Err(e) = stream.synchronize() {
+                    self.comm.runtime().record_drop_error(e);
+                }
+            }
+        }
+    }
+}
+
+fn round_up(bytes: u64, granularity: u64) -> Result<u64> {
+    bytes
+        .max(1)
+        .checked_next_multiple_of(granularity)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "{bytes} bytes overflow when rounded to {granularity}"
+            ))
+        })
+}

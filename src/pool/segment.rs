@@ -1,0 +1,66 @@
+//! A segment: one physical allocation, mapped and registered as one window, with the heap that
+//! carves it. A block never spans two segments, so `(window, offset)` is the segment's window
+//! and the block's heap offset.
+
+use std::sync::Arc;
+
+use crate::Result;
+use crate::heap::Heap;
+use crate::runtime::{
+    Comm, DevicePtr, Element, Mapping, PhysicalMemory, Stream, VirtualRange, Window, WindowHandle,
+};
+
+pub(super) struct Segment {
+    pub(super) heap: Heap,
+    pub(super) base: DevicePtr,
+    pub(super) handle: WindowHandle,
+    pub(super) size: u64,
+    // Field order is drop order: deregister, then unmap (which releases the memory and range).
+    window: Option<Window>,
+    _mapping: Mapping,
+}
+
+impl Segment {
+    /// Reserves, backs, maps and registers `size` bytes (a multiple of the device granularity
+    /// and of `block_granularity`), then runs one warm-up collective on the new window: HCCL
+    /// defers part of the registration work to the first collective that uses it. Collective.
+    /// On failure, everything done so far is undone by the handles' `Drop`.
+    pub(super) fn create(
+        comm: &Comm,
+        stream: &Stream,
+        size: u64,
+        block_granularity: u64,
+    ) -> Result<Segment> {
+        let heap = Heap::new(size, block_granularity)?;
+        let rt = comm.runtime();
+        let range = Arc::new(VirtualRange::reserve(rt, size)?);
+        let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
+        let mapping = Mapping::new(&range, 0, &physical)?;
+        let window = Window::register(comm, mapping.ptr(), size)?;
+        let base = mapping.ptr();
+        // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns
+        // that memory yet, and the offsets are the same on every rank.
+        let ranks = u64::from(comm.size());
+        debug_assert!(64 + 8 * ranks <= size);
+        // SAFETY: both ranges lie inside the fresh segment (size >= 2 MiB, ranks are few) and
+        // the stream is synchronised before the segment is handed out.
+        unsafe { comm.all_gather(base, base.byte_add(64), 8, u8::DATA_TYPE, stream)? };
+        comm.synchronize(stream)?;
+        Ok(Segment {
+            heap,
+            base,
+            handle: window.handle(),
+            size,
+            window: Some(window),
+            _mapping: mapping,
+        })
+    }
+
+    /// Deregisters the window (collective) and releases the memory, reporting errors.
+    pub(super) fn release(mut self) -> Result<()> {
+        match self.window.take() {
+            Some(window) => window.deregister(),
+            None => Ok(()),
+        }
+    }
+}

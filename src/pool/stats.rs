@@ -1,0 +1,30 @@
+//! What a pool reports about itself.
+
+/// A snapshot of a pool's accounting, from [`SymPool::stats`](super::SymPool::stats).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolStats {
+    /// Bytes in live blocks (granted sizes, including the pool's own small symmetry-check
+    /// block).
+    pub allocated: u64,
+    /// Bytes of device memory the pool holds (all windows).
+    pub reserved: u64,
+    /// The largest `allocated` seen.
+    pub peak_allocated: u64,
+    /// Successful allocations so far.
+    pub alloc_count: u64,
+    /// Frees so far (including those still waiting for the stream).
+    pub free_count: u64,
+    /// Allocations that failed for lack of memory.
+    pub oom_count: u64,
+    /// The largest free region in any window: the largest request that fits now.
+    pub largest_free: u64,
+    /// `1 - largest_free / free`: 0 when all free memory is one region.
+    pub fragmentation: f64,
+    /// Registered windows (one per segment).
+    pub windows: usize,
+    /// Calls of `HcclCommSymWinRegister` this pool has made.
+    pub registrations: u64,
+    /// Freed blocks waiting for [`SymPool::synchronize`](super::SymPool::synchronize) because
+    /// queued work may still use them.
+    pub pending_frees: usize,
+}

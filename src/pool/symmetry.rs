@@ -1,0 +1,59 @@
+//! Checking that every rank made the same calls: an AllGather of the op hashes.
+
+use super::{PoolShared, PoolState, SymPool};
+use crate::runtime::Element;
+use crate::{Error, Result};
+
+impl SymPool {
+    /// Compares every rank's [`op_hash`](Self::op_hash). Collective; synchronises the pool's
+    /// stream.
+    ///
+    /// # Errors
+    /// [`Error::Asymmetric`] on every rank, naming the ranks whose hash differs from rank 0's,
+    /// when the ranks' call histories differ; the runtime's error.
+    pub fn verify_symmetric(&self) -> Result<()> {
+        let mut state = self.shared.lock();
+        self.shared.verify_locked(&mut state)
+    }
+}
+
+impl PoolShared {
+    /// The symmetry check, with the state lock held (so no call can change the hash while the
+    /// ranks compare it).
+    pub(super) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
+        let ranks = self.comm.size() as usize;
+        let mine = state.op_hash();
+        let (segment, block) = state
+            .check_block
+            .as_ref()
+            .expect("the pool keeps its check block");
+        let base = state.segments[*segment].base.byte_add(block.offset());
+        let rt = self.comm.runtime();
+        // The check block is only ever used here, under the lock, and every use ends with a
+        // synchronisation, so no queued work touches it now.
+        // SAFETY: the block holds (ranks + 1) u64s: our hash first, then everyone's.
+        unsafe { rt.copy_to_device(base, u64::slice_as_bytes(&[mine]))? };
+        // SAFETY: as above; the gathered hashes land after our own.
+        unsafe {
+            self.comm
+                .all_gather(base, base.byte_add(8), 1, u64::DATA_TYPE, &self.stream)?
+        };
+        self.comm.synchronize(&self.stream)?;
+        let mut hashes = vec![0u64; ranks];
+        // SAFETY: as above; the stream is synchronised.
+        unsafe { rt.copy_to_host(u64::slice_as_bytes_mut(&mut hashes), base.byte_add(8))? };
+        let differing: Vec<usize> = (1..ranks).filter(|&r| hashes[r] != hashes[0]).collect();
+        if differing.is_empty() {
+            return Ok(());
+        }
+        let listing: Vec<String> = hashes
+            .iter()
+            .enumerate()
+            .map(|(r, h)| format!("rank {r}: {h:#018x}"))
+            .collect();
+        Err(Error::Asymmetric(format!(
+            "ranks {differing:?} made different allocation calls from rank 0 ({})",
+            listing.join(", ")
+        )))
+    }
+}

@@ -1,0 +1,193 @@
+//! [`SymVec`]: a typed array in pooled device memory.
+
+use std::marker::PhantomData;
+
+use crate::pool::{SymAlloc, SymPool};
+use crate::runtime::{DevicePtr, Element, Stream, WindowHandle};
+use crate::{Error, Result};
+
+/// A fixed-length array of `T` in a [`SymPool`]'s window: a tensor's storage, ready for the
+/// pool's collectives. Returned to the pool on drop.
+///
+/// Device memory is not host memory: reading and writing go through
+/// [`to_host`](Self::to_host) and [`copy_from_host`](Self::copy_from_host), which wait for
+/// queued work on the buffer first. Direct host views ([`host`](Self::host),
+/// [`host_mut`](Self::host_mut)) exist only where the runtime says device memory is
+/// host-addressable (the emulator).
+///
+/// # Examples
+/// ```
+/// use symheap::{PoolConfig, SymPool, SymVec, emu};
+///
+/// emu::launch(1, |comm| {
+///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+///     let mut v = SymVec::<i32>::zeroed(&pool, 3)?;
+///     v.copy_from_host(&[1, 2, 3])?;
+///     assert_eq!(v.to_host()?, [1, 2, 3]);
+///     Ok(())
+/// })?;
+/// # Ok::<(), symheap::Error>(())
+/// ```
+pub struct SymVec<T: Element> {
+    alloc: SymAlloc,
+    len: usize,
+    _elements: PhantomData<T>,
+}
+
+impl<T: Element> std::fmt::Debug for SymVec<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymVec")
+            .field("len", &self.len)
+            .field("alloc", &self.alloc)
+            .finish()
+    }
+}
+
+impl<T: Element> SymVec<T> {
+    /// `len` zeroed elements. A zero-length vector still holds one granule, so it has a
+    /// window and offset like any other.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] and the pool's other allocation errors; the runtime's error.
+    pub fn zeroed(pool: &SymPool, len: usize) -> Result<Self> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
+        let alloc = pool.alloc(bytes.max(1) as u64, align_of::<T>() as u64)?;
+        // SAFETY: the block is fresh (no queued work uses it) and at least `bytes` long.
+        unsafe { pool.comm().runtime().memset(alloc.device_ptr(), 0, bytes)? };
+        Ok(SymVec {
+            alloc,
+            len,
+            _elements: PhantomData,
+        })
+    }
+
+    /// A copy of `data` in device memory.
+    ///
+    /// # Errors
+    /// As for [`zeroed`](Self::zeroed).
+    pub fn from_host(pool: &SymPool, data: &[T]) -> Result<Self> {
+        let bytes = size_of_val(data);
+        let alloc = pool.alloc(bytes.max(1) as u64, align_of::<T>() as u64)?;
+        // SAFETY: the block is fresh and at least `bytes` long.
+        unsafe {
+            pool.comm()
+                .runtime()
+                .copy_to_device(alloc.device_ptr(), T::slice_as_bytes(data))?
+        };
+        Ok(SymVec {
+            alloc,
+            len: data.len(),
+            _elements: PhantomData,
+        })
+    }
+
+    /// Overwrites the contents with `data`, after waiting for queued work on this buffer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the lengths differ; the runtime's error.
+    pub fn copy_from_host(&mut self, data: &[T]) -> Result<()> {
+        if data.len() != self.len {
+            return Err(Error::invalid(format!(
+                "copy_from_host: {} elements into a SymVec of {}",
+                data.len(),
+                self.len
+            )));
+        }
+        self.alloc.wait_idle()?;
+        let rt = self.alloc.pool().comm().runtime();
+        // SAFETY: the block is this vector's, at least `len` elements long, and idle.
+        unsafe { rt.copy_to_device(self.device_ptr(), T::slice_as_bytes(data)) }
+    }
+
+    /// The contents, after waiting for queued work on this buffer (so the result of a
+    /// collective into it is visible).
+    ///
+    /// # Errors
+    /// The runtime's error, including a failure of the queued work.
+    pub fn to_host(&self) -> Result<Vec<T>> {
+        self.alloc.wait_idle()?;
+        let mut out = Vec::with_capacity(self.len);
+        let rt = self.alloc.pool().comm().runtime();
+        let spare = &mut out.spare_capacity_mut()[..self.len];
+        // SAFETY: `MaybeUninit<T>` has `T`'s layout; the bytes are written before being read.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), size_of_val(spare))
+        };
+        // SAFETY: the block is this vector's and idle; `bytes` is exactly `len` elements.
+        unsafe { rt.copy_to_host(bytes, self.device_ptr())? };
+        // SAFETY: every element was just written, and any bit pattern is a valid `T`.
+        unsafe { out.set_len(self.len) };
+        Ok(out)
+    }
+
+    /// A host view of the contents, after waiting for queued work. Only where device memory is
+    /// host-addressable (the emulator).
+    ///
+    /// # Errors
+    /// [`Error::NotHostAddressable`] on real devices; the runtime's error.
+    pub fn host(&self) -> Result<&[T]> {
+        self.check_host_addressable()?;
+        self.alloc.wait_idle()?;
+        // SAFETY: host-addressable device memory of `len` initialised elements; no queued
+        // work uses it, and new work that writes it needs `&mut self`.
+        Ok(unsafe { std::slice::from_raw_parts(self.device_ptr().as_raw().cast(), self.len) })
+    }
+
+    /// A mutable host view of the contents, after waiting for queued work. Only where device
+    /// memory is host-addressable (the emulator).
+    ///
+    /// # Errors
+    /// [`Error::NotHostAddressable`] on real devices; the runtime's error.
+    pub fn host_mut(&mut self) -> Result<&mut [T]> {
+        self.check_host_addressable()?;
+        self.alloc.wait_idle()?;
+        // SAFETY: as for `host`, and `&mut self` excludes every other use.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.device_ptr().as_raw().cast(), self.len) })
+    }
+
+    fn check_host_addressable(&self) -> Result<()> {
+        if self.alloc.pool().comm().runtime().is_host_addressable() {
+            Ok(())
+        } else {
+            Err(Error::NotHostAddressable)
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The window holding the data.
+    pub fn window(&self) -> WindowHandle {
+        self.alloc.window()
+    }
+
+    /// The data's offset in its window.
+    pub fn offset(&self) -> u64 {
+        self.alloc.offset()
+    }
+
+    /// The data's device address.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.alloc.device_ptr()
+    }
+
+    /// Declares that work on another stream uses this buffer; see
+    /// [`SymAlloc::record_stream`].
+    pub fn record_stream(&self, stream: &Stream) {
+        self.alloc.record_stream(stream);
+    }
+
+    /// The underlying allocation.
+    pub fn alloc(&self) -> &SymAlloc {
+        &self.alloc
+    }
+}
