@@ -1,0 +1,197 @@
+//! Pool benchmarks, each against its peer in the same run (`cargo bench --bench pool`):
+//!
+//! - `alloc_free`: a pooled alloc + free pair against reserving, mapping and registering a
+//!   window per tensor (and undoing it), the way a framework without a pool would;
+//! - `all_reduce`: a 2-rank fp32 AllReduce on pooled (registered) memory, which takes the
+//!   symmetric zero-copy path, against the same AllReduce on unregistered memory, which stages
+//!   through the HCCL buffer; 4 KiB to 64 MiB.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use symheap::runtime::{
+    Comm, CommConfig, Element, Mapping, PhysicalMemory, ReduceOp, RootInfo, Stream, VirtualRange,
+    Window,
+};
+use symheap::{PoolConfig, Result, Runtime, SymPool, SymVec};
+
+/// A communicator of `ranks` on this thread, as rank `rank`.
+fn join(rt: &Runtime, root: &RootInfo, ranks: u32, rank: u32) -> Result<Comm> {
+    rt.set_device(rank)?;
+    Comm::init(rt, ranks, root, rank, &CommConfig::new())
+}
+
+/// Reserve + allocate + map + register, then undo it all: one tensor without a pool.
+fn register_one(comm: &Comm, bytes: u64) -> Result<()> {
+    let rt = comm.runtime();
+    let range = Arc::new(VirtualRange::reserve(rt, bytes)?);
+    let physical = Arc::new(PhysicalMemory::allocate(rt, bytes, comm.device())?);
+    let mapping = Mapping::new(&range, 0, &physical)?;
+    let window = Window::register(comm, mapping.ptr(), bytes)?;
+    window.deregister()
+}
+
+fn alloc_free(c: &mut Criterion) {
+    let rt = Runtime::emulated().unwrap();
+    let root = RootInfo::new(&rt).unwrap();
+    let comm = join(&rt, &root, 1, 0).unwrap();
+    let pool = SymPool::new(&comm, PoolConfig::new(256 << 20)).unwrap();
+    // A pool with a realistic number of live tensors around the one being churned.
+    let _live: Vec<_> = (0..1000u64)
+        .map(|i| pool.alloc(512 << (i % 10), 0).unwrap())
+        .collect();
+    let mut group = c.benchmark_group("alloc_free");
+    group.bench_function("pool", |b| {
+        b.iter(|| drop(black_box(pool.alloc(black_box(64 << 10), 0).unwrap())))
+    });
+    group.bench_function("register_per_tensor", |b| {
+        b.iter(|| register_one(&comm, 2 << 20).unwrap())
+    });
+    group.finish();
+}
+
+/// Sizes of the AllReduce comparison.
+const SIZES: [u64; 8] = [
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+];
+
+/// One rank's buffers: a pooled vector and an unregistered mapping per size.
+struct RankBuffers {
+    pool: SymPool,
+    pooled: Vec<SymVec<f32>>,
+    plain: Mapping,
+    stream: Stream,
+}
+
+impl RankBuffers {
+    fn new(comm: &Comm) -> Result<Self> {
+        let total: u64 = SIZES.iter().sum();
+        let pool = SymPool::new(comm, PoolConfig::new(total + (8 << 20)))?;
+        let pooled = SIZES
+            .iter()
+            .map(|&bytes| SymVec::zeroed(&pool, (bytes / 4) as usize))
+            .collect::<Result<_>>()?;
+        let rt = comm.runtime();
+        let max = SIZES[SIZES.len() - 1];
+        let range = Arc::new(VirtualRange::reserve(rt, max)?);
+        let physical = Arc::new(PhysicalMemory::allocate(rt, max, comm.device())?);
+        let plain = Mapping::new(&range, 0, &physical)?;
+        Ok(RankBuffers {
+            pool,
+            pooled,
+            plain,
+            stream: Stream::new(rt)?,
+        })
+    }
+
+    /// Runs `iters` AllReduces of size index `size` and waits for them.
+    fn run(&mut self, size: usize, pooled: bool, iters: u64) -> Result<()> {
+        for _ in 0..iters {
+            if pooled {
+                self.pool
+                    .all_reduce_in_place(&mut self.pooled[size], ReduceOp::Sum)?;
+            } else {
+                let ptr = self.plain.ptr();
+                let count = SIZES[size] / 4;
+                // SAFETY: the mapping holds the largest size; synchronised below.
+                unsafe {
+                    self.pool.comm().all_reduce(
+                        ptr,
+                        ptr,
+                        count,
+                        f32::DATA_TYPE,
+                        ReduceOp::Sum,
+                        &self.stream,
+                    )?
+                };
+            }
+        }
+        if pooled {
+            self.pool.synchronize()
+        } else {
+            self.pool.comm().synchronize(&self.stream)
+        }
+    }
+}
+
+/// Rank 1, driven over a channel; rank 0 runs on the benchmark thread.
+enum Command {
+    Run {
+        size: usize,
+        pooled: bool,
+        iters: u64,
+    },
+    Stop,
+}
+
+fn peer(rt: Runtime, root: RootInfo, commands: Receiver<Command>, done: Sender<()>) {
+    let comm = join(&rt, &root, 2, 1).unwrap();
+    let mut buffers = RankBuffers::new(&comm).unwrap();
+    done.send(()).unwrap();
+    while let Ok(Command::Run {
+        size,
+        pooled,
+        iters,
+    }) = commands.recv()
+    {
+        buffers.run(size, pooled, iters).unwrap();
+        done.send(()).unwrap();
+    }
+}
+
+fn all_reduce(c: &mut Criterion) {
+    let rt = Runtime::emulated().unwrap();
+    let root = RootInfo::new(&rt).unwrap();
+    let (to_peer, commands) = channel();
+    let (done_tx, done) = channel();
+    let peer_thread = {
+        let (rt, root) = (rt.clone(), root.clone());
+        std::thread::spawn(move || peer(rt, root, commands, done_tx))
+    };
+    let comm = join(&rt, &root, 2, 0).unwrap();
+    let mut buffers = RankBuffers::new(&comm).unwrap();
+    done.recv().unwrap();
+    let mut group = c.benchmark_group("all_reduce_2_ranks");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for (size, &bytes) in SIZES.iter().enumerate() {
+        group.throughput(Throughput::Bytes(bytes));
+        for (name, pooled) in [("pooled", true), ("unregistered", false)] {
+            group.bench_with_input(BenchmarkId::new(name, bytes), &size, |b, &size| {
+                b.iter_custom(|iters| {
+                    to_peer
+                        .send(Command::Run {
+                            size,
+                            pooled,
+                            iters,
+                        })
+                        .unwrap();
+                    let start = Instant::now();
+                    buffers.run(size, pooled, iters).unwrap();
+                    let elapsed = start.elapsed();
+                    done.recv().unwrap();
+                    elapsed
+                })
+            });
+        }
+    }
+    group.finish();
+    to_peer.send(Command::Stop).unwrap();
+    drop(buffers); // collective deregistration, matched by the peer's drop
+    peer_thread.join().unwrap();
+}
+
+criterion_group!(benches, alloc_free, all_reduce);
+criterion_main!(benches);

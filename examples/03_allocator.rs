@@ -1,0 +1,27 @@
+//! The `allocator-api2` adapter: Rust containers whose storage lives in the symmetric window
+//! (on runtimes where device memory is host-addressable, i.e. the emulator).
+//!
+//! ```sh
+//! cargo run --release --example 03_allocator
+//! ```
+
+use allocator_api2::vec::Vec;
+use symheap::{PoolConfig, Result, SymPool, emu};
+
+fn main() -> Result<()> {
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(16 << 20))?;
+        let mut activations: Vec<f32, _> = Vec::with_capacity_in(4096, pool.allocator()?);
+        activations.extend((0..4096).map(|i| i as f32 * 0.5));
+        let stats = pool.stats();
+        println!("sum = {}", activations.iter().sum::<f32>());
+        println!(
+            "allocated {} bytes in {} window(s), {} registration(s)",
+            stats.allocated, stats.windows, stats.registrations
+        );
+        drop(activations);
+        println!("after drop: allocated {} bytes", pool.stats().allocated);
+        Ok(())
+    })?;
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! The main job: a tensor-parallel decode loop on four emulated ranks, every activation
+//! allocated from one symmetric pool and freed each step.
+//!
+//! ```sh
+//! cargo run --release --example inference_worker
+//! ```
+//!
+//! Each step runs a small transformer-style MLP block (column-parallel matmul, GELU,
+//! row-parallel matmul, AllReduce), appends to a KV cache that grows with the sequence, projects
+//! to vocabulary logits (column-parallel) and AllGathers them to pick the next token. It then
+//! runs the same loop registering and deregistering a window per tensor, the naive alternative,
+//! and prints both rates and their ratio.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use symheap::runtime::{Comm, Mapping, PhysicalMemory, ReduceOp, Stream, VirtualRange, Window};
+use symheap::{Element, PoolConfig, Result, SymPool, SymVec, emu};
+
+const RANKS: u32 = 4;
+const STEPS: usize = 300;
+const BATCH: usize = 2;
+const HIDDEN: usize = 64;
+const FFN: usize = 4 * HIDDEN;
+const VOCAB: usize = 512;
+/// The KV cache grows in chunks of this many tokens (a reallocation each time it fills).
+const KV_CHUNK: usize = 32;
+
+/// Where a step's tensors come from: the pool, or a freshly registered window each.
+trait Tensors {
+    type Tensor;
+    fn zeros(&self, len: usize) -> Result<Self::Tensor>;
+    fn host<'a>(&self, t: &'a mut Self::Tensor) -> Result<&'a mut [f32]>;
+    fn all_reduce(&self, t: &mut Self::Tensor) -> Result<()>;
+    fn all_gather(&self, input: &Self::Tensor, output: &mut Self::Tensor) -> Result<()>;
+    fn end_step(&self) -> Result<()>;
+}
+
+/// symheap: one window registered at start, blocks carved per tensor.
+struct Pooled(SymPool);
+
+impl Tensors for Pooled {
+    type Tensor = SymVec<f32>;
+    fn zeros(&self, len: usize) -> Result<SymVec<f32>> {
+        SymVec::zeroed(&self.0, len)
+    }
+    fn host<'a>(&self, t: &'a mut SymVec<f32>) -> Result<&'a mut [f32]> {
+        t.host_mut()
+    }
+    fn all_reduce(&self, t: &mut SymVec<f32>) -> Result<()> {
+        self.0.all_reduce_in_place(t, ReduceOp::Sum)
+    }
+    fn all_gather(&self, input: &SymVec<f32>, output: &mut SymVec<f32>) -> Result<()> {
+        self.0.all_gather(input, output)
+    }
+    fn end_step(&self) -> Result<()> {
+        self.0.synchronize()
+    }
+}
+
+/// The naive alternative: every tensor reserves, allocates, maps and registers its own window
+/// (collective), and deregisters and releases it when dropped.
+struct PerTensor {
+    comm: Comm,
+    stream: Stream,
+}
+
+struct Registered {
+    window: Window,
+    _mapping: Mapping,
+    len: usize,
+}
+
+impl Tensors for PerTensor {
+    type Tensor = Registered;
+    fn zeros(&self, len: usize) -> Result<Registered> {
+        let rt = self.comm.runtime();
+        let g = rt.granularity(self.comm.device())?;
+        let size = ((len * 4) as u64).div_ceil(g).max(1) * g;
+        let range = Arc::new(VirtualRange::reserve(rt, size)?);
+        let physical = Arc::new(PhysicalMemory::allocate(rt, size, self.comm.device())?);
+        let mapping = Mapping::new(&range, 0, &physical)?;
+        // SAFETY: fresh, mapped memory of at least `len` floats.
+        unsafe { rt.memset(mapping.ptr(), 0, len * 4)? };
+        let window = Window::register(&self.comm, mapping.ptr(), size)?;
+        Ok(Registered {
+            window,
+            _mapping: mapping,
+            len,
+        })
+    }
+    fn host<'a>(&self, t: &'a mut Registered) -> Result<&'a mut [f32]> {
+        // SAFETY: emulated device memory is host memory; every collective on it was
+        // synchronised before returning, and `&mut` excludes other uses.
+        Ok(unsafe { std::slice::from_raw_parts_mut(t.window.ptr().as_raw().cast(), t.len) })
+    }
+    fn all_reduce(&self, t: &mut Registered) -> Result<()> {
+        let p = t.window.ptr();
+        // SAFETY: a live window of `len` floats, synchronised before returning.
+        unsafe {
+            self.comm.all_reduce(
+                p,
+                p,
+                t.len as u64,
+                f32::DATA_TYPE,
+                ReduceOp::Sum,
+                &self.stream,
+            )?
+        };
+        self.comm.synchronize(&self.stream)
+    }
+    fn all_gather(&self, input: &Registered, output: &mut Registered) -> Result<()> {
+        // SAFETY: live windows sized for the gather, synchronised before returning.
+        unsafe {
+            self.comm.all_gather(
+                input.window.ptr(),
+                output.window.ptr(),
+                input.len as u64,
+                f32::DATA_TYPE,
+                &self.stream,
+            )?
+        };
+        self.comm.synchronize(&self.stream)
+    }
+    fn end_step(&self) -> Result<()> {
+        self.comm.synchronize(&self.stream)
+    }
+}
+
+/// This rank's shards of the weights, deterministic pseudo-random.
+struct Weights {
+    w1: Vec<f32>,    // HIDDEN x FFN/RANKS   (column-parallel)
+    w2: Vec<f32>,    // FFN/RANKS x HIDDEN   (row-parallel)
+    wv: Vec<f32>,    // HIDDEN x VOCAB/RANKS (column-parallel)
+    embed: Vec<f32>, // VOCAB x HIDDEN (replicated)
+}
+
+fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+        })
+        .collect()
+}
+
+impl Weights {
+    fn new(rank: u32) -> Self {
+        let r = u64::from(rank);
+        let ranks = RANKS as usize;
+        Weights {
+            w1: pseudo_random(10 + r, HIDDEN * FFN / ranks),
+            w2: pseudo_random(20 + r, FFN / ranks * HIDDEN),
+            wv: pseudo_random(30 + r, HIDDEN * VOCAB / ranks),
+            embed: pseudo_random(1, VOCAB * HIDDEN),
+        }
+    }
+}
+
+/// `out[b][j] = sum_k a[b][k] * w[k][j]`.
+fn matmul(a: &[f32], w: &[f32], out: &mut [f32], k: usize, n: usize) {
+    for (row, out_row) in a.chunks(k).zip(out.chunks_mut(n)) {
+        for (&x, w_row) in row.iter().zip(w.chunks(n)) {
+            for (o, &wv) in out_row.iter_mut().zip(w_row) {
+                *o += x * wv;
+            }
+        }
+    }
+}
+
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// Runs the decode loop; returns (steps per second, the token sequence of batch row 0).
+fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
+    let ranks = comm.size() as usize;
+    let w = Weights::new(comm.rank());
+    let mut tokens = [1usize; BATCH];
+    let mut history = Vec::with_capacity(STEPS);
+    let mut kv = backend.zeros(KV_CHUNK * BATCH * HIDDEN)?;
+    let start = Instant::now();
+    // One token per step is appended to the KV cache, so the step is also its length.
+    for kv_tokens in 0..STEPS {
+        // Embedding lookup (replicated).
+        let mut x = backend.zeros(BATCH * HIDDEN)?;
+        for (b, row) in backend.host(&mut x)?.chunks_mut(HIDDEN).enumerate() {
+            row.copy_from_slice(&w.embed[tokens[b] * HIDDEN..][..HIDDEN]);
+        }
+        // Column-parallel up-projection and GELU, then row-parallel down-projection.
+        let mut h = backend.zeros(BATCH * FFN / ranks)?;
+        {
+            let xs = backend.host(&mut x)?.to_vec();
+            let hs = backend.host(&mut h)?;
+            matmul(&xs, &w.w1, hs, HIDDEN, FFN / ranks);
+            hs.iter_mut().for_each(|v| *v = gelu(*v));
+        }
+        let mut y = backend.zeros(BATCH * HIDDEN)?;
+        {
+            let hs = backend.host(&mut h)?.to_vec();
+            matmul(&hs, &w.w2, backend.host(&mut y)?, FFN / ranks, HIDDEN);
+        }
+        backend.all_reduce(&mut y)?;
+        // Append to the KV cache, growing it by a chunk when full.
+        if (kv_tokens + 1) * BATCH * HIDDEN > backend.host(&mut kv)?.len() {
+            let mut bigger = backend.zeros((kv_tokens + 1 + KV_CHUNK) * BATCH * HIDDEN)?;
+            let old = backend.host(&mut kv)?.to_vec();
+            backend.host(&mut bigger)?[..old.len()].copy_from_slice(&old);
+            kv = bigger;
+        }
+        let ys = backend.host(&mut y)?.to_vec();
+        backend.host(&mut kv)?[kv_tokens * BATCH * HIDDEN..][..BATCH * HIDDEN].copy_from_slice(&ys);
+        // Column-parallel vocabulary projection; gather the shards and take the argmax.
+        let mut logits = backend.zeros(BATCH * VOCAB / ranks)?;
+        matmul(
+            &ys,
+            &w.wv,
+            backend.host(&mut logits)?,
+            HIDDEN,
+            VOCAB / ranks,
+        );
+        let mut all_logits = backend.zeros(BATCH * VOCAB)?;
+        backend.all_gather(&logits, &mut all_logits)?;
+        let gathered = backend.host(&mut all_logits)?;
+        let shard = BATCH * VOCAB / ranks;
+        for (b, token) in tokens.iter_mut().enumerate() {
+            let score = |v: usize| {
+                gathered[(v / (VOCAB / ranks)) * shard + b * (VOCAB / ranks) + v % (VOCAB / ranks)]
+            };
+            *token = (0..VOCAB)
+                .max_by(|&a, &c| score(a).total_cmp(&score(c)))
+                .unwrap_or(0);
+        }
+        history.push(tokens[0]);
+        backend.end_step()?;
+    }
+    Ok((STEPS as f64 / start.elapsed().as_secs_f64(), history))
+}
+
+fn main() -> Result<()> {
+    println!(
+        "symheap inference worker: {RANKS} emulated ranks, {STEPS} decode steps, batch {BATCH}, hidden {HIDDEN}"
+    );
+    let pooled = emu::launch(RANKS, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
+        let at_start = pool.stats().registrations;
+        let backend = Pooled(pool);
+        let (rate, tokens) = decode(&backend, comm)?;
+        let stats = backend.0.stats();
+        Ok((rate, tokens, at_start, stats))
+    })?;
+    let naive = emu::launch(RANKS, |comm| {
+        let backend = PerTensor {
+            comm: comm.clone(),
+            stream: Stream::new(comm.runtime())?,
+        };
+        decode(&backend, comm)
+    })?;
+    let (rate, tokens, at_start, stats) = &pooled[0];
+    assert!(
+        pooled.iter().all(|p| p.1 == *tokens),
+        "ranks disagree on the tokens"
+    );
+    assert_eq!(
+        naive[0].1, *tokens,
+        "the naive loop computed different tokens"
+    );
+    println!("pool stats (rank 0): {stats:#?}");
+    println!(
+        "registrations: {at_start} at start, {} added in {STEPS} steps",
+        stats.registrations - at_start
+    );
+    println!("first tokens: {:?}", &tokens[..8.min(tokens.len())]);
+    let naive_rate = naive[0].0;
+    println!("pooled:                 {rate:>10.1} steps/s");
+    println!("window per tensor:      {naive_rate:>10.1} steps/s");
+    println!("speed-up:               {:>10.1}x", rate / naive_rate);
+    Ok(())
+}
