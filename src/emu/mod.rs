@@ -124,7 +124,7 @@ mod staged;
 mod stream;
 mod symmetric;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 mod window;
 
 pub use counters::{Counters, counters};

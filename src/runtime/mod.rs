@@ -217,3 +217,53 @@ unsafe fn c_string(ptr: *const c_char) -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_optional_symbols_are_unsupported_errors() {
+        let _serial = crate::emu::test_lock();
+        // The emulator's tables, as an older CANN without the symmetric-window API would be.
+        let mut hccl = crate::emu::hccl_api();
+        hccl.HcclCommSymWinRegister = None;
+        hccl.HcclCommSymWinGet = None;
+        hccl.HcclGetCommAsyncError = None;
+        let rt = Runtime::from_tables(
+            hccl,
+            crate::emu::acl_api(),
+            Backend::Emulated,
+            true,
+            Vec::new(),
+        )
+        .unwrap();
+        let outcome = crate::emu::launch_with(&rt, 1, &CommConfig::new(), |comm| {
+            let ptr = DevicePtr::from_raw(std::ptr::null_mut());
+            let register = Window::register(comm, ptr, 1 << 21).unwrap_err();
+            assert!(matches!(
+                register,
+                Error::Unsupported {
+                    call: "HcclCommSymWinRegister"
+                }
+            ));
+            let get = comm.window_get(ptr, 8).unwrap_err();
+            assert!(matches!(
+                get,
+                Error::Unsupported {
+                    call: "HcclCommSymWinGet"
+                }
+            ));
+            let pending = comm.async_error().unwrap_err();
+            assert!(matches!(
+                pending,
+                Error::Unsupported {
+                    call: "HcclGetCommAsyncError"
+                }
+            ));
+            Ok(())
+        });
+        outcome.unwrap();
+        crate::emu::testutil::assert_clean();
+    }
+}
