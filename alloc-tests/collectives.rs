@@ -108,20 +108,36 @@ fn check_all<T: Elem>(comm: &Comm, stream: &Stream, bufs: &Bufs) -> Result<()> {
     comm.synchronize(stream)
 }
 
+/// Collectives per element type in `check_all` that can take the symmetric path (everything
+/// but Broadcast and the final Barrier, which always stage).
+const SYMMETRIC_PER_TYPE: u64 = COUNTS.len() as u64 * (OPS.len() as u64 * 3 + 2);
+const ELEMENT_TYPES: u64 = 12;
+
 fn matrix(ranks: u32) {
     let session = EmuSession::start();
-    launch(ranks, |comm| {
-        let stream = Stream::new(comm.runtime())?;
-        for registered in [true, false] {
+    for registered in [true, false] {
+        let before = symheap::emu::counters();
+        launch(ranks, |comm| {
+            let stream = Stream::new(comm.runtime())?;
             let bufs = Bufs {
                 input: DeviceBuf::new(comm, BUF_BYTES, registered)?,
                 output: DeviceBuf::new(comm, BUF_BYTES, registered)?,
             };
             crate::for_each_elem!(T => check_all::<T>(comm, &stream, &bufs)?);
-        }
-        Ok(())
-    })
-    .unwrap();
+            Ok(())
+        })
+        .unwrap();
+        // The path really taken: zero-copy on windows (except on one rank, where HCCL finds no
+        // window), staged otherwise.
+        let symmetric =
+            symheap::emu::counters().symmetric_collectives - before.symmetric_collectives;
+        let expected = if registered && ranks > 1 {
+            u64::from(ranks) * ELEMENT_TYPES * SYMMETRIC_PER_TYPE
+        } else {
+            0
+        };
+        assert_eq!(symmetric, expected, "registered: {registered}");
+    }
     session.assert_clean();
 }
 

@@ -23,8 +23,8 @@ impl EmuSession {
         let guard = EMU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         symheap::emu::clear_injected_failures();
         assert_eq!(
-            live(symheap::emu::counters()),
-            live(Counters::default()),
+            symheap::emu::counters().live(),
+            Counters::default(),
             "a previous test leaked"
         );
         EmuSession { _guard: guard }
@@ -32,7 +32,7 @@ impl EmuSession {
 
     /// Asserts that every emulator resource has been released.
     pub fn assert_clean(&self) {
-        assert_eq!(live(symheap::emu::counters()), live(Counters::default()));
+        assert_eq!(symheap::emu::counters().live(), Counters::default());
     }
 }
 
@@ -42,19 +42,11 @@ impl Drop for EmuSession {
     }
 }
 
-/// The counters with the cumulative ones zeroed.
-fn live(c: Counters) -> Counters {
-    Counters {
-        registrations: 0,
-        ..c
-    }
-}
-
 /// Device memory of one rank: reserved, backed, mapped, and optionally registered as a window.
 pub struct DeviceBuf {
     // Field order is drop order: deregister, then unmap, then release.
     _window: Option<Window>,
-    pub mapping: Mapping,
+    pub mapping: Arc<Mapping>,
 }
 
 impl DeviceBuf {
@@ -64,9 +56,9 @@ impl DeviceBuf {
         let size = bytes.div_ceil(granularity).max(1) * granularity;
         let range = Arc::new(VirtualRange::reserve(rt, size)?);
         let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-        let mapping = Mapping::new(&range, 0, &physical)?;
+        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
         let window = if registered {
-            Some(Window::register(comm, mapping.ptr(), size)?)
+            Some(Window::register(comm, &mapping)?)
         } else {
             None
         };

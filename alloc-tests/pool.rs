@@ -7,20 +7,38 @@ use symheap::{Error, PoolConfig, SymAlloc, SymBox, SymPool, SymVec, emu};
 use crate::harness::EmuSession;
 use crate::support::rng::Rng;
 
-/// A random program of allocs, frees, collectives and synchronisations; returns every
-/// allocation's `(segment order, offset, len)` and checks `window_get` along the way.
-fn random_program(pool: &SymPool, seed: u64, steps: usize) -> symheap::Result<Vec<(u64, u64)>> {
+/// Where an allocation landed: the window's order of appearance on this rank, the offset and
+/// the length; `None` for an allocation that ran out of memory.
+type Placement = Option<(usize, u64, u64)>;
+
+/// A random program of allocs (large enough to grow the pool and hit its limit), frees,
+/// collectives and synchronisations; returns every allocation's placement and checks
+/// `window_get` against every live allocation after every step.
+fn random_program(pool: &SymPool, seed: u64, steps: usize) -> symheap::Result<Vec<Placement>> {
     let mut rng = Rng::new(seed);
     let mut live: Vec<SymVec<f32>> = Vec::new();
+    let mut windows = Vec::new();
     let mut placements = Vec::new();
     let ranks = pool.comm().size();
     for _ in 0..steps {
         match rng.below(10) {
             0..=4 => {
-                let len = rng.log_uniform(1, 1 << 14) as usize;
-                let v = SymVec::<f32>::zeroed(pool, len)?;
-                placements.push((v.offset(), len as u64));
-                live.push(v);
+                let len = rng.log_uniform(1, 1 << 18) as usize;
+                match SymVec::<f32>::zeroed(pool, len) {
+                    Ok(v) => {
+                        let window = match windows.iter().position(|&w| w == v.window()) {
+                            Some(i) => i,
+                            None => {
+                                windows.push(v.window());
+                                windows.len() - 1
+                            }
+                        };
+                        placements.push(Some((window, v.offset(), len as u64)));
+                        live.push(v);
+                    }
+                    Err(Error::OutOfMemory(_)) => placements.push(None),
+                    Err(e) => return Err(e),
+                }
             }
             5..=6 if !live.is_empty() => {
                 let i = rng.below(live.len() as u64) as usize;
@@ -47,17 +65,35 @@ fn random_program(pool: &SymPool, seed: u64, steps: usize) -> symheap::Result<Ve
     Ok(placements)
 }
 
+/// Runs the random program on every rank; each rank's placements, stats and hash.
+fn run_program(ranks: u32) -> Vec<(Vec<Placement>, symheap::PoolStats, u64)> {
+    emu::launch(ranks, |comm| {
+        let config = PoolConfig::new(2 << 20).max_capacity(8 << 20);
+        let pool = SymPool::new(comm, config)?;
+        let placements = random_program(&pool, 42, 400)?;
+        pool.verify_symmetric()?;
+        Ok((placements, pool.stats(), pool.op_hash()))
+    })
+    .unwrap()
+}
+
 fn same_offsets_on_every_rank(ranks: u32) {
     let session = EmuSession::start();
-    let placements = emu::launch(ranks, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(16 << 20).max_capacity(64 << 20))?;
-        let placements = random_program(&pool, 42, 300)?;
-        pool.verify_symmetric()?;
-        Ok((placements, pool.op_hash()))
-    })
-    .unwrap();
-    for p in &placements[1..] {
-        assert_eq!(p, &placements[0]);
+    let mut runs = run_program(ranks);
+    if ranks == 1 {
+        // One rank has no peer to agree with: it must agree with itself on a second run.
+        runs.extend(run_program(1));
+    }
+    let (placements, stats, _) = &runs[0];
+    // The program is sized to exercise growth, the OOM path and its release of pending frees.
+    assert!(stats.windows > 1 && stats.registrations > 1, "{stats:?}");
+    assert!(
+        stats.oom_count > 0 && placements.contains(&None),
+        "{stats:?}"
+    );
+    for run in &runs[1..] {
+        assert_eq!(run.0, *placements);
+        assert_eq!(run.2, runs[0].2);
     }
     session.assert_clean();
 }
@@ -319,6 +355,165 @@ fn the_allocator_api2_adapter_backs_a_vec() {
         }
         assert_eq!(pool.stats().allocated, before, "every block came back");
         assert_eq!(pool.comm().runtime().take_drop_errors().len(), 0);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn a_failed_step_of_pool_creation_undoes_everything() {
+    let session = EmuSession::start();
+    for call in [
+        "aclrtReserveMemAddress",
+        "aclrtMallocPhysical",
+        "aclrtMapMem",
+        "HcclCommSymWinRegister",
+        "HcclAllGather",
+        "aclrtCreateStream",
+    ] {
+        let err = emu::launch(1, |comm| {
+            emu::inject_failure(call, 1, 1);
+            SymPool::new(comm, PoolConfig::new(4 << 20)).map(|_| ())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains(call), "{call}: {err}");
+        session.assert_clean();
+    }
+}
+
+#[test]
+fn failed_growth_leaves_a_working_pool() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
+        emu::inject_failure("aclrtMallocPhysical", 1, 207001);
+        let err = pool.alloc(3 << 20, 0).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Acl {
+                    call: "aclrtMallocPhysical",
+                    code: 207001,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(pool.stats().windows, 1);
+        let grown = pool.alloc(3 << 20, 0)?; // the next try grows
+        assert_eq!(pool.stats().windows, 2);
+        drop(grown);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn a_window_that_fails_to_deregister_is_freed_with_its_communicator() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
+        drop(pool.alloc(3 << 20, 0)?); // grows, then is free
+        emu::inject_failure("HcclCommSymWinDeregister", 1, 4);
+        let err = pool.trim().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Hccl {
+                    call: "HcclCommSymWinDeregister",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(pool.stats().windows, 1);
+        // And on drop: the error is recorded, not panicked.
+        emu::inject_failure("HcclCommSymWinDeregister", 1, 4);
+        let rt = comm.runtime().clone();
+        drop(pool);
+        assert_eq!(rt.take_drop_errors().len(), 1);
+        Ok(())
+    })
+    .unwrap();
+    // Both windows' memory was released when the communicator was destroyed.
+    session.assert_clean();
+}
+
+#[test]
+fn a_failed_collective_poisons_the_pool() {
+    let session = EmuSession::start();
+    let rt = symheap::Runtime::emulated().unwrap();
+    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(1);
+    let outcomes = emu::launch_with(&rt, 2, &config, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 16])?;
+        if comm.rank() == 0 {
+            pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?; // rank 1 never joins
+            drop(v);
+            assert!(matches!(
+                pool.synchronize(),
+                Err(Error::Hccl { code: 9, .. })
+            ));
+            // Nothing pending was released, and nothing more is handed out.
+            assert_eq!(pool.stats().pending_frees, 1);
+            assert!(matches!(pool.alloc(512, 0), Err(Error::Poisoned(_))));
+            assert!(matches!(pool.synchronize(), Err(Error::Poisoned(_))));
+        }
+        Ok(())
+    });
+    outcomes.unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn pooled_collectives_take_the_symmetric_path() {
+    let session = EmuSession::start();
+    let before = emu::counters();
+    emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 64])?;
+        for _ in 0..10 {
+            pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        }
+        pool.synchronize()
+    })
+    .unwrap();
+    let after = emu::counters();
+    // Per rank: the warm-up and ten AllReduces, all zero-copy.
+    assert_eq!(
+        after.symmetric_collectives - before.symmetric_collectives,
+        2 * 11
+    );
+    assert_eq!(after.staged_collectives, before.staged_collectives);
+    session.assert_clean();
+}
+
+#[test]
+fn the_allocator_adapter_never_grows_the_pool() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(64 << 20))?;
+        let alloc = pool.allocator()?;
+        let mut v: allocator_api2::vec::Vec<u8, _> =
+            allocator_api2::vec::Vec::new_in(alloc.clone());
+        assert!(
+            v.try_reserve(4 << 20).is_err(),
+            "growing is collective: not from a container"
+        );
+        assert_eq!(pool.stats().windows, 1);
+        // A pointer the pool never handed out is reported, not trusted.
+        let foreign = std::ptr::NonNull::<u8>::dangling();
+        // SAFETY: deliberately breaks the contract; the adapter checks every address.
+        unsafe {
+            allocator_api2::alloc::Allocator::deallocate(
+                &alloc,
+                foreign,
+                std::alloc::Layout::new::<u8>(),
+            )
+        };
+        assert_eq!(comm.runtime().take_drop_errors().len(), 1);
         Ok(())
     })
     .unwrap();

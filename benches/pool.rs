@@ -29,8 +29,8 @@ fn register_one(comm: &Comm, bytes: u64) -> Result<()> {
     let rt = comm.runtime();
     let range = Arc::new(VirtualRange::reserve(rt, bytes)?);
     let physical = Arc::new(PhysicalMemory::allocate(rt, bytes, comm.device())?);
-    let mapping = Mapping::new(&range, 0, &physical)?;
-    let window = Window::register(comm, mapping.ptr(), bytes)?;
+    let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+    let window = Window::register(comm, &mapping)?;
     window.deregister()
 }
 

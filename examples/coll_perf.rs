@@ -202,7 +202,7 @@ fn combine(op: ReduceOp, a: f64, b: f64) -> f64 {
 /// Device memory for one buffer: reserved, mapped, optionally registered.
 struct Buffer {
     _window: Option<Window>,
-    mapping: Mapping,
+    mapping: Arc<Mapping>,
 }
 
 impl Buffer {
@@ -212,9 +212,9 @@ impl Buffer {
         let size = bytes.div_ceil(g) * g;
         let range = Arc::new(VirtualRange::reserve(rt, size)?);
         let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-        let mapping = Mapping::new(&range, 0, &physical)?;
+        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
         let window = registered
-            .then(|| Window::register(comm, mapping.ptr(), size))
+            .then(|| Window::register(comm, &mapping))
             .transpose()?;
         Ok(Buffer {
             _window: window,

@@ -14,8 +14,13 @@ use crate::{Error, Result};
 ///
 /// Offered only where device memory is host-addressable (the emulator), because the
 /// `Allocator` contract hands out pointers the host dereferences. Blocks come from the same
-/// windows as [`SymVec`](crate::SymVec)s, so they have symmetric offsets too; they are freed at
-/// once on `deallocate` (no stream tracking: don't use them in collectives).
+/// windows as [`SymVec`](crate::SymVec)s and are freed at once on `deallocate` (no stream
+/// tracking: don't use them in collectives).
+///
+/// Containers grow when their data says so, which may differ between ranks, so the adapter
+/// never takes a collective step: it only uses free space in the existing windows (no growth,
+/// no release of pending frees). Size the pool, or call [`SymPool::reserve`], for what
+/// containers will need; when nothing fits, `allocate` fails with `AllocError`.
 ///
 /// # Examples
 /// ```

@@ -53,6 +53,10 @@ pub enum Error {
         /// Every candidate path, with the reason it was rejected.
         tried: Vec<(PathBuf, String)>,
     },
+    /// An earlier failure of queued work (a timed-out or rejected collective) left a pool's
+    /// memory possibly still in use by a peer: the pool refuses further work. Drop it (and
+    /// usually the communicator) and build a new one.
+    Poisoned(String),
     /// Ranks disagreed about something that must be identical on every rank.
     Asymmetric(String),
     /// An error on one rank of a multi-rank run.
@@ -126,6 +130,10 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
+            Error::Poisoned(cause) => write!(
+                f,
+                "the pool is unusable after an earlier failure of queued work ({cause}); drop it and build a new one"
+            ),
             Error::Asymmetric(msg) => write!(f, "ranks are not symmetric: {msg}"),
             Error::Rank { rank, source } => write!(f, "rank {rank}: {source}"),
             Error::Panicked { rank, message } => write!(f, "rank {rank} panicked: {message}"),

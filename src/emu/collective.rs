@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclReduceOp, HcclResult};
 
 use super::comm::{self, Comm};
+use super::counters::{self, Counter};
 use super::errors::{Fail, HcclRes, hccl_error_string, hccl_fail};
 use super::memory::{self, Pins};
 use super::reduce::{DType, Op};
@@ -20,11 +21,6 @@ use super::{os, staged, symmetric};
 
 #[cfg(test)]
 mod tests;
-
-/// Collectives that took the symmetric path (tests check the path was really taken).
-#[cfg(test)]
-pub(crate) static SYMMETRIC_RUNS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(0);
 
 /// Which collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -469,11 +465,11 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
         Path::Staged => {
             let staging: Vec<usize> = all.iter().map(|a| a.staging.addr()).collect();
             let cap = all.iter().map(|a| a.staging.len()).min().unwrap_or(0);
+            counters::inc(Counter::StagedCollectives);
             staged::run(&mut ctx, job, &staging, cap)?;
         }
         Path::Symmetric { input, output } => {
-            #[cfg(test)]
-            SYMMETRIC_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            counters::inc(Counter::SymmetricCollectives);
             symmetric::run(&ctx, job, input, output);
         }
     }

@@ -23,6 +23,25 @@ pub struct Counters {
     /// Successful `HcclCommSymWinRegister` calls since the process started, counting each
     /// rank's call (cumulative: never decreases).
     pub registrations: u64,
+    /// Collectives that ran on the symmetric (zero-copy) path, counting each rank's
+    /// (cumulative).
+    pub symmetric_collectives: u64,
+    /// Collectives that staged through the communicator's buffer, counting each rank's
+    /// (cumulative).
+    pub staged_collectives: u64,
+}
+
+impl Counters {
+    /// The live counts only, with the cumulative ones zeroed: `Counters::default()` once
+    /// everything has been released.
+    pub fn live(self) -> Counters {
+        Counters {
+            registrations: 0,
+            symmetric_collectives: 0,
+            staged_collectives: 0,
+            ..self
+        }
+    }
 }
 
 /// One of the counts in [`Counters`].
@@ -35,9 +54,11 @@ pub(crate) enum Counter {
     Streams,
     Comms,
     Registrations,
+    SymmetricCollectives,
+    StagedCollectives,
 }
 
-static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 
 /// Adds one to `c`.
 pub(crate) fn inc(c: Counter) {
@@ -60,5 +81,7 @@ pub fn counters() -> Counters {
         streams: get(Counter::Streams),
         comms: get(Counter::Comms),
         registrations: get(Counter::Registrations),
+        symmetric_collectives: get(Counter::SymmetricCollectives),
+        staged_collectives: get(Counter::StagedCollectives),
     }
 }

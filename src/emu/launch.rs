@@ -9,9 +9,15 @@ use crate::{Error, Result};
 /// Runs `f` on `ranks` threads, each bound to its own emulated device (device `r` for rank
 /// `r`) with an initialised communicator, and returns the results in rank order.
 ///
+/// Return plain data from `f`, not values that own pool memory or windows: dropping those
+/// is a collective step (deregistration) that every rank must take, which the rank threads do
+/// together when `f` returns.
+///
 /// # Errors
 /// The first failure in time, as [`Error::Rank`] or [`Error::Panicked`] with its rank (a rank
 /// that fails first often makes its peers time out later; the first failure is the cause).
+/// Failures of `HcclGetRootInfo`, `aclrtSetDevice` and communicator initialisation are
+/// reported the same way.
 ///
 /// # Examples
 /// ```
@@ -31,7 +37,8 @@ where
 /// [`Runtime::load_from`]) with a given communicator configuration.
 ///
 /// # Errors
-/// As for [`launch`]; [`Error::InvalidArgument`] for zero ranks.
+/// As for [`launch`]; [`Error::InvalidArgument`] for zero ranks; the runtime's error if
+/// `HcclGetRootInfo` fails.
 pub fn launch_with<T, F>(rt: &Runtime, ranks: u32, config: &CommConfig, f: F) -> Result<Vec<T>>
 where
     T: Send,

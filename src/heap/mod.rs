@@ -99,6 +99,7 @@ use slab::Slab;
 use crate::{Error, OutOfMemory, Result};
 use bins::Bins;
 use node::{NIL, Node};
+pub(crate) use op_hash::fold_words;
 use op_hash::{Op, OpHash};
 
 /// Source of process-unique heap ids. An id only tells a heap its own blocks from others'.

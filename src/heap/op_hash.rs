@@ -21,6 +21,8 @@ pub(super) enum Op {
     Free = 5,
     /// A `free` rejected as invalid (a block of another heap).
     FreeInvalid = 6,
+    /// A word folded in by [`fold_words`] (not a heap call).
+    Word = 7,
 }
 
 /// The running state.
@@ -66,6 +68,16 @@ impl OpHash {
     pub(super) fn value(self) -> u64 {
         self.0
     }
+}
+
+/// Folds `words` into one checksum with the same fixed mixer (for callers that combine several
+/// heaps' hashes with their own events, like the pool).
+pub(crate) fn fold_words(words: impl IntoIterator<Item = u64>) -> u64 {
+    let mut hash = OpHash(K[4]);
+    for word in words {
+        hash.record(Op::Word, word, 0, 0);
+    }
+    hash.0
 }
 
 #[cfg(test)]

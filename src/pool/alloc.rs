@@ -86,10 +86,11 @@ impl SymAlloc {
         self.ptr
     }
 
-    /// Declares that work on `stream` (not the pool's own) uses this memory, so that when
-    /// it is freed it is not reused before [`SymPool::synchronize`](super::SymPool::synchronize)
-    /// has waited for that stream. Like PyTorch's `record_stream`, but released in program
-    /// order.
+    /// Declares that work on `stream` uses this memory, so that when it is freed it is not
+    /// reused before [`SymPool::synchronize`](super::SymPool::synchronize) has waited for that
+    /// stream. Like PyTorch's `record_stream`, but released in program order: call it at the
+    /// same point on every rank. Work the pool enqueues itself is tracked without it; for the
+    /// pool's own stream this marks the memory as used until the next `synchronize`.
     pub fn record_stream(&self, stream: &Stream) {
         if stream.same_as(self.pool.stream()) {
             self.mark_used();
@@ -108,9 +109,12 @@ impl SymAlloc {
     }
 
     /// Waits until no queued work uses this memory (the pool's stream and recorded streams).
+    /// A failure of that work poisons the pool: a peer may still be writing this memory.
     pub(crate) fn wait_idle(&self) -> crate::Result<()> {
+        self.pool.lock().check_usable()?;
+        let mut result = Ok(());
         if self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch() {
-            self.pool.comm().synchronize(self.pool.stream())?;
+            result = self.pool.comm().synchronize(self.pool.stream());
         }
         for stream in self
             .streams
@@ -118,9 +122,12 @@ impl SymAlloc {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
         {
-            stream.synchronize()?;
+            result = result.and(stream.synchronize());
         }
-        Ok(())
+        if let Err(e) = &result {
+            self.pool.poison(e);
+        }
+        result
     }
 
     /// Whether this allocation belongs to `pool`.

@@ -9,7 +9,11 @@
 //! program order, never timing, so every rank that makes the same calls makes the same heap
 //! calls and gets the same offsets. An allocation that does not fit first releases the pending
 //! list (synchronising), then grows the pool by a new window if `max_capacity` allows, and only
-//! then fails, with the same error on every rank.
+//! then fails with [`Error::OutOfMemory`], identical on every rank that made the same calls.
+//!
+//! If queued work fails (a collective times out, say), a peer may still be writing this rank's
+//! memory, so nothing pending is released and the pool refuses further work with
+//! [`Error::Poisoned`]: drop it and build a new one.
 
 mod alloc;
 mod collectives;
@@ -19,13 +23,12 @@ mod stats;
 mod symmetry;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use slab::Slab;
 
-use crate::heap::Block;
+use crate::heap::{Block, fold_words};
 use crate::runtime::{Comm, DevicePtr, Stream, WindowHandle};
 use crate::{Error, OutOfMemory, Result};
 
@@ -40,8 +43,14 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 
 /// A memory pool over symmetric windows of one communicator. `Send + Sync`; internally locked.
 ///
-/// Creating, growing ([`reserve`](Self::reserve) or an allocation that needs room), trimming
-/// and verifying are collective: every rank must make those calls in the same order.
+/// Every rank must make the same pool calls in the same program order: allocations and frees
+/// (drops), collectives, [`synchronize`](Self::synchronize) and
+/// [`record_stream`](SymAlloc::record_stream) (which decide when freed blocks are reused),
+/// and the collective steps: creating, growing ([`reserve`](Self::reserve) or an allocation
+/// that needs room), [`trim`](Self::trim), [`verify_symmetric`](Self::verify_symmetric), and
+/// dropping the pool (its last handle or allocation), which deregisters its windows. Reading
+/// and writing buffers from the host (`to_host`, `copy_from_host`) is rank-local.
+/// [`verify_symmetric`](Self::verify_symmetric) catches a rank that strayed.
 ///
 /// # Examples
 /// ```
@@ -88,6 +97,8 @@ struct PoolState {
     free_count: u64,
     oom_count: u64,
     registrations: u64,
+    /// Set when queued work failed: nothing may be reused any more.
+    failure: Option<String>,
 }
 
 /// A block and where it is.
@@ -143,6 +154,7 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
+            failure: None,
         };
         let key = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
@@ -189,7 +201,10 @@ impl SymPool {
     /// granularity; [`Error::OutOfMemory`] saying what was asked, what is free, the largest
     /// free region and the setting to raise; the runtime's error if growing fails.
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
-        let placed = self.shared.alloc_block(size, align)?;
+        let placed = {
+            let mut state = self.shared.lock();
+            self.shared.alloc_locked(&mut state, size, align, true)?
+        };
         Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
     }
 
@@ -205,11 +220,13 @@ impl SymPool {
     }
 
     /// Waits for the pool's stream (and every stream recorded on a pending block), then
-    /// releases the pending frees to the heap in the order they were freed.
+    /// releases the pending frees to the heap in the order they were freed. Every rank must
+    /// call it at the same point of its program (it decides which offsets later allocations
+    /// get).
     ///
     /// # Errors
-    /// The first failure of queued work (the communicator's HCCL error where there is one).
-    /// The pending frees are released even then.
+    /// The first failure of queued work (the communicator's HCCL error where there is one);
+    /// the pool is then poisoned and releases nothing. [`Error::Poisoned`] after that.
     pub fn synchronize(&self) -> Result<()> {
         let mut state = self.shared.lock();
         self.shared.flush_pending(&mut state)
@@ -222,6 +239,7 @@ impl SymPool {
     /// [`Error::OutOfMemory`] if `max_capacity` does not allow it; the runtime's error.
     pub fn reserve(&self, bytes: u64) -> Result<()> {
         let mut state = self.shared.lock();
+        state.check_usable()?;
         if state.largest_free() >= bytes {
             return Ok(());
         }
@@ -232,7 +250,9 @@ impl SymPool {
     /// Returns the bytes released.
     ///
     /// # Errors
-    /// The runtime's error from synchronising or deregistering.
+    /// The runtime's error from synchronising, or the first error from deregistering (every
+    /// idle window is still tried, and one that fails to deregister is released when the
+    /// communicator is destroyed).
     pub fn trim(&self) -> Result<u64> {
         let mut state = self.shared.lock();
         self.shared.flush_pending(&mut state)?;
@@ -244,12 +264,15 @@ impl SymPool {
             .map(|(key, _)| key)
             .collect();
         let mut released = 0;
+        let mut first_error = None;
         for key in idle {
             let segment = state.segments.remove(key);
             released += segment.size;
-            segment.release()?;
+            if let Err(e) = segment.release() {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(released)
+        first_error.map_or(Ok(released), Err)
     }
 
     /// A snapshot of the pool's accounting.
@@ -310,37 +333,48 @@ impl PoolShared {
         self.epoch.load(Ordering::Acquire)
     }
 
-    fn alloc_block(&self, size: u64, align: u64) -> Result<Placed> {
+    /// Places a block. With `collective` (the pool's own `alloc`), a request that does not
+    /// fit first releases the pending frees and then grows the pool; without it (the
+    /// `allocator-api2` adapter, whose callers are not in program order across ranks) it only
+    /// uses free space.
+    fn alloc_locked(
+        &self,
+        state: &mut PoolState,
+        size: u64,
+        align: u64,
+        collective: bool,
+    ) -> Result<Placed> {
+        state.check_usable()?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
                 "alignment {align} exceeds the device allocation granularity {}",
                 self.device_granularity
             )));
         }
-        let mut state = self.lock();
-        let found = match state.try_alloc(size, align)? {
-            Some(found) => Some(found),
-            None if !state.pending.is_empty() => {
-                self.flush_pending(&mut state)?;
-                state.try_alloc(size, align)?
-            }
-            None => None,
-        };
-        let found = match found {
+        let mut found = state.try_alloc(size, align)?;
+        if found.is_none() && collective && !state.pending.is_empty() {
+            self.flush_pending(state)?;
+            found = state.try_alloc(size, align)?;
+        }
+        let (segment, block) = match found {
             Some(found) => found,
-            None => match self.grow(&mut state, size, align) {
-                Ok(key) => {
-                    let block = state.segments[key].heap.alloc(size, align)?;
-                    (key, block)
+            None => {
+                let grown = if collective {
+                    self.grow(state, size, align)
+                } else {
+                    Err(state.out_of_memory(self, size, align))
+                };
+                match grown {
+                    Ok(key) => (key, state.segments[key].heap.alloc(size, align)?),
+                    Err(e) => {
+                        if matches!(e, Error::OutOfMemory(_)) {
+                            state.oom_count += 1;
+                        }
+                        return Err(e);
+                    }
                 }
-                Err(oom @ Error::OutOfMemory(_)) => {
-                    state.oom_count += 1;
-                    return Err(oom);
-                }
-                Err(other) => return Err(other),
-            },
+            }
         };
-        let (segment, block) = found;
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
         state.alloc_count += 1;
@@ -354,11 +388,11 @@ impl PoolShared {
     }
 
     /// A block for the `allocator-api2` adapter, remembered by address so `deallocate` finds
-    /// it without a scan.
+    /// it without a scan. Never grows the pool or synchronises (see `alloc_locked`).
     pub(crate) fn alloc_host_block(&self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
-        let placed = self.alloc_block(size, align)?;
-        let granted = placed.block.size();
         let mut state = self.lock();
+        let placed = self.alloc_locked(&mut state, size, align, false)?;
+        let granted = placed.block.size();
         state
             .host_blocks
             .insert(placed.ptr.addr(), (placed.segment, placed.block));
@@ -379,31 +413,22 @@ impl PoolShared {
         }
     }
 
-    /// Adds a segment large enough for `size` bytes at `align`. Collective.
+    /// Adds a segment large enough for `size` bytes at `align`: the initial capacity if the
+    /// growth limit allows, else just what is needed. Collective.
     fn grow(&self, state: &mut PoolState, size: u64, align: u64) -> Result<usize> {
-        let reserved: u64 = state.segments.iter().map(|(_, s)| s.size).sum();
         let slack = align.saturating_sub(self.config.block_granularity());
         let needed = size
             .checked_add(slack)
             .ok_or_else(|| Error::invalid(format!("size {size} with alignment {align} overflows")))
             .and_then(|n| round_up(n, self.device_granularity))?;
-        let room = self.config.max_capacity_bytes().saturating_sub(reserved);
-        let grow_by = needed.max(round_up(self.config.capacity(), self.device_granularity)?);
-        let grow_by = if grow_by <= room { grow_by } else { needed };
+        let room = self
+            .config
+            .max_capacity_bytes()
+            .saturating_sub(state.reserved());
+        let preferred = needed.max(round_up(self.config.capacity(), self.device_granularity)?);
+        let grow_by = if preferred <= room { preferred } else { needed };
         if grow_by > room {
-            let free = state
-                .segments
-                .iter()
-                .map(|(_, s)| s.heap.report().free)
-                .sum();
-            return Err(Error::OutOfMemory(OutOfMemory {
-                requested: size,
-                align: align.max(self.config.block_granularity()),
-                capacity: reserved,
-                free,
-                largest_free: state.largest_free(),
-                setting: GROWTH_SETTING,
-            }));
+            return Err(state.out_of_memory(self, size, align));
         }
         let segment = Segment::create(
             &self.comm,
@@ -416,27 +441,41 @@ impl PoolShared {
     }
 
     /// Synchronises the pool's stream and every stream recorded on a pending block, then
-    /// returns the pending blocks to their heaps in the order they were freed.
+    /// returns the pending blocks to their heaps in the order they were freed. On a failure of
+    /// the queued work, poisons the pool and releases nothing.
     fn flush_pending(&self, state: &mut PoolState) -> Result<()> {
+        state.check_usable()?;
+        // Bumped before waiting: a block marked with the old epoch (even by a `record_stream`
+        // that does not take the lock) had its work enqueued before this point, so the wait
+        // below covers it.
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         let mut result = self.comm.synchronize(&self.stream);
         let mut synced: Vec<&Stream> = Vec::new();
         for stream in state.pending.iter().flat_map(|p| &p.streams) {
             if !synced.iter().any(|s| s.same_as(stream)) {
-                let r = stream.synchronize();
-                if result.is_ok() {
-                    result = r;
-                }
+                result = result.and(stream.synchronize());
                 synced.push(stream);
             }
         }
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        for pending in std::mem::take(&mut state.pending) {
-            state.segments[pending.segment].heap.free(pending.block)?;
+        if let Err(e) = result {
+            state.failure = Some(e.to_string());
+            return Err(e);
         }
-        result
+        for pending in std::mem::take(&mut state.pending) {
+            if let Err(e) = state.segments[pending.segment].heap.free(pending.block) {
+                self.comm.runtime().record_drop_error(e);
+            }
+        }
+        Ok(())
     }
 
-    /// Returns a block. It waits for `synchronize` if queued work may still touch it.
+    /// Poisons the pool after queued work on it failed (see [`Error::Poisoned`]).
+    pub(crate) fn poison(&self, cause: &Error) {
+        self.lock().failure.get_or_insert_with(|| cause.to_string());
+    }
+
+    /// Returns a block. It waits for `synchronize` if queued work may still touch it, and for
+    /// ever once the pool is poisoned.
     pub(crate) fn release(
         &self,
         segment: usize,
@@ -448,7 +487,7 @@ impl PoolShared {
         state.allocated -= block.size();
         state.free_count += 1;
         let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
-        if in_flight {
+        if in_flight || state.failure.is_some() {
             state.pending.push(Pending {
                 segment,
                 block,
@@ -481,23 +520,51 @@ impl PoolState {
             .unwrap_or(0)
     }
 
+    fn free(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|(_, s)| s.heap.report().free)
+            .sum()
+    }
+
+    fn reserved(&self) -> u64 {
+        self.segments.iter().map(|(_, s)| s.size).sum()
+    }
+
+    /// [`Error::Poisoned`] once queued work has failed.
+    fn check_usable(&self) -> Result<()> {
+        match &self.failure {
+            None => Ok(()),
+            Some(cause) => Err(Error::Poisoned(cause.clone())),
+        }
+    }
+
+    /// The error for a request that fits nowhere and may not grow the pool: the same on every
+    /// rank that made the same calls.
+    fn out_of_memory(&self, pool: &PoolShared, size: u64, align: u64) -> Error {
+        Error::OutOfMemory(OutOfMemory {
+            requested: size,
+            align: align.max(pool.config.block_granularity()),
+            capacity: self.reserved(),
+            free: self.free(),
+            largest_free: self.largest_free(),
+            setting: GROWTH_SETTING,
+        })
+    }
+
+    /// Every segment's heap hash, what is pending, and the pool's own counts, folded with the
+    /// heap's fixed mixer (the same in every process and build).
     fn op_hash(&self) -> u64 {
-        // A checksum, not a decision: std's SipHash with its fixed default keys is the same
-        // in every process of one build.
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for (key, segment) in &self.segments {
-            (key, segment.size, segment.heap.op_hash()).hash(&mut h);
-        }
-        for pending in &self.pending {
-            (
-                pending.segment,
-                pending.block.offset(),
-                pending.block.size(),
-            )
-                .hash(&mut h);
-        }
-        (self.alloc_count, self.free_count, self.oom_count).hash(&mut h);
-        h.finish()
+        let segments = self
+            .segments
+            .iter()
+            .flat_map(|(key, s)| [key as u64, s.size, s.heap.op_hash()]);
+        let pending = self
+            .pending
+            .iter()
+            .flat_map(|p| [p.segment as u64, p.block.offset(), p.block.size()]);
+        let counts = [self.alloc_count, self.free_count, self.oom_count];
+        fold_words(segments.chain(pending).chain(counts))
     }
 }
 

@@ -4,20 +4,22 @@
 
 use std::sync::Arc;
 
-use crate::Result;
 use crate::heap::Heap;
 use crate::runtime::{
     Comm, DevicePtr, Element, Mapping, PhysicalMemory, Stream, VirtualRange, Window, WindowHandle,
 };
+use crate::{Error, Result};
+
+/// Where the warm-up collective gathers to, past its 8-byte input.
+const WARM_UP_OUTPUT: u64 = 64;
 
 pub(super) struct Segment {
     pub(super) heap: Heap,
     pub(super) base: DevicePtr,
     pub(super) handle: WindowHandle,
     pub(super) size: u64,
-    // Field order is drop order: deregister, then unmap (which releases the memory and range).
-    window: Option<Window>,
-    _mapping: Mapping,
+    /// Owns the mapping, so the memory outlives its registration.
+    window: Window,
 }
 
 impl Segment {
@@ -31,36 +33,45 @@ impl Segment {
         size: u64,
         block_granularity: u64,
     ) -> Result<Segment> {
+        let warm_up_end = WARM_UP_OUTPUT + 8 * u64::from(comm.size());
+        if warm_up_end > size {
+            return Err(Error::invalid(format!(
+                "a {size}-byte window is too small for {} ranks",
+                comm.size()
+            )));
+        }
         let heap = Heap::new(size, block_granularity)?;
         let rt = comm.runtime();
         let range = Arc::new(VirtualRange::reserve(rt, size)?);
         let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-        let mapping = Mapping::new(&range, 0, &physical)?;
-        let window = Window::register(comm, mapping.ptr(), size)?;
+        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+        let window = Window::register(comm, &mapping)?;
         let base = mapping.ptr();
         // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns
         // that memory yet, and the offsets are the same on every rank.
-        let ranks = u64::from(comm.size());
-        debug_assert!(64 + 8 * ranks <= size);
-        // SAFETY: both ranges lie inside the fresh segment (size >= 2 MiB, ranks are few) and
-        // the stream is synchronised before the segment is handed out.
-        unsafe { comm.all_gather(base, base.byte_add(64), 8, u8::DATA_TYPE, stream)? };
+        // SAFETY: both ranges lie inside the fresh segment (checked above) and the stream is
+        // synchronised before the segment is handed out.
+        unsafe {
+            comm.all_gather(
+                base,
+                base.byte_add(WARM_UP_OUTPUT),
+                8,
+                u8::DATA_TYPE,
+                stream,
+            )?
+        };
         comm.synchronize(stream)?;
         Ok(Segment {
             heap,
             base,
             handle: window.handle(),
             size,
-            window: Some(window),
-            _mapping: mapping,
+            window,
         })
     }
 
     /// Deregisters the window (collective) and releases the memory, reporting errors.
-    pub(super) fn release(mut self) -> Result<()> {
-        match self.window.take() {
-            Some(window) => window.deregister(),
-            None => Ok(()),
-        }
+    pub(super) fn release(self) -> Result<()> {
+        self.window.deregister()
     }
 }

@@ -55,6 +55,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let rt = self.runtime();
+        let _serial = self.lock_calls();
         // SAFETY: the caller's contract; the communicator and stream are live.
         let code = unsafe {
             (rt.hccl().HcclAllReduce)(
@@ -87,6 +88,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let rt = self.runtime();
+        let _serial = self.lock_calls();
         // SAFETY: the caller's contract; the communicator and stream are live.
         let code = unsafe {
             (rt.hccl().HcclAllGather)(
@@ -119,6 +121,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let rt = self.runtime();
+        let _serial = self.lock_calls();
         // SAFETY: the caller's contract; the communicator and stream are live.
         let code = unsafe {
             (rt.hccl().HcclReduceScatter)(
@@ -151,6 +154,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let rt = self.runtime();
+        let _serial = self.lock_calls();
         // SAFETY: the caller's contract; the communicator and stream are live.
         let code = unsafe {
             (rt.hccl().HcclAlltoAll)(
@@ -183,6 +187,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         let rt = self.runtime();
+        let _serial = self.lock_calls();
         // SAFETY: the caller's contract; the communicator and stream are live.
         let code = unsafe {
             (rt.hccl().HcclBroadcast)(

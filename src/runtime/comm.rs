@@ -1,8 +1,8 @@
 //! Communicators: bootstrap (root info), configuration, and the communicator handle.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Runtime, Stream};
+use super::{Mapping, Runtime, Stream};
 use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
 use crate::{Error, Result};
 
@@ -102,6 +102,10 @@ impl CommConfig {
 
 /// One rank's handle on a communicator (`HcclComm`). Cheap to clone; destroyed
 /// (`HcclCommDestroy`) when the last clone and every window registered on it are gone.
+///
+/// Calls that take the communicator are serialised by a lock, because HCCL (like NCCL) does
+/// not promise that one communicator may be used from several threads at once. Collective
+/// calls must still be made in the same order on every rank.
 #[derive(Clone, Debug)]
 pub struct Comm {
     inner: Arc<CommInner>,
@@ -114,11 +118,17 @@ struct CommInner {
     rank: u32,
     size: u32,
     device: u32,
+    /// Held around every C call that takes `raw`.
+    calls: Mutex<()>,
+    /// Memory of windows whose deregistration failed: still registered, so it may only be
+    /// unmapped and freed after `HcclCommDestroy` has deregistered it.
+    orphans: Mutex<Vec<Arc<Mapping>>>,
 }
 
-// SAFETY: an HcclComm is an opaque handle usable from any thread; HCCL serialises internally.
+// SAFETY: an HcclComm is an opaque handle that may be passed between threads.
 unsafe impl Send for CommInner {}
-// SAFETY: as above; no Rust-side state is mutated through `&self`.
+// SAFETY: every C call that takes the handle holds `calls`, so the library never sees two
+// threads on one communicator at once; the other fields are immutable or locked.
 unsafe impl Sync for CommInner {}
 
 impl Comm {
@@ -154,6 +164,8 @@ impl Comm {
                 rank,
                 size: nranks,
                 device,
+                calls: Mutex::new(()),
+                orphans: Mutex::new(Vec::new()),
             }),
         };
         let (mut got_rank, mut got_size) = (0u32, 0u32);
@@ -191,9 +203,25 @@ impl Comm {
         &self.inner.rt
     }
 
-    /// The raw handle, for calls this crate does not wrap.
+    /// The raw handle, for calls this crate does not wrap (they are not serialised with the
+    /// wrapped ones).
     pub fn as_raw(&self) -> HcclComm {
         self.inner.raw
+    }
+
+    /// Serialises a C call on this communicator; see the type's docs.
+    pub(crate) fn lock_calls(&self) -> MutexGuard<'_, ()> {
+        self.inner.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps the memory of a window whose deregistration failed until the communicator is
+    /// destroyed (which deregisters it), so it is never freed while still registered.
+    pub(crate) fn adopt_orphan(&self, mapping: Arc<Mapping>) {
+        self.inner
+            .orphans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(mapping);
     }
 
     /// Enqueues a barrier across all ranks on `stream`.
@@ -202,6 +230,7 @@ impl Comm {
     /// The runtime's error for arguments checked at enqueue time.
     pub fn barrier(&self, stream: &Stream) -> Result<()> {
         let rt = self.runtime();
+        let _serial = self.lock_calls();
         // SAFETY: live communicator and stream.
         let code = unsafe { (rt.hccl().HcclBarrier)(self.as_raw(), stream.as_raw()) };
         rt.hccl_check("HcclBarrier", code)
@@ -216,6 +245,7 @@ impl Comm {
         let rt = self.runtime();
         let get = Runtime::optional("HcclGetCommAsyncError", rt.hccl().HcclGetCommAsyncError)?;
         let mut pending = HcclResult::HCCL_SUCCESS;
+        let _serial = self.lock_calls();
         // SAFETY: live communicator and valid out-pointer.
         let code = unsafe { get(self.as_raw(), &mut pending) };
         rt.hccl_check("HcclGetCommAsyncError", code)?;
@@ -248,6 +278,8 @@ impl Comm {
 
 impl Drop for CommInner {
     fn drop(&mut self) {
+        // Runs before the fields drop: the orphaned windows' memory is unmapped and freed only
+        // after this deregisters them.
         // SAFETY: `raw` is a live communicator destroyed exactly once; every window holds a
         // clone of the `Comm`, so none is left.
         let code = unsafe { (self.rt.hccl().HcclCommDestroy)(self.raw) };

@@ -239,8 +239,13 @@ mod tests {
         )
         .unwrap();
         let outcome = crate::emu::launch_with(&rt, 1, &CommConfig::new(), |comm| {
-            let ptr = DevicePtr::from_raw(std::ptr::null_mut());
-            let register = Window::register(comm, ptr, 1 << 21).unwrap_err();
+            let rt = comm.runtime();
+            let size = rt.granularity(comm.device())?;
+            let range = Arc::new(VirtualRange::reserve(rt, size)?);
+            let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
+            let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+            let ptr = mapping.ptr();
+            let register = Window::register(comm, &mapping).unwrap_err();
             assert!(matches!(
                 register,
                 Error::Unsupported {

@@ -1,6 +1,8 @@
 //! Symmetric windows: memory registered with `HcclCommSymWinRegister`.
 
-use super::{Comm, DevicePtr, Runtime};
+use std::sync::Arc;
+
+use super::{Comm, DevicePtr, Mapping, Runtime};
 use crate::Result;
 use crate::sys::HcclCommSymWindow;
 
@@ -28,64 +30,54 @@ impl WindowHandle {
 
 /// A registered symmetric window; deregistered (collectively) on drop.
 ///
+/// The window keeps the memory it registered alive, so that memory is never unmapped or freed
+/// while registered. If deregistration fails, the memory is handed to the communicator and
+/// freed after `HcclCommDestroy` (which deregisters what is left).
+///
 /// Registration and deregistration are collective: every rank must register and drop its
 /// windows in the same order.
 #[derive(Debug)]
 pub struct Window {
     comm: Comm,
     handle: WindowHandle,
-    ptr: DevicePtr,
-    size: u64,
+    mapping: Arc<Mapping>,
     /// Set by [`Window::deregister`], so `Drop` does not deregister twice.
     deregistered: bool,
 }
 
 impl Window {
-    /// Registers `size` bytes at `ptr` (memory from reserve + allocate + map) as a symmetric
-    /// window (`HcclCommSymWinRegister`, flag 1). Collective: every rank calls it with the same
-    /// size. HCCL makes the window cover the whole physical allocation mapped at `ptr`.
+    /// Registers the whole of `mapping` (memory from reserve + allocate + map) as a symmetric
+    /// window (`HcclCommSymWinRegister`, flag 1). Collective: every rank calls it with a
+    /// mapping of the same size.
     ///
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) on libraries without symmetric windows;
-    /// the library's error for memory that is not mapped device memory, mismatched sizes, or
-    /// an exhausted per-rank stride.
-    pub fn register(comm: &Comm, ptr: DevicePtr, size: u64) -> Result<Window> {
+    /// the library's error for mismatched sizes or an exhausted per-rank stride.
+    pub fn register(comm: &Comm, mapping: &Arc<Mapping>) -> Result<Window> {
         let rt = comm.runtime();
         let register =
             Runtime::optional("HcclCommSymWinRegister", rt.hccl().HcclCommSymWinRegister)?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: live communicator and valid out-pointer; the library validates the range.
-        let code = unsafe { register(comm.as_raw(), ptr.as_raw(), size, &mut raw, 1) };
+        let code = {
+            let _serial = comm.lock_calls();
+            // SAFETY: live communicator, mapped memory and a valid out-pointer.
+            unsafe {
+                register(
+                    comm.as_raw(),
+                    mapping.ptr().as_raw(),
+                    mapping.size(),
+                    &mut raw,
+                    1,
+                )
+            }
+        };
         rt.hccl_check("HcclCommSymWinRegister", code)?;
         Ok(Window {
             comm: comm.clone(),
             handle: WindowHandle::from_raw(raw),
-            ptr,
-            size,
+            mapping: Arc::clone(mapping),
             deregistered: false,
         })
-    }
-
-    /// Deregisters the window now (collective), reporting any error instead of recording it
-    /// as `Drop` would.
-    ///
-    /// # Errors
-    /// The library's error.
-    pub fn deregister(mut self) -> Result<()> {
-        self.deregistered = true;
-        self.deregister_raw()
-    }
-
-    fn deregister_raw(&self) -> Result<()> {
-        let rt = self.comm.runtime();
-        let deregister = Runtime::optional(
-            "HcclCommSymWinDeregister",
-            rt.hccl().HcclCommSymWinDeregister,
-        )?;
-        // SAFETY: the handle came from a successful register and is deregistered once: the
-        // flag is set before, and checked by, the only other caller (`drop`).
-        let code = unsafe { deregister(self.handle.as_raw()) };
-        rt.hccl_check("HcclCommSymWinDeregister", code)
     }
 
     /// The window's handle.
@@ -95,12 +87,43 @@ impl Window {
 
     /// The registered address.
     pub fn ptr(&self) -> DevicePtr {
-        self.ptr
+        self.mapping.ptr()
     }
 
     /// The registered size.
     pub fn size(&self) -> u64 {
-        self.size
+        self.mapping.size()
+    }
+
+    /// Deregisters the window now (collective), reporting any error instead of recording it
+    /// as `Drop` would.
+    ///
+    /// # Errors
+    /// The library's error; the memory then stays with the communicator until it is destroyed.
+    pub fn deregister(mut self) -> Result<()> {
+        self.deregistered = true;
+        self.deregister_raw()
+    }
+
+    /// Deregisters; on failure hands the memory to the communicator.
+    fn deregister_raw(&self) -> Result<()> {
+        let rt = self.comm.runtime();
+        let result = Runtime::optional(
+            "HcclCommSymWinDeregister",
+            rt.hccl().HcclCommSymWinDeregister,
+        )
+        .and_then(|deregister| {
+            let _serial = self.comm.lock_calls();
+            // SAFETY: the handle came from a successful register and is deregistered
+            // once: the flag is set before, and checked by, the only other caller
+            // (`drop`).
+            let code = unsafe { deregister(self.handle.as_raw()) };
+            rt.hccl_check("HcclCommSymWinDeregister", code)
+        });
+        if result.is_err() {
+            self.comm.adopt_orphan(Arc::clone(&self.mapping));
+        }
+        result
     }
 }
 
@@ -129,8 +152,12 @@ impl Comm {
         let len = usize::try_from(len)
             .map_err(|_| crate::Error::invalid(format!("length {len} exceeds usize")))?;
         let (mut raw, mut offset) = (std::ptr::null_mut(), 0usize);
-        // SAFETY: live communicator and valid out-pointers; the library only looks the range up.
-        let code = unsafe { get(self.as_raw(), ptr.as_raw(), len, &mut raw, &mut offset) };
+        let code = {
+            let _serial = self.lock_calls();
+            // SAFETY: live communicator and valid out-pointers; the library only looks the
+            // range up.
+            unsafe { get(self.as_raw(), ptr.as_raw(), len, &mut raw, &mut offset) }
+        };
         rt.hccl_check("HcclCommSymWinGet", code)?;
         Ok((WindowHandle::from_raw(raw), offset as u64))
     }

@@ -3,7 +3,6 @@
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Barrier;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
@@ -13,7 +12,7 @@ use super::super::testutil::{
     test_config,
 };
 use super::super::{GRANULARITY as G, inject_failure, test_lock};
-use super::{Kind, SYMMETRIC_RUNS};
+use super::Kind;
 use crate::sys::*;
 
 const PARA: HcclResult = HcclResult::HCCL_E_PARA;
@@ -187,7 +186,7 @@ fn every_kernel_matches_the_host_reference() {
     let _g = test_lock();
     for n in [2u32, 3] {
         for symmetric in [false, true] {
-            let runs = SYMMETRIC_RUNS.load(Ordering::Relaxed);
+            let runs = crate::emu::counters().symmetric_collectives;
             let done = run_ranks(n, &test_config(), |r| {
                 let buf = DevBuf::new(r.rank, 2 * G);
                 let win = symmetric.then(|| register(r, &buf));
@@ -210,7 +209,7 @@ fn every_kernel_matches_the_host_reference() {
                 buf.free();
                 done
             });
-            let took = SYMMETRIC_RUNS.load(Ordering::Relaxed) - runs;
+            let took = crate::emu::counters().symmetric_collectives - runs;
             let want = if symmetric { done.iter().sum() } else { 0 };
             assert_eq!(took, want, "symmetric path on {n} ranks");
         }
@@ -253,7 +252,7 @@ fn integers_wrap_and_halves_round_once() {
 fn in_place_is_correct_on_both_paths() {
     let _g = test_lock();
     for symmetric in [false, true] {
-        let runs = SYMMETRIC_RUNS.load(Ordering::Relaxed);
+        let runs = crate::emu::counters().symmetric_collectives;
         run_ranks(3, &test_config(), |r| {
             let buf = DevBuf::new(r.rank, 2 * G);
             let win = symmetric.then(|| register(r, &buf));
@@ -320,7 +319,7 @@ fn in_place_is_correct_on_both_paths() {
             }
             buf.free();
         });
-        let took = SYMMETRIC_RUNS.load(Ordering::Relaxed) - runs;
+        let took = crate::emu::counters().symmetric_collectives - runs;
         assert_eq!(took, if symmetric { 9 } else { 0 });
     }
     assert_clean();
