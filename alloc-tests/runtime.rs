@@ -1,5 +1,6 @@
-//! The safe runtime over the emulator: errors keep their code and call, failures injected into
-//! any C call surface as errors without leaking, and errors in `Drop` are recorded.
+//! The safe runtime over the emulator: errors keep their code and call, an injected failure
+//! surfaces as an error without leaking, and errors in `Drop` are recorded. (The pool's
+//! failure paths are tested in `pool.rs`.)
 
 use symheap::runtime::{Comm, CommConfig, RootInfo, Stream};
 use symheap::sys::HcclResult;
