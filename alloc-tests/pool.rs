@@ -230,6 +230,10 @@ fn bad_lengths_and_foreign_buffers_are_rejected_before_any_call() {
             SymPool::new(comm, PoolConfig::new(0)),
             Err(Error::InvalidArgument(_))
         ));
+        comm.runtime().set_device(comm.device() + 8)?;
+        let wrong_device = SymPool::new(comm, PoolConfig::new(4 << 20));
+        comm.runtime().set_device(comm.device())?;
+        assert!(matches!(wrong_device, Err(Error::InvalidArgument(_))));
         // Nothing above reached the stream: a real collective still lines up on both ranks.
         pool.all_reduce_in_place(&mut b, ReduceOp::Sum)?;
         pool.synchronize()

@@ -133,13 +133,25 @@ impl SymPool {
     /// Call it on a thread bound to the communicator's device.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad configuration; the runtime's error otherwise.
+    /// [`Error::InvalidArgument`] for a bad configuration or a thread bound to another device;
+    /// the runtime's error otherwise.
     pub fn new(comm: &Comm, config: PoolConfig) -> Result<SymPool> {
         config.validate()?;
         let rt = comm.runtime();
-        let device_granularity = rt
-            .granularity(comm.device())?
-            .max(config.block_granularity());
+        let current = rt.current_device()?;
+        if current != comm.device() {
+            return Err(Error::invalid(format!(
+                "SymPool::new on a thread bound to device {current}, but the communicator is on device {}",
+                comm.device()
+            )));
+        }
+        let device_granularity = rt.granularity(comm.device())?;
+        if !device_granularity.is_power_of_two() {
+            return Err(Error::invalid(format!(
+                "the runtime reports an allocation granularity of {device_granularity}"
+            )));
+        }
+        let device_granularity = device_granularity.max(config.block_granularity());
         let stream = Stream::new(rt)?;
         let size = round_up(config.capacity(), device_granularity)?;
         let first = Segment::create(comm, &stream, size, config.block_granularity())?;
@@ -278,15 +290,11 @@ impl SymPool {
     /// A snapshot of the pool's accounting.
     pub fn stats(&self) -> PoolStats {
         let state = self.shared.lock();
-        let free: u64 = state
-            .segments
-            .iter()
-            .map(|(_, s)| s.heap.report().free)
-            .sum();
+        let free = state.free();
         let largest_free = state.largest_free();
         PoolStats {
             allocated: state.allocated,
-            reserved: state.segments.iter().map(|(_, s)| s.size).sum(),
+            reserved: state.reserved(),
             peak_allocated: state.peak_allocated,
             alloc_count: state.alloc_count,
             free_count: state.free_count,
