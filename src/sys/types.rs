@@ -468,3 +468,36 @@ const_assert_eq!(size_of::<HcclResult>(), 4);
 const_assert_eq!(size_of::<HcclDataType>(), 4);
 const_assert_eq!(size_of::<HcclReduceOp>(), 4);
 const_assert_eq!(size_of::<aclrtMemcpyKind>(), 4);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_init_matches_the_header() {
+        let c = HcclCommConfig::init();
+        let info = c.info();
+        assert_eq!(info.configSize, 2248);
+        assert_eq!(info.magicWord, 0xf0f0_f0f0);
+        assert_eq!(info.version, 11);
+        assert_eq!(info.reserved, 0);
+        for unset in [
+            c.hcclBufferSize,
+            c.hcclDeterministic,
+            c.hcclRdmaTrafficClass,
+            c.hcclRdmaServiceLevel,
+            c.hcclQos,
+            c.hcclChannelSqDepth,
+        ] {
+            assert_eq!(unset, 0xffff_ffff);
+        }
+        assert_eq!(c.hcclExecTimeOut, -1);
+        assert_eq!(
+            (c.hcclOpExpansionMode, c.hcclWorldRankID, c.hcclJobID),
+            (0, 0, 0)
+        );
+        assert_eq!(c.aclGraphZeroCopyEnable, 0);
+        assert_eq!(c.hcclSymWinMaxMemSizePerRank, 16);
+        assert!(c.hcclCommName.iter().chain(&c.hcclAlgo).all(|&b| b == 0));
+    }
+}
