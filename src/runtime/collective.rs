@@ -54,21 +54,20 @@ impl Comm {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        let rt = self.runtime();
-        let _serial = self.lock_calls();
-        // SAFETY: the caller's contract; the communicator and stream are live.
-        let code = unsafe {
-            (rt.hccl().HcclAllReduce)(
-                send.as_raw(),
-                recv.as_raw(),
-                count,
-                dtype,
-                op.to_raw(),
-                self.as_raw(),
-                stream.as_raw(),
-            )
-        };
-        rt.hccl_check("HcclAllReduce", code)
+        self.hccl_call("HcclAllReduce", |hccl, comm| {
+            // SAFETY: the caller's contract; the communicator and stream are live.
+            unsafe {
+                (hccl.HcclAllReduce)(
+                    send.as_raw(),
+                    recv.as_raw(),
+                    count,
+                    dtype,
+                    op.to_raw(),
+                    comm,
+                    stream.as_raw(),
+                )
+            }
+        })
     }
 
     /// Concatenates every rank's `send_count` elements, in rank order, on every rank
@@ -87,20 +86,19 @@ impl Comm {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        let rt = self.runtime();
-        let _serial = self.lock_calls();
-        // SAFETY: the caller's contract; the communicator and stream are live.
-        let code = unsafe {
-            (rt.hccl().HcclAllGather)(
-                send.as_raw(),
-                recv.as_raw(),
-                send_count,
-                dtype,
-                self.as_raw(),
-                stream.as_raw(),
-            )
-        };
-        rt.hccl_check("HcclAllGather", code)
+        self.hccl_call("HcclAllGather", |hccl, comm| {
+            // SAFETY: the caller's contract; the communicator and stream are live.
+            unsafe {
+                (hccl.HcclAllGather)(
+                    send.as_raw(),
+                    recv.as_raw(),
+                    send_count,
+                    dtype,
+                    comm,
+                    stream.as_raw(),
+                )
+            }
+        })
     }
 
     /// Reduces `size() * recv_count` elements across ranks and leaves block `rank()` of the
@@ -120,21 +118,20 @@ impl Comm {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        let rt = self.runtime();
-        let _serial = self.lock_calls();
-        // SAFETY: the caller's contract; the communicator and stream are live.
-        let code = unsafe {
-            (rt.hccl().HcclReduceScatter)(
-                send.as_raw(),
-                recv.as_raw(),
-                recv_count,
-                dtype,
-                op.to_raw(),
-                self.as_raw(),
-                stream.as_raw(),
-            )
-        };
-        rt.hccl_check("HcclReduceScatter", code)
+        self.hccl_call("HcclReduceScatter", |hccl, comm| {
+            // SAFETY: the caller's contract; the communicator and stream are live.
+            unsafe {
+                (hccl.HcclReduceScatter)(
+                    send.as_raw(),
+                    recv.as_raw(),
+                    recv_count,
+                    dtype,
+                    op.to_raw(),
+                    comm,
+                    stream.as_raw(),
+                )
+            }
+        })
     }
 
     /// Sends block `p` (of `count` elements) of this rank's input to rank `p`, and receives
@@ -153,22 +150,21 @@ impl Comm {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        let rt = self.runtime();
-        let _serial = self.lock_calls();
-        // SAFETY: the caller's contract; the communicator and stream are live.
-        let code = unsafe {
-            (rt.hccl().HcclAlltoAll)(
-                send.as_raw(),
-                count,
-                dtype,
-                recv.as_raw(),
-                count,
-                dtype,
-                self.as_raw(),
-                stream.as_raw(),
-            )
-        };
-        rt.hccl_check("HcclAlltoAll", code)
+        self.hccl_call("HcclAlltoAll", |hccl, comm| {
+            // SAFETY: the caller's contract; the communicator and stream are live.
+            unsafe {
+                (hccl.HcclAlltoAll)(
+                    send.as_raw(),
+                    count,
+                    dtype,
+                    recv.as_raw(),
+                    count,
+                    dtype,
+                    comm,
+                    stream.as_raw(),
+                )
+            }
+        })
     }
 
     /// Copies `count` elements from rank `root`'s buffer into every rank's (`HcclBroadcast`).
@@ -186,19 +182,9 @@ impl Comm {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        let rt = self.runtime();
-        let _serial = self.lock_calls();
-        // SAFETY: the caller's contract; the communicator and stream are live.
-        let code = unsafe {
-            (rt.hccl().HcclBroadcast)(
-                buf.as_raw(),
-                count,
-                dtype,
-                root,
-                self.as_raw(),
-                stream.as_raw(),
-            )
-        };
-        rt.hccl_check("HcclBroadcast", code)
+        self.hccl_call("HcclBroadcast", |hccl, comm| {
+            // SAFETY: the caller's contract; the communicator and stream are live.
+            unsafe { (hccl.HcclBroadcast)(buf.as_raw(), count, dtype, root, comm, stream.as_raw()) }
+        })
     }
 }

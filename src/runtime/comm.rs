@@ -1,9 +1,11 @@
 //! Communicators: bootstrap (root info), configuration, and the communicator handle.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use super::{Mapping, Runtime, Stream};
-use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
+use crate::sys::{
+    HCCL_ROOT_INFO_BYTES, HcclApi, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
+};
 use crate::{Error, Result};
 
 /// The bootstrap blob that rank 0 creates ([`RootInfo::new`]) and every rank passes to
@@ -209,9 +211,19 @@ impl Comm {
         self.inner.raw
     }
 
-    /// Serialises a C call on this communicator; see the type's docs.
-    pub(crate) fn lock_calls(&self) -> MutexGuard<'_, ()> {
-        self.inner.calls.lock().unwrap_or_else(|e| e.into_inner())
+    /// Runs one HCCL call on this communicator under the call lock and checks its result.
+    pub(crate) fn hccl_call(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&HcclApi, HcclComm) -> HcclResult,
+    ) -> Result<()> {
+        let rt = self.runtime();
+        let code = {
+            // Serialises calls on this communicator; see the type's docs.
+            let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+            f(rt.hccl(), self.as_raw())
+        };
+        rt.hccl_check(call, code)
     }
 
     /// Keeps the memory of a window whose deregistration failed until the communicator is
@@ -229,11 +241,10 @@ impl Comm {
     /// # Errors
     /// The runtime's error for arguments checked at enqueue time.
     pub fn barrier(&self, stream: &Stream) -> Result<()> {
-        let rt = self.runtime();
-        let _serial = self.lock_calls();
-        // SAFETY: live communicator and stream.
-        let code = unsafe { (rt.hccl().HcclBarrier)(self.as_raw(), stream.as_raw()) };
-        rt.hccl_check("HcclBarrier", code)
+        self.hccl_call("HcclBarrier", |hccl, comm| {
+            // SAFETY: live communicator and stream.
+            unsafe { (hccl.HcclBarrier)(comm, stream.as_raw()) }
+        })
     }
 
     /// The communicator's pending asynchronous error (`HcclGetCommAsyncError`), if any.
@@ -245,10 +256,10 @@ impl Comm {
         let rt = self.runtime();
         let get = Runtime::optional("HcclGetCommAsyncError", rt.hccl().HcclGetCommAsyncError)?;
         let mut pending = HcclResult::HCCL_SUCCESS;
-        let _serial = self.lock_calls();
-        // SAFETY: live communicator and valid out-pointer.
-        let code = unsafe { get(self.as_raw(), &mut pending) };
-        rt.hccl_check("HcclGetCommAsyncError", code)?;
+        self.hccl_call("HcclGetCommAsyncError", |_, comm| {
+            // SAFETY: live communicator and valid out-pointer.
+            unsafe { get(comm, &mut pending) }
+        })?;
         rt.hccl_check("HcclGetCommAsyncError", pending)
     }
 

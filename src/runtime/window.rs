@@ -58,20 +58,10 @@ impl Window {
         let register =
             Runtime::optional("HcclCommSymWinRegister", rt.hccl().HcclCommSymWinRegister)?;
         let mut raw = std::ptr::null_mut();
-        let code = {
-            let _serial = comm.lock_calls();
+        comm.hccl_call("HcclCommSymWinRegister", |_, c| {
             // SAFETY: live communicator, mapped memory and a valid out-pointer.
-            unsafe {
-                register(
-                    comm.as_raw(),
-                    mapping.ptr().as_raw(),
-                    mapping.size(),
-                    &mut raw,
-                    1,
-                )
-            }
-        };
-        rt.hccl_check("HcclCommSymWinRegister", code)?;
+            unsafe { register(c, mapping.ptr().as_raw(), mapping.size(), &mut raw, 1) }
+        })?;
         Ok(Window {
             comm: comm.clone(),
             handle: WindowHandle::from_raw(raw),
@@ -113,12 +103,12 @@ impl Window {
             rt.hccl().HcclCommSymWinDeregister,
         )
         .and_then(|deregister| {
-            let _serial = self.comm.lock_calls();
-            // SAFETY: the handle came from a successful register and is deregistered
-            // once: the flag is set before, and checked by, the only other caller
-            // (`drop`).
-            let code = unsafe { deregister(self.handle.as_raw()) };
-            rt.hccl_check("HcclCommSymWinDeregister", code)
+            self.comm.hccl_call("HcclCommSymWinDeregister", |_, _| {
+                // SAFETY: the handle came from a successful register and is deregistered
+                // once: the flag is set before, and checked by, the only other caller
+                // (`drop`).
+                unsafe { deregister(self.handle.as_raw()) }
+            })
         });
         if result.is_err() {
             self.comm.adopt_orphan(Arc::clone(&self.mapping));
@@ -152,13 +142,11 @@ impl Comm {
         let len = usize::try_from(len)
             .map_err(|_| crate::Error::invalid(format!("length {len} exceeds usize")))?;
         let (mut raw, mut offset) = (std::ptr::null_mut(), 0usize);
-        let code = {
-            let _serial = self.lock_calls();
+        self.hccl_call("HcclCommSymWinGet", |_, comm| {
             // SAFETY: live communicator and valid out-pointers; the library only looks the
             // range up.
-            unsafe { get(self.as_raw(), ptr.as_raw(), len, &mut raw, &mut offset) }
-        };
-        rt.hccl_check("HcclCommSymWinGet", code)?;
+            unsafe { get(comm, ptr.as_raw(), len, &mut raw, &mut offset) }
+        })?;
         Ok((WindowHandle::from_raw(raw), offset as u64))
     }
 }
