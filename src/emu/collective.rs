@@ -390,6 +390,15 @@ impl Ctx<'_> {
                         self.step - 1
                     ),
                 },
+                RvError::Gone { ranks } => Fail {
+                    code: HcclResult::HCCL_E_TIMEOUT,
+                    msg: format!(
+                        "rank {} at step {}: ranks {ranks:?} destroyed their communicator and \
+                         will never take part",
+                        self.rank,
+                        self.step - 1
+                    ),
+                },
                 RvError::Mismatch | RvError::Duplicate => Fail {
                     code: HcclResult::HCCL_E_PARA,
                     msg: "ranks ran different operations under one sequence number".into(),

@@ -276,13 +276,18 @@ pub(crate) fn lookup(handle: usize) -> HcclRes<Arc<Comm>> {
     )
 }
 
-/// `HcclCommDestroy`: a local call. Deregisters this rank's windows without a rendezvous and
+/// `HcclCommDestroy`: a local call. Marks the rank as gone in the group's rendezvous (peers
+/// waiting for it fail at once), deregisters this rank's windows without a rendezvous and
 /// forgets the handle; the staging buffer and heap go when queued work no longer uses them.
 pub(crate) fn destroy(handle: usize) -> HcclRes {
     lookup(handle)?;
     let Some(comm) = COMMS.remove(handle) else {
         return para(format!("{handle:#x} is not a live communicator"));
     };
+    // Peers waiting for this rank, now or later, fail at once instead of timing out.
+    comm.group
+        .rv
+        .leave(comm.rank, comm.coll_seq.load(Ordering::Relaxed));
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);

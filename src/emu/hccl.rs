@@ -216,9 +216,14 @@ pub unsafe extern "C" fn HcclCommSymWinRegister(
 ) -> HcclResult {
     entry("HcclCommSymWinRegister", || {
         non_null(comm, "comm")?;
+        let c = comm::lookup(comm as usize)?;
+        // Taken before the other checks: a call on a live communicator that is rejected
+        // locally still consumes its number, so this rank's next call does not pair with the
+        // peers' current one.
+        let seq = c.next_host_seq();
         non_null(addr, "addr")?;
         non_null(win_handle, "winHandle")?;
-        let h = window::register(comm as usize, addr as usize, size, flag)?;
+        let h = window::register(&c, seq, addr as usize, size, flag)?;
         // SAFETY: the caller's contract; checked non-null above.
         unsafe { put(win_handle, h as HcclCommSymWindow, "winHandle") }
     })

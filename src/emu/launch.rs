@@ -104,3 +104,35 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::testutil::assert_clean;
+    use super::super::test_lock;
+    use crate::runtime::Stream;
+
+    #[test]
+    fn a_rank_that_fails_early_does_not_make_its_peers_wait_for_the_timeout() {
+        let _g = test_lock();
+        let start = Instant::now();
+        // The default config: a 120 s exec timeout (unless SYMHEAP_EMU_EXEC_TIMEOUT_S is set).
+        let err = super::launch(2, |comm| {
+            if comm.rank() == 1 {
+                return Err(crate::Error::invalid("rank 1 fails early"));
+            }
+            let s = Stream::new(comm.runtime())?;
+            comm.barrier(&s)?;
+            comm.synchronize(&s)
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("rank 1 fails early"), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_clean();
+    }
+}

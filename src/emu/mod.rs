@@ -72,6 +72,12 @@
 //!   64 TiB). A root info is used up once all its ranks joined.
 //! - `HcclCommDestroy` is local: it deregisters this rank's windows without a rendezvous and
 //!   forgets the handle; the heap and staging buffer go when queued work no longer uses them.
+//!   It also marks the rank as gone in its group: a peer waiting for it in a register /
+//!   deregister exchange fails at once with `HCCL_E_TCP_TRANSFER`, and in a collective with
+//!   `HCCL_E_TIMEOUT` (the codes of a timeout, with a message saying the rank destroyed its
+//!   communicator), and so does every later such call of a peer. Collectives the rank queued
+//!   before destroying still meet their peers. A peer that is alive but absent still makes
+//!   the others wait for the exec timeout.
 //! - `HcclGetCommAsyncError` reads and clears the communicator's first collective failure.
 //! - A window covers the whole physical allocation mapped at `addr`, and the emulator needs
 //!   that allocation mapped whole (offset 0, its full size) at one address (`HCCL_E_PARA`
@@ -81,7 +87,8 @@
 //!   deregistering a window that queued stream work still uses fails with `HCCL_E_AGAIN` on
 //!   every rank (synchronize, then deregister again).
 //! - A collective host call (register / deregister / collective) that names a live
-//!   communicator consumes a sequence number even when it is rejected locally, so peers'
+//!   communicator consumes a sequence number even when it is rejected locally (the number is
+//!   taken as soon as the communicator is found, before any other argument check), so peers'
 //!   matching calls time out and later calls stay matched. An injected failure consumes
 //!   nothing.
 //! - Collectives: unsupported type (INT128, FP8 kinds, reserved) or op, a root out of range,

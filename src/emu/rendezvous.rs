@@ -1,6 +1,7 @@
 //! The rendezvous of the ranks of one communicator: every rank deposits a value under a key,
 //! and once all have, each gets every rank's value. A rank that waits longer than its timeout
-//! withdraws and fails, so a missing peer is an error, never a hang.
+//! withdraws and fails, so a missing peer is an error, never a hang; a rank waiting for a peer
+//! that destroyed its communicator (and so will never come) fails at once.
 //!
 //! Keys carry sequence numbers assigned in host program order, so the n-th collective (or
 //! host-side collective call) of one rank meets the n-th of every other rank.
@@ -26,6 +27,8 @@ pub(crate) enum Key {
 pub(crate) enum RvError {
     /// These ranks did not arrive in time.
     Timeout { missing: Vec<u32> },
+    /// These ranks destroyed their communicator without arriving: they never will.
+    Gone { ranks: Vec<u32> },
     /// Ranks deposited values of different kinds under one key (different operations).
     Mismatch,
     /// This rank already has a value under the key.
@@ -41,11 +44,36 @@ struct Slot {
     complete: bool,
 }
 
+struct State {
+    slots: BTreeMap<Key, Slot>,
+    /// Per rank: `None` while its communicator lives; once destroyed, the first collective
+    /// sequence number it never took. Its stream may still run collectives it queued before
+    /// (numbers below that); it makes no further host calls.
+    gone: Vec<Option<u64>>,
+}
+
+/// Whether a rank with `gone` state will never deposit under `key`.
+fn never_comes(gone: Option<u64>, key: Key) -> bool {
+    match (gone, key) {
+        (None, _) => false,
+        (Some(_), Key::Host { .. }) => true,
+        (Some(next), Key::Collective { seq, .. }) => seq >= next,
+    }
+}
+
+/// `now + timeout`, or a day from now if that cannot be represented.
+pub(crate) fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+        .unwrap_or(now)
+}
+
 /// The rendezvous point of one communicator's ranks.
 pub(crate) struct Rendezvous {
     n: usize,
-    slots: Mutex<BTreeMap<Key, Slot>>,
-    /// Signalled whenever a slot completes.
+    state: Mutex<State>,
+    /// Signalled whenever a slot completes or a rank leaves.
     cv: Condvar,
 }
 
@@ -54,13 +82,24 @@ impl Rendezvous {
     pub(crate) fn new(n: u32) -> Self {
         Self {
             n: n as usize,
-            slots: Mutex::new(BTreeMap::new()),
+            state: Mutex::new(State {
+                slots: BTreeMap::new(),
+                gone: vec![None; n as usize],
+            }),
             cv: Condvar::new(),
         }
     }
 
+    /// Records that `rank` destroyed its communicator after taking collective sequence numbers
+    /// below `next_collective`: waiters for it on any later key fail at once, now and later.
+    pub(crate) fn leave(&self, rank: u32, next_collective: u64) {
+        lock(&self.state).gone[rank as usize] = Some(next_collective);
+        self.cv.notify_all();
+    }
+
     /// Deposits `value` for `rank` under `key` and waits up to `timeout` for every rank; then
-    /// returns all ranks' values, in rank order.
+    /// returns all ranks' values, in rank order. Fails at once when a missing rank has left
+    /// ([`Rendezvous::leave`]) and will never deposit under `key`.
     pub(crate) fn exchange<T: Any + Clone + Send + Sync>(
         &self,
         key: Key,
@@ -69,9 +108,9 @@ impl Rendezvous {
         timeout: Duration,
     ) -> Result<Vec<T>, RvError> {
         let me = rank as usize;
-        let deadline = Instant::now() + timeout;
-        let mut slots = lock(&self.slots);
-        let slot = slots.entry(key).or_insert_with(|| Slot {
+        let deadline = deadline(timeout);
+        let mut guard = lock(&self.state);
+        let slot = guard.slots.entry(key).or_insert_with(|| Slot {
             values: vec![None; self.n],
             arrived: 0,
             departed: 0,
@@ -87,6 +126,7 @@ impl Rendezvous {
             self.cv.notify_all();
         }
         loop {
+            let State { slots, gone } = &mut *guard;
             let slot = slots
                 .get_mut(&key)
                 .expect("a slot lives until every rank left it");
@@ -102,22 +142,31 @@ impl Rendezvous {
                 }
                 return values.ok_or(RvError::Mismatch);
             }
+            let missing: Vec<u32> = (0..self.n)
+                .filter(|&r| slot.values[r].is_none())
+                .map(|r| r as u32)
+                .collect();
+            let left: Vec<u32> = missing
+                .iter()
+                .copied()
+                .filter(|&r| never_comes(gone[r as usize], key))
+                .collect();
             let now = Instant::now();
-            if now >= deadline {
-                let missing = (0..self.n)
-                    .filter(|&r| slot.values[r].is_none())
-                    .map(|r| r as u32)
-                    .collect();
+            if !left.is_empty() || now >= deadline {
                 slot.values[me] = None;
                 slot.arrived -= 1;
                 if slot.arrived == 0 {
                     slots.remove(&key);
                 }
-                return Err(RvError::Timeout { missing });
+                return Err(if left.is_empty() {
+                    RvError::Timeout { missing }
+                } else {
+                    RvError::Gone { ranks: left }
+                });
             }
-            slots = self
+            guard = self
                 .cv
-                .wait_timeout(slots, deadline - now)
+                .wait_timeout(guard, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -142,7 +191,7 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert!(got.iter().all(|v| v == &[0, 10, 20]));
-        assert!(lock(&rv.slots).is_empty());
+        assert!(lock(&rv.state).slots.is_empty());
     }
 
     #[test]
@@ -151,12 +200,56 @@ mod tests {
         let key = Key::Host { seq: 1, step: 0 };
         let err = rv.exchange(key, 0, 1u8, Duration::from_millis(20));
         assert_eq!(err, Err(RvError::Timeout { missing: vec![1] }));
-        assert!(lock(&rv.slots).is_empty(), "a timed-out rank withdraws");
+        assert!(lock(&rv.state).slots.is_empty(), "a timed-out rank withdraws");
         let results = std::thread::scope(|s| {
             let a = s.spawn(|| rv.exchange(key, 0, 1u8, Duration::from_secs(5)).map(drop));
             let b = s.spawn(|| rv.exchange(key, 1, 1u16, Duration::from_secs(5)).map(drop));
             (a.join().unwrap(), b.join().unwrap())
         });
         assert_eq!(results, (Err(RvError::Mismatch), Err(RvError::Mismatch)));
+    }
+
+    #[test]
+    fn a_rank_that_left_fails_its_waiters_at_once() {
+        let rv = Rendezvous::new(2);
+        let long = Duration::from_secs(60);
+        let start = Instant::now();
+        let host = Key::Host { seq: 0, step: 0 };
+        let waited = std::thread::scope(|s| {
+            let w = s.spawn(|| rv.exchange(host, 0, (), long));
+            // Rank 1 leaves while rank 0 waits (or before it arrives: same outcome).
+            std::thread::sleep(Duration::from_millis(20));
+            rv.leave(1, 1);
+            w.join().unwrap()
+        });
+        assert_eq!(waited, Err(RvError::Gone { ranks: vec![1] }));
+        // Later keys fail on arrival: host calls always, collectives from the rank's next
+        // sequence number on.
+        let later = Key::Host { seq: 5, step: 0 };
+        assert_eq!(
+            rv.exchange(later, 0, (), long),
+            Err(RvError::Gone { ranks: vec![1] })
+        );
+        let next = Key::Collective { seq: 1, step: 0 };
+        assert_eq!(
+            rv.exchange(next, 0, (), long),
+            Err(RvError::Gone { ranks: vec![1] })
+        );
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(lock(&rv.state).slots.is_empty());
+        // A collective the rank queued before leaving still meets its peers.
+        let queued = Key::Collective { seq: 0, step: 3 };
+        let got = std::thread::scope(|s| {
+            let a = s.spawn(|| rv.exchange(queued, 0, 7u8, long));
+            let b = s.spawn(|| rv.exchange(queued, 1, 8u8, long));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!(got, (Ok(vec![7, 8]), Ok(vec![7, 8])));
+    }
+
+    #[test]
+    fn deadlines_never_overflow() {
+        let far = deadline(Duration::MAX);
+        assert!(far > Instant::now());
     }
 }

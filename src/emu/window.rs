@@ -178,6 +178,13 @@ fn exchange_error(e: RvError, comm: &Comm, call: &str) -> Fail<HcclResult> {
                 comm.timeout.as_secs_f64()
             ),
         },
+        RvError::Gone { ranks } => Fail {
+            code: HcclResult::HCCL_E_TCP_TRANSFER,
+            msg: format!(
+                "rank {}: ranks {ranks:?} destroyed their communicator and will never call {call}",
+                comm.rank
+            ),
+        },
         RvError::Mismatch | RvError::Duplicate => Fail {
             code: HcclResult::HCCL_E_INTERNAL,
             msg: format!("ranks made different collective calls where {call} was expected"),
@@ -277,19 +284,24 @@ fn prepare(comm: &Comm, addr: usize, size: u64) -> HcclRes<Prep> {
     })
 }
 
-/// `HcclCommSymWinRegister` (after the null checks). Collective.
-pub(crate) fn register(comm: usize, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
+/// `HcclCommSymWinRegister` (after the null checks) as the `seq`-th collective host call of
+/// `comm`. Collective. The caller took `seq` before any check that may reject the call, so a
+/// rejected call consumes it too: peers that did call fail on it (timeout, or at once once
+/// this rank is gone), and later calls stay matched.
+pub(crate) fn register(
+    comm: &Comm,
+    seq: u64,
+    addr: usize,
+    size: u64,
+    flag: u32,
+) -> HcclRes<usize> {
     if size == 0 {
         return para("size is 0");
     }
     if flag != 1 {
         return para(format!("flag is {flag}, must be 1"));
     }
-    let comm = comm::lookup(comm)?;
-    // Consumed even when the local checks fail: peers that did call time out on this
-    // sequence number, and later calls stay matched.
-    let seq = comm.next_host_seq();
-    let prep = prepare(&comm, addr, size)?;
+    let prep = prepare(comm, addr, size)?;
     let mine = match &prep {
         Prep::Existing(w) => RegVote {
             slot: w.slot,
@@ -317,7 +329,7 @@ pub(crate) fn register(comm: usize, addr: usize, size: u64, flag: u32) -> HcclRe
         Ok(v) => v,
         Err(e) => {
             undo(&prep);
-            return Err(exchange_error(e, &comm, "HcclCommSymWinRegister"));
+            return Err(exchange_error(e, comm, "HcclCommSymWinRegister"));
         }
     };
     if votes.iter().any(|v| {
@@ -353,12 +365,12 @@ pub(crate) fn register(comm: usize, addr: usize, size: u64, flag: u32) -> HcclRe
             phys,
             user_base,
         } => {
-            let w = create(&comm, heap, slot, &phys, user_base, &votes);
+            let w = create(comm, heap, slot, &phys, user_base, &votes);
             // Every rank must have mapped every peer before anyone uses the window.
             let mapped = w.as_ref().map(drop).map_err(|f| f.msg.clone());
             let all = rv
                 .exchange(key(1), comm.rank, mapped, comm.timeout)
-                .map_err(|e| exchange_error(e, &comm, "HcclCommSymWinRegister"))?;
+                .map_err(|e| exchange_error(e, comm, "HcclCommSymWinRegister"))?;
             if let Some((r, Err(msg))) = all.iter().enumerate().find(|(_, m)| m.is_err()) {
                 return hccl_fail(
                     HcclResult::HCCL_E_INTERNAL,
@@ -525,6 +537,7 @@ mod tests {
     use std::ffi::c_void;
     use std::ptr::null_mut;
     use std::sync::Barrier;
+    use std::time::{Duration, Instant};
 
     use super::super::testutil::{
         DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
@@ -773,18 +786,75 @@ mod tests {
         let _g = test_lock();
         let mut cfg = test_config();
         cfg.hcclExecTimeOut = 1;
+        // Rank 1 stays alive (its communicator too) until rank 0 has given up.
+        let done = Barrier::new(2);
         let codes = run_ranks(2, &cfg, |r| {
             if r.rank == 1 {
+                done.wait();
                 return HcclResult::HCCL_SUCCESS;
             }
             let buf = DevBuf::new(r.rank, G);
             let (code, _) = reg(r, buf.ptr, G as u64, 1);
-            assert!(recent().contains("ranks [1]"));
+            assert!(recent().contains("waited 1.0 s for ranks [1]"));
             assert_eq!(counters().windows, 0);
             buf.free();
+            done.wait();
             code
         });
         assert_eq!(codes[0], HcclResult::HCCL_E_TCP_TRANSFER);
+        assert_clean();
+    }
+
+    #[test]
+    fn a_rank_that_destroyed_its_communicator_fails_its_peers_at_once() {
+        let _g = test_lock();
+        // The default exec timeout is far longer than this test may take.
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 120;
+        let start = Instant::now();
+        let codes = run_ranks(2, &cfg, |r| {
+            if r.rank == 1 {
+                return Vec::new();
+            }
+            let buf = DevBuf::new(r.rank, G);
+            // Waits until rank 1 is gone, then fails; later calls fail on arrival.
+            let first = reg(r, buf.ptr, G as u64, 1).0;
+            assert!(recent().contains("destroyed their communicator"));
+            let second = reg(r, buf.ptr, G as u64, 1).0;
+            buf.free();
+            vec![first, second]
+        });
+        assert_eq!(codes[0], [HcclResult::HCCL_E_TCP_TRANSFER; 2]);
+        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+        assert_clean();
+    }
+
+    #[test]
+    fn a_locally_rejected_register_consumes_its_sequence_number() {
+        let _g = test_lock();
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 1;
+        let first_done = Barrier::new(2);
+        let codes = run_ranks(2, &cfg, |r| {
+            let buf = DevBuf::new(r.rank, G);
+            // Rank 0's call is rejected locally (size 0); rank 1's valid call must not pair
+            // with rank 0's next one: it times out.
+            let size = if r.rank == 0 { 0 } else { G as u64 };
+            let first = reg(r, buf.ptr, size, 1).0;
+            first_done.wait();
+            // Then both make the same call, and they are still in step.
+            let (second, win) = reg(r, buf.ptr, G as u64, 1);
+            if second == HcclResult::HCCL_SUCCESS {
+                deregister(win);
+            }
+            buf.free();
+            (first, second)
+        });
+        assert_eq!(codes[0], (PARA, HcclResult::HCCL_SUCCESS));
+        assert_eq!(
+            codes[1],
+            (HcclResult::HCCL_E_TCP_TRANSFER, HcclResult::HCCL_SUCCESS)
+        );
         assert_clean();
     }
 

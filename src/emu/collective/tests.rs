@@ -453,8 +453,11 @@ fn a_missing_peer_times_out_without_hanging() {
     let mut cfg = test_config();
     cfg.hcclExecTimeOut = 1;
     let start = Instant::now();
+    // Rank 1 stays alive (its communicator too) until rank 0 has given up.
+    let done = Barrier::new(2);
     run_ranks(2, &cfg, |r| {
         if r.rank == 1 {
+            done.wait();
             return;
         }
         let buf = DevBuf::new(r.rank, G);
@@ -462,7 +465,7 @@ fn a_missing_peer_times_out_without_hanging() {
         assert_eq!(r.sync(), FAILED);
         let msg = recent();
         assert!(
-            msg.contains("HCCL_E_TIMEOUT") && msg.contains("[1]"),
+            msg.contains("HCCL_E_TIMEOUT") && msg.contains("waited 1.0 s at step 0 for ranks [1]"),
             "{msg}"
         );
         let mut err = HcclResult::HCCL_SUCCESS;
@@ -470,8 +473,36 @@ fn a_missing_peer_times_out_without_hanging() {
         hok(unsafe { (hccl().HcclGetCommAsyncError.unwrap())(r.comm, &mut err) });
         assert_eq!(err, HcclResult::HCCL_E_TIMEOUT);
         buf.free();
+        done.wait();
     });
     assert!(start.elapsed() < Duration::from_secs(5));
+    assert_clean();
+}
+
+#[test]
+fn a_peer_that_destroyed_its_communicator_fails_collectives_at_once() {
+    let _g = test_lock();
+    let mut cfg = test_config();
+    cfg.hcclExecTimeOut = 120;
+    let start = Instant::now();
+    run_ranks(2, &cfg, |r| {
+        if r.rank == 1 {
+            return;
+        }
+        let buf = DevBuf::new(r.rank, G);
+        // The first waits until rank 1 is gone; the second fails on arrival.
+        for _ in 0..2 {
+            hok(call(r, Kind::AllReduce, buf.ptr, buf.ptr, 16, F32, SUM, 0));
+            assert_eq!(r.sync(), FAILED);
+            let msg = recent();
+            assert!(
+                msg.contains("HCCL_E_TIMEOUT") && msg.contains("ranks [1] destroyed"),
+                "{msg}"
+            );
+        }
+        buf.free();
+    });
+    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
     assert_clean();
 }
 
