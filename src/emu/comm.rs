@@ -15,13 +15,19 @@ use super::device;
 use super::errors::{HcclRes, hccl_fail};
 use super::os;
 use super::registry::{HandleKind, Registry, lock, new_handle};
-use super::rendezvous::Rendezvous;
+use super::rendezvous::{Rendezvous, deadline};
 use super::window::{SymHeap, Window, forget_window};
 
 /// The execution timeout when the config leaves it unset (`hcclExecTimeOut` <= 0).
 const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 /// Overrides [`DEFAULT_EXEC_TIMEOUT`] (seconds, fractions allowed).
 const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_S";
+/// The longest timeout the emulator uses (longer requests are clamped), so deadlines never
+/// overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+/// The shortest time init waits for the other ranks to join: rank threads may start late on a
+/// loaded machine, whatever the exec timeout.
+const MIN_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// The staging ("HCCL buffer") size when the config leaves it unset, in MiB.
 const DEFAULT_BUFFER_MB: u32 = 200;
 /// Marks a root info blob as the emulator's.
@@ -132,17 +138,28 @@ pub(crate) unsafe fn read_config(config: *const HcclCommConfig) -> HcclRes<HcclC
     Ok(out)
 }
 
-/// The execution timeout a config asks for.
+/// The execution timeout a config asks for, at most [`MAX_TIMEOUT`].
 fn exec_timeout(config: &HcclCommConfig) -> Duration {
     if config.hcclExecTimeOut > 0 {
-        return Duration::from_secs(config.hcclExecTimeOut as u64);
+        return Duration::from_secs(config.hcclExecTimeOut as u64).min(MAX_TIMEOUT);
     }
-    std::env::var(EXEC_TIMEOUT_ENV)
-        .ok()
+    env_timeout(std::env::var(EXEC_TIMEOUT_ENV).ok().as_deref())
+}
+
+/// The timeout [`EXEC_TIMEOUT_ENV`] set to `value` asks for, at most [`MAX_TIMEOUT`].
+fn env_timeout(value: Option<&str>) -> Duration {
+    value
         .and_then(|v| v.trim().parse::<f64>().ok())
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .filter(|d| !d.is_zero())
         .unwrap_or(DEFAULT_EXEC_TIMEOUT)
+        .min(MAX_TIMEOUT)
+}
+
+/// How long init waits for the other ranks: the exec timeout, but at least
+/// [`MIN_JOIN_TIMEOUT`].
+fn join_timeout(exec: Duration) -> Duration {
+    exec.max(MIN_JOIN_TIMEOUT)
 }
 
 /// `HcclCommInitRootInfoConfig` (after the null checks): joins the group named by `root` as
@@ -187,7 +204,7 @@ pub(crate) fn init(
             format!("cannot map the {buffer_mb} MiB staging buffer: {e}"),
         )
     })?;
-    let group = join(id, n, rank, timeout)?;
+    let group = join(id, n, rank, join_timeout(timeout))?;
     let handle = new_handle(HandleKind::Comm);
     COMMS.insert(
         handle,
@@ -217,7 +234,7 @@ fn join(id: u64, n: u32, rank: u32, timeout: Duration) -> HcclRes<Arc<Group>> {
             "rootInfo is unknown or was already used by a communicator whose ranks all joined",
         );
     };
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline(timeout);
     let mut st = lock(&pending.join);
     if st.count == 0 {
         st.n = n;
@@ -350,7 +367,7 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use std::ptr::null_mut;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::super::testutil::{
         acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
@@ -486,20 +503,15 @@ mod tests {
     #[test]
     fn a_missing_rank_times_out() {
         let _g = test_lock();
-        let h = hccl();
-        let root = root();
-        let mut cfg = test_config();
-        cfg.hcclExecTimeOut = 1;
-        let mut comm = null_mut();
+        // Init waits at least 30 s (whatever the exec timeout); the wait itself is tested
+        // with a shorter one.
+        assert_eq!(super::join_timeout(Duration::from_secs(1)).as_secs(), 30);
+        assert_eq!(super::join_timeout(Duration::from_secs(90)).as_secs(), 90);
+        let id = super::root_id(&root()).unwrap();
         let start = Instant::now();
-        // SAFETY: valid pointers.
-        unsafe {
-            ok((acl().aclrtSetDevice)(0));
-            let code = (h.HcclCommInitRootInfoConfig)(2, &root, 0, &cfg, &mut comm);
-            assert_eq!(code, HcclResult::HCCL_E_TIMEOUT);
-            assert!(recent().contains("[1]"));
-            ok((acl().aclrtResetDevice)(0));
-        }
+        let err = super::join(id, 2, 0, Duration::from_millis(200)).err().unwrap();
+        assert_eq!(err.code, HcclResult::HCCL_E_TIMEOUT);
+        assert!(err.msg.contains("[1]"), "{}", err.msg);
         assert!(start.elapsed().as_secs_f64() < 5.0);
         assert_clean();
     }
@@ -520,5 +532,13 @@ mod tests {
         assert_eq!(cut.hcclExecTimeOut, -1);
         assert_eq!(cut.hcclSymWinMaxMemSizePerRank, 16);
         assert_eq!(super::exec_timeout(&full).as_secs(), 7);
+        // Huge timeouts are clamped to a day, so deadlines cannot overflow.
+        let mut huge = cfg;
+        huge.hcclExecTimeOut = i32::MAX;
+        assert_eq!(super::exec_timeout(&huge), super::MAX_TIMEOUT);
+        assert_eq!(super::env_timeout(Some("1e19")), super::MAX_TIMEOUT);
+        assert_eq!(super::env_timeout(Some("0.5")), Duration::from_millis(500));
+        assert_eq!(super::env_timeout(Some("-1")), super::DEFAULT_EXEC_TIMEOUT);
+        assert_eq!(super::env_timeout(None), super::DEFAULT_EXEC_TIMEOUT);
     }
 }

@@ -67,6 +67,8 @@
 //! - Init on a thread without a device: `HCCL_E_RUNTIME`. Config fields are read from the
 //!   first `min(configSize, 2248)` bytes (by size; the version is not interpreted).
 //!   `hcclExecTimeOut <= 0` means 120 s, or `SYMHEAP_EMU_EXEC_TIMEOUT_S` (seconds) when set;
+//!   either is clamped to at most one day. Init waits for the other ranks to join for the
+//!   exec timeout but at least 30 s (rank threads may start late on a loaded machine);
 //!   `hcclBufferSize` unset or 0 means 200 MiB, mapped so untouched pages cost nothing;
 //!   `hcclSymWinMaxMemSizePerRank` is the heap stride in GiB (`stride * nRanks` must fit in
 //!   64 TiB). A root info is used up once all its ranks joined.
