@@ -565,12 +565,14 @@ fn stream_order_is_kept_and_reads_before_synchronize_may_be_stale() {
 fn barrier_waits_for_every_rank() {
     let _g = test_lock();
     let ready = Barrier::new(3);
-    let waited = run_ranks(3, &test_config(), |r| {
+    // When rank 0 is about to call: no rank may leave the barrier before that.
+    let rank0_calls = std::sync::OnceLock::new();
+    let finished = run_ranks(3, &test_config(), |r| {
         ready.wait();
         if r.rank == 0 {
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
+            rank0_calls.set(Instant::now()).unwrap();
         }
-        let start = Instant::now();
         hok(call(
             r,
             Kind::Barrier,
@@ -582,9 +584,10 @@ fn barrier_waits_for_every_rank() {
             0,
         ));
         ok(r.sync());
-        start.elapsed()
+        Instant::now()
     });
-    assert!(waited[1] >= Duration::from_millis(50), "{waited:?}");
+    let called = *rank0_calls.get().unwrap();
+    assert!(finished.iter().all(|&t| t >= called), "{finished:?} vs {called:?}");
     assert_clean();
 }
 
