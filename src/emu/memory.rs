@@ -95,7 +95,9 @@ struct Reservation {
 struct PhysEntry {
     phys: Arc<Physical>,
     mappings: usize,
-    windows: usize,
+    /// Where the allocation is mapped for each live window registered over it (the window's
+    /// user base): those mappings cannot be unmapped, nor the allocation freed.
+    windows: Vec<usize>,
 }
 
 struct State {
@@ -288,7 +290,7 @@ pub(crate) fn malloc_physical(
         PhysEntry {
             phys,
             mappings: 0,
-            windows: 0,
+            windows: Vec::new(),
         },
     );
     st.used[device as usize] += size as u64;
@@ -311,11 +313,11 @@ pub(crate) fn free_physical(handle: usize) -> AclResult {
             e.mappings
         ));
     }
-    if e.windows > 0 {
+    if !e.windows.is_empty() {
         return param(format!(
             "physical allocation {handle:#x} is registered in {} symmetric window(s): \
              deregister first",
-            e.windows
+            e.windows.len()
         ));
     }
     let (size, device) = (e.phys.size, e.phys.device);
@@ -410,6 +412,16 @@ pub(crate) fn unmap(addr: usize) -> AclResult {
         }) => m.clone(),
         _ => return param(format!("{addr:#x} is not the start of a mapping")),
     };
+    let registered = st
+        .physicals
+        .get(&mapping.phys.handle)
+        .is_some_and(|e| e.windows.contains(&addr));
+    if registered {
+        return param(format!(
+            "mapping at {addr:#x} is registered in a live symmetric window: deregister the \
+             window first"
+        ));
+    }
     // One reference is the registry's, one is ours: anything more is queued work.
     if Arc::strong_count(&mapping) > 2 {
         return param(format!(
@@ -517,17 +529,20 @@ pub(crate) fn remove_window_region(base: usize) {
     }
 }
 
-/// Counts a window registration of physical allocation `handle` (blocks freeing it).
-pub(crate) fn attach_window(handle: usize) {
+/// Records a live window over physical allocation `handle`, mapped at `base`: blocks freeing
+/// the allocation and unmapping that mapping.
+pub(crate) fn attach_window(handle: usize, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
-        e.windows += 1;
+        e.windows.push(base);
     }
 }
 
 /// Undoes [`attach_window`].
-pub(crate) fn detach_window(handle: usize) {
+pub(crate) fn detach_window(handle: usize, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
-        e.windows -= 1;
+        if let Some(i) = e.windows.iter().position(|&b| b == base) {
+            e.windows.swap_remove(i);
+        }
     }
 }
 

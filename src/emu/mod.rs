@@ -46,8 +46,9 @@
 //!   in range and `flags == 0` (107000); beyond [`set_device_memory_limit`] it fails with
 //!   `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001). `memAttr` is not checked.
 //! - `aclrtMapMem` needs a granularity-aligned address and offset. `aclrtUnmapMem` of a
-//!   mapping that queued stream work still uses fails with 107000 (synchronize first); a
-//!   mapping registered in a window may be unmapped (the window then fails to be used).
+//!   mapping that queued stream work still uses fails with 107000 (synchronize first), and so
+//!   does one registered in a live symmetric window (deregister the window first, or destroy
+//!   the communicator, which deregisters what is left), so no window refers to stale memory.
 //! - `aclrtFreePhysical` fails with 107000 while the allocation is mapped or registered in a
 //!   symmetric window; `aclrtReleaseMemAddress` fails with 107000 while it has mappings.
 //! - `aclrtMemcpy` kinds are checked against which side is device address space (inside a

@@ -150,7 +150,7 @@ impl Drop for Window {
         if unmapped {
             self.heap.free(self.slot);
         }
-        memory::detach_window(self.phys);
+        memory::detach_window(self.phys, self.user_base);
         counters::dec(Counter::Windows);
     }
 }
@@ -407,7 +407,7 @@ fn create(
         rank: comm.rank,
         rank_size: comm.n,
     });
-    memory::attach_window(phys.handle);
+    memory::attach_window(phys.handle, user_base);
     counters::inc(Counter::Windows);
     // From here on, dropping the window undoes everything.
     let w = Arc::new(Window {
@@ -855,6 +855,35 @@ mod tests {
             codes[1],
             (HcclResult::HCCL_E_TCP_TRANSFER, HcclResult::HCCL_SUCCESS)
         );
+        assert_clean();
+    }
+
+    #[test]
+    fn a_registered_mapping_cannot_be_unmapped_until_deregistered() {
+        let _g = test_lock();
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let buf = DevBuf::new(r.rank, G);
+            let win = register(r, &buf);
+            // Registered twice: it stays locked until the last deregistration.
+            let win2 = register(r, &buf);
+            // SAFETY: the emulator validates the address.
+            assert_eq!(
+                unsafe { (a.aclrtUnmapMem)(buf.ptr) },
+                ACL_ERROR_RT_PARAM_INVALID
+            );
+            assert!(recent().contains("deregister the window first"));
+            deregister(win2);
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { (a.aclrtUnmapMem)(buf.ptr) },
+                ACL_ERROR_RT_PARAM_INVALID
+            );
+            // Nothing changed: the window still finds the memory.
+            assert_eq!(get(r, buf.ptr, 8), Ok((win, 0)));
+            deregister(win);
+            buf.free();
+        });
         assert_clean();
     }
 
