@@ -51,22 +51,27 @@ thread_local! {
     static HANDED_OUT: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
 
-/// Records `msg` as this thread's most recent error message.
+/// Records `msg` as this thread's most recent error message. During thread-local destruction
+/// (a failing call from another thread-local's destructor) the message is dropped: `with`
+/// would panic there, and a panic across the C boundary aborts.
 pub(crate) fn set_recent(msg: String) {
     // A C string cannot hold NUL bytes; none of ours should contain one, but never fail here.
     let c = CString::new(msg.replace('\0', "?")).unwrap_or_default();
-    RECENT.with(|r| *r.borrow_mut() = Some(c));
+    let _ = RECENT.try_with(|r| *r.borrow_mut() = Some(c));
 }
 
 /// `aclGetRecentErrMsg`: takes this thread's recent message (read-and-clear) and returns a
-/// pointer valid until the next call on this thread, or null when there is none.
+/// pointer valid until the next call on this thread, or null when there is none (also during
+/// thread-local destruction).
 pub(crate) fn take_recent() -> *const c_char {
-    let msg = RECENT.with(|r| r.borrow_mut().take());
-    HANDED_OUT.with(|h| {
-        let mut h = h.borrow_mut();
-        *h = msg;
-        h.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())
-    })
+    let msg = RECENT.try_with(|r| r.borrow_mut().take()).ok().flatten();
+    HANDED_OUT
+        .try_with(|h| {
+            let mut h = h.borrow_mut();
+            *h = msg;
+            h.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())
+        })
+        .unwrap_or(std::ptr::null())
 }
 
 /// A C status type: what success and an emulator panic are in it.
@@ -175,6 +180,30 @@ mod tests {
         // SAFETY: non-null and valid until the next take_recent on this thread.
         assert_eq!(unsafe { CStr::from_ptr(p) }.to_str().unwrap(), "first");
         assert!(take_recent().is_null());
+    }
+
+    /// A failing call from a thread-local destructor that runs after `RECENT` was destroyed.
+    #[test]
+    fn calls_during_thread_local_destruction_do_not_panic() {
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                let code: HcclResult = entry("HcclGetRankId", || {
+                    hccl_fail(HcclResult::HCCL_E_PARA, "from a destructor")
+                });
+                assert_eq!(code, HcclResult::HCCL_E_PARA);
+                let _ = take_recent();
+            }
+        }
+        thread_local! { static LATE: Late = const { Late }; }
+        std::thread::spawn(|| {
+            LATE.with(|_| {});
+            // Registered after LATE's destructor, so RECENT is destroyed first.
+            set_recent("x".into());
+            let _ = take_recent();
+        })
+        .join()
+        .expect("the destructor's call returned without panicking");
     }
 
     #[test]
