@@ -180,21 +180,24 @@ fn run(shared: &Shared) {
             }
         };
         // The task (and every pin it holds) is gone before completion is announced, so a
-        // synchronized host may unmap at once.
-        let outcome = if skip {
-            drop(task);
-            Ok(())
-        } else {
-            match catch_unwind(AssertUnwindSafe(task)) {
-                Ok(result) => result,
-                Err(payload) => Err(TaskFailure {
-                    code: ACL_ERROR_RT_INTERNAL_ERROR,
-                    msg: format!(
-                        "internal error: a stream task panicked: {}",
-                        panic_message(payload.as_ref())
-                    ),
-                }),
+        // synchronized host may unmap at once. A skipped task is dropped inside
+        // `catch_unwind` too: a panic in a destructor must not end the stream thread.
+        let outcome = match catch_unwind(AssertUnwindSafe(move || {
+            if skip {
+                drop(task);
+                Ok(())
+            } else {
+                task()
             }
+        })) {
+            Ok(result) => result,
+            Err(payload) => Err(TaskFailure {
+                code: ACL_ERROR_RT_INTERNAL_ERROR,
+                msg: format!(
+                    "internal error: a stream task panicked: {}",
+                    panic_message(payload.as_ref())
+                ),
+            }),
         };
         let mut q = lock(&shared.queue);
         if let Err(f) = outcome {
@@ -339,6 +342,47 @@ mod tests {
                 ok((a.aclrtSynchronizeStream)(s));
             }
             assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
+        });
+    }
+
+    #[test]
+    fn a_skipped_task_that_panics_when_dropped_does_not_kill_the_stream() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("drop of a skipped task");
+            }
+        }
+        let _g = test_lock();
+        on_stream(0, |s, buf| {
+            let a = acl();
+            let open = gate(s);
+            let stream = lookup(s as usize).unwrap();
+            stream
+                .enqueue(Box::new(|| {
+                    Err(TaskFailure {
+                        code: ACL_ERROR_RT_INTERNAL_ERROR,
+                        msg: "first failure".into(),
+                    })
+                }))
+                .unwrap();
+            let bomb = PanicsOnDrop;
+            stream
+                .enqueue(Box::new(move || {
+                    let _keep = &bomb;
+                    Ok(())
+                }))
+                .unwrap();
+            drop(open);
+            // SAFETY: plain calls on a live stream; the device range is validated.
+            unsafe {
+                assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("first failure"));
+                // The thread survived: later work runs.
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x33, 4, s));
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+            assert_eq!(buf.read::<u8>(0, 4), vec![0x33; 4]);
         });
     }
 
