@@ -11,7 +11,7 @@ use super::errors::{
 pub(crate) const MAX_DEVICES: usize = 64;
 
 /// The default per-device physical memory: 64 GiB.
-const DEFAULT_LIMIT: u64 = 64 << 30;
+pub(crate) const DEFAULT_LIMIT: u64 = 64 << 30;
 
 static LIMIT: AtomicU64 = AtomicU64::new(DEFAULT_LIMIT);
 

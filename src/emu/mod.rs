@@ -198,9 +198,13 @@ pub fn acl_api() -> AclApi {
 }
 
 /// Serialises the unit tests that depend on process-global emulator state (counters,
-/// injected failures).
+/// injected failures), and resets that state on acquisition (no injected failure pending, the
+/// default device memory limit), so a test that failed half-way does not leak into the next.
 #[cfg(test)]
 pub(crate) fn test_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    registry::lock(&LOCK)
+    let guard = registry::lock(&LOCK);
+    clear_injected_failures();
+    set_device_memory_limit(device::DEFAULT_LIMIT);
+    guard
 }

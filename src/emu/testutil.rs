@@ -214,14 +214,10 @@ pub(crate) fn run_ranks<R: Send>(
                         comm,
                         stream,
                     };
-                    let out = body(&r);
-                    // SAFETY: handles made above.
-                    unsafe {
-                        ok((a.aclrtDestroyStream)(stream));
-                        hok((h.HcclCommDestroy)(comm));
-                        ok((a.aclrtResetDevice)(rank as i32));
-                    }
-                    out
+                    // Torn down by the guard even when `body` panics, so nothing of this
+                    // rank leaks into later tests and its peers fail at once.
+                    let _teardown = Teardown(&r);
+                    body(&r)
                 })
             })
             .collect();
@@ -230,6 +226,29 @@ pub(crate) fn run_ranks<R: Send>(
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
+}
+
+/// Destroys a test rank's stream and communicator and unbinds its device when dropped;
+/// failures are asserted unless the rank is already panicking.
+struct Teardown<'a>(&'a Rank);
+
+impl Drop for Teardown<'_> {
+    fn drop(&mut self) {
+        let (a, h, r) = (acl(), hccl(), self.0);
+        // SAFETY: handles made by `run_ranks`, destroyed only here.
+        let codes = unsafe {
+            (
+                (a.aclrtDestroyStream)(r.stream),
+                (h.HcclCommDestroy)(r.comm),
+                (a.aclrtResetDevice)(r.rank as i32),
+            )
+        };
+        if !std::thread::panicking() {
+            ok(codes.0);
+            hok(codes.1);
+            ok(codes.2);
+        }
+    }
 }
 
 /// A window registered over a whole [`DevBuf`].
@@ -260,4 +279,36 @@ pub(crate) fn gate(stream: aclrtStream) -> std::sync::mpsc::Sender<()> {
         }))
         .expect("the stream accepts work");
     tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{device, inject, inject_failure, set_device_memory_limit, test_lock};
+    use super::*;
+
+    #[test]
+    fn test_lock_resets_global_state() {
+        {
+            let _g = test_lock();
+            inject_failure("aclrtMapMem", 3, 1);
+            set_device_memory_limit(1 << 20);
+        }
+        let _g = test_lock();
+        assert_eq!(device::memory_limit(), device::DEFAULT_LIMIT);
+        for _ in 0..3 {
+            assert_eq!(inject::take("aclrtMapMem"), None);
+        }
+    }
+
+    #[test]
+    fn a_panicking_rank_is_torn_down() {
+        let _g = test_lock();
+        let caught = std::panic::catch_unwind(|| {
+            run_ranks(2, &test_config(), |r| {
+                assert!(r.rank != 1, "rank 1 fails");
+            })
+        });
+        assert!(caught.is_err());
+        assert_clean();
+    }
 }
