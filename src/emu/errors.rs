@@ -103,7 +103,19 @@ impl Code for HcclResult {
 /// Runs the body of the C function `name`: an injected failure first, then `body` with panics
 /// caught (nothing unwinds across the C boundary), and the failure's message recorded.
 pub(crate) fn entry<C: Code>(name: &'static str, body: impl FnOnce() -> Result<(), Fail<C>>) -> C {
+    entry_with(name, || {}, body)
+}
+
+/// [`entry`] for a collective C function: `on_injected` runs when the call fails by injection
+/// (to consume the call's sequence number, as a locally rejected call does).
+pub(crate) fn entry_with<C: Code>(
+    name: &'static str,
+    on_injected: impl FnOnce(),
+    body: impl FnOnce() -> Result<(), Fail<C>>,
+) -> C {
     if let Some(raw) = inject::take(name) {
+        // Best effort: a panic here is caught and ignored, the injected code is returned.
+        let _ = catch_unwind(AssertUnwindSafe(on_injected));
         set_recent(format!("{name}: injected failure (code {raw})"));
         return C::from_raw(raw);
     }

@@ -13,7 +13,7 @@ use crate::sys::{
 };
 
 use super::collective::{self, Kind, Request};
-use super::errors::{HcclRes, entry, hccl_error_string, hccl_fail};
+use super::errors::{HcclRes, entry, entry_with, hccl_error_string, hccl_fail};
 use super::{comm, window};
 
 /// Fails on a null pointer argument.
@@ -33,6 +33,16 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> HcclRes {
     // SAFETY: non-null, and valid for writes by the caller's contract.
     unsafe { out.write(value) };
     Ok(())
+}
+
+/// What an injected failure of a collective on `comm` does: consume its sequence number, as a
+/// locally rejected call would, so peers' calls do not pair with this rank's next one.
+fn consume_collective(comm: HcclComm) -> impl FnOnce() {
+    move || {
+        if let Ok(c) = comm::lookup(comm as usize) {
+            c.next_collective_seq();
+        }
+    }
 }
 
 /// A request with the fields most collectives share (no reduction, root 0, receive count and
@@ -214,7 +224,12 @@ pub unsafe extern "C" fn HcclCommSymWinRegister(
     win_handle: *mut HcclCommSymWindow,
     flag: u32,
 ) -> HcclResult {
-    entry("HcclCommSymWinRegister", || {
+    let consume = move || {
+        if let Ok(c) = comm::lookup(comm as usize) {
+            c.next_host_seq();
+        }
+    };
+    entry_with("HcclCommSymWinRegister", consume, || {
         non_null(comm, "comm")?;
         let c = comm::lookup(comm as usize)?;
         // Taken before the other checks: a call on a live communicator that is rejected
@@ -235,7 +250,8 @@ pub unsafe extern "C" fn HcclCommSymWinRegister(
 /// None: the handle is looked up.
 #[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
 pub unsafe extern "C" fn HcclCommSymWinDeregister(win_handle: HcclCommSymWindow) -> HcclResult {
-    entry("HcclCommSymWinDeregister", || {
+    let consume = move || window::consume_deregister_seq(win_handle as usize);
+    entry_with("HcclCommSymWinDeregister", consume, || {
         non_null(win_handle, "winHandle")?;
         window::deregister(win_handle as usize)
     })
@@ -273,7 +289,7 @@ pub unsafe extern "C" fn HcclCommSymWinGet(
 /// None: handles are looked up.
 #[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
 pub unsafe extern "C" fn HcclBarrier(comm: HcclComm, stream: aclrtStream) -> HcclResult {
-    entry("HcclBarrier", || {
+    entry_with("HcclBarrier", consume_collective(comm), || {
         collective::enqueue(request(
             Kind::Barrier,
             0,
@@ -300,7 +316,7 @@ pub unsafe extern "C" fn HcclAllReduce(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry("HcclAllReduce", || {
+    entry_with("HcclAllReduce", consume_collective(comm), || {
         collective::enqueue(Request {
             op,
             ..request(
@@ -329,7 +345,7 @@ pub unsafe extern "C" fn HcclAllGather(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry("HcclAllGather", || {
+    entry_with("HcclAllGather", consume_collective(comm), || {
         collective::enqueue(request(
             Kind::AllGather,
             send_buf as usize,
@@ -356,7 +372,7 @@ pub unsafe extern "C" fn HcclReduceScatter(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry("HcclReduceScatter", || {
+    entry_with("HcclReduceScatter", consume_collective(comm), || {
         collective::enqueue(Request {
             op,
             ..request(
@@ -388,7 +404,7 @@ pub unsafe extern "C" fn HcclAlltoAll(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry("HcclAlltoAll", || {
+    entry_with("HcclAlltoAll", consume_collective(comm), || {
         collective::enqueue(Request {
             recv_count,
             recv_dtype: recv_type,
@@ -418,7 +434,7 @@ pub unsafe extern "C" fn HcclBroadcast(
     comm: HcclComm,
     stream: aclrtStream,
 ) -> HcclResult {
-    entry("HcclBroadcast", || {
+    entry_with("HcclBroadcast", consume_collective(comm), || {
         collective::enqueue(Request {
             root,
             ..request(

@@ -65,7 +65,15 @@ static TABLE: Mutex<BTreeMap<&'static str, Pending>> = Mutex::new(BTreeMap::new(
 /// function returns) without doing anything else. Several failures may be pending at once.
 ///
 /// Injections are process-global: tests that use them must not run beside other emulator
-/// tests.
+/// tests. The call count is process-wide too, not per rank: on a multi-rank communicator the
+/// `nth` call is whichever rank's call comes `nth`.
+///
+/// An injected failure of a collective call (`HcclAllReduce` & co., `HcclBarrier`,
+/// `HcclCommSymWinRegister`, `HcclCommSymWinDeregister`) on a live communicator consumes that
+/// rank's sequence number, like a call rejected by the emulator's own checks: the peers'
+/// matching calls then fail (they time out, or fail at once if the rank destroys its
+/// communicator) and the ranks' later calls stay paired. To make a collective step fail
+/// cleanly on every rank, inject it on every rank's call, or use a one-rank communicator.
 ///
 /// # Panics
 /// If `call` is not one of the emulator's C functions that return a status code (a typo would

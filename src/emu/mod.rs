@@ -37,7 +37,9 @@
 //!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..64`:
 //!   `ACL_ERROR_RT_INVALID_DEVICEID` (107001). `aclrtResetDevice` unbinds the thread.
 //! - Null pointer arguments of ACL calls: `ACL_ERROR_RT_PARAM_INVALID` (107000). There is no
-//!   default stream: a NULL stream is 107000; an unknown stream or physical handle is
+//!   default stream: a NULL stream is 107000 for every call that takes one (ACL and HCCL's
+//!   collectives, where it is `HCCL_E_PTR`), whereas the real ACL runs work given a NULL stream
+//!   on the device's default stream; an unknown stream or physical handle is
 //!   `ACL_ERROR_RT_INVALID_HANDLE` (107017); an address that is not the start of a
 //!   reservation or mapping is 107000.
 //! - `aclrtReserveMemAddress` rejects a non-NULL `expectPtr` (107000) and flags other than
@@ -92,8 +94,8 @@
 //! - A collective host call (register / deregister / collective) that names a live
 //!   communicator consumes a sequence number even when it is rejected locally (the number is
 //!   taken as soon as the communicator is found, before any other argument check), so peers'
-//!   matching calls time out and later calls stay matched. An injected failure consumes
-//!   nothing.
+//!   matching calls time out and later calls stay matched. An injected failure of such a call
+//!   ([`inject_failure`]) consumes its sequence number the same way.
 //! - Collectives: unsupported type (INT128, FP8 kinds, reserved) or op, a root out of range,
 //!   an overflowing count, a buffer not wholly in mapped device memory, reduction buffers not
 //!   aligned to the element size, or buffers that overlap other than in place (AllReduce

@@ -288,13 +288,7 @@ fn prepare(comm: &Comm, addr: usize, size: u64) -> HcclRes<Prep> {
 /// `comm`. Collective. The caller took `seq` before any check that may reject the call, so a
 /// rejected call consumes it too: peers that did call fail on it (timeout, or at once once
 /// this rank is gone), and later calls stay matched.
-pub(crate) fn register(
-    comm: &Comm,
-    seq: u64,
-    addr: usize,
-    size: u64,
-    flag: u32,
-) -> HcclRes<usize> {
+pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
     if size == 0 {
         return para("size is 0");
     }
@@ -500,6 +494,15 @@ pub(crate) fn deregister(handle: usize) -> HcclRes {
     // With `last`, this is the final reference: the window unmaps itself here.
     drop(w);
     Ok(())
+}
+
+/// Consumes the host sequence number a deregistration of window `handle` would take (for an
+/// injected failure); nothing for a handle that is not a live window.
+pub(crate) fn consume_deregister_seq(handle: usize) {
+    let comm = lock(&WINDOWS).get(&handle).copied();
+    if let Some(comm) = comm.and_then(|c| comm::lookup(c).ok()) {
+        comm.next_host_seq();
+    }
 }
 
 /// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and
@@ -825,7 +828,11 @@ mod tests {
             vec![first, second]
         });
         assert_eq!(codes[0], [HcclResult::HCCL_E_TCP_TRANSFER; 2]);
-        assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
         assert_clean();
     }
 

@@ -502,7 +502,11 @@ fn a_peer_that_destroyed_its_communicator_fails_collectives_at_once() {
         }
         buf.free();
     });
-    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
     assert_clean();
 }
 
@@ -587,7 +591,10 @@ fn barrier_waits_for_every_rank() {
         Instant::now()
     });
     let called = *rank0_calls.get().unwrap();
-    assert!(finished.iter().all(|&t| t >= called), "{finished:?} vs {called:?}");
+    assert!(
+        finished.iter().all(|&t| t >= called),
+        "{finished:?} vs {called:?}"
+    );
     assert_clean();
 }
 
@@ -656,6 +663,44 @@ fn bad_arguments_are_rejected_synchronously() {
         assert_eq!(buf.read::<f32>(4096, 4), vec![1.0, 2.0, 3.0, 4.0]);
         buf.free();
     });
+    assert_clean();
+}
+
+#[test]
+fn an_injected_collective_failure_consumes_its_sequence_number() {
+    let _g = test_lock();
+    let mut cfg = test_config();
+    cfg.hcclExecTimeOut = 1;
+    let (first, second) = (Barrier::new(2), Barrier::new(2));
+    let out = run_ranks(2, &cfg, |r| {
+        let buf = DevBuf::new(r.rank, G);
+        let ar = |v: f32| {
+            buf.write(0, &[v]);
+            let code = call(r, Kind::AllReduce, buf.ptr, buf.at(64), 1, F32, SUM, 0);
+            (code, r.sync(), buf.read::<f32>(64, 1)[0])
+        };
+        let base = r.rank as f32 + 1.0;
+        // Only rank 0's first AllReduce fails by injection; rank 1 calls once it has.
+        if r.rank == 0 {
+            inject_failure("HcclAllReduce", 1, HcclResult::HCCL_E_INTERNAL.0);
+        } else {
+            first.wait();
+        }
+        let a = ar(base);
+        if r.rank == 0 {
+            first.wait();
+        }
+        // Rank 1's first call met nobody (it timed out): the next calls pair up again.
+        second.wait();
+        let b = ar(base * 10.0);
+        buf.free();
+        (a.0, a.1, b)
+    });
+    assert_eq!(out[0].0, HcclResult::HCCL_E_INTERNAL);
+    assert_eq!((out[1].0, out[1].1), (HcclResult::HCCL_SUCCESS, FAILED));
+    for (_, _, b) in &out {
+        assert_eq!(*b, (HcclResult::HCCL_SUCCESS, ACL_SUCCESS, 30.0));
+    }
     assert_clean();
 }
 
