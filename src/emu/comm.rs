@@ -509,7 +509,9 @@ mod tests {
         assert_eq!(super::join_timeout(Duration::from_secs(90)).as_secs(), 90);
         let id = super::root_id(&root()).unwrap();
         let start = Instant::now();
-        let err = super::join(id, 2, 0, Duration::from_millis(200)).err().unwrap();
+        let err = super::join(id, 2, 0, Duration::from_millis(200))
+            .err()
+            .unwrap();
         assert_eq!(err.code, HcclResult::HCCL_E_TIMEOUT);
         assert!(err.msg.contains("[1]"), "{}", err.msg);
         assert!(start.elapsed().as_secs_f64() < 5.0);

@@ -109,8 +109,8 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::super::testutil::assert_clean;
     use super::super::test_lock;
+    use super::super::testutil::assert_clean;
     use crate::runtime::Stream;
 
     #[test]

@@ -200,7 +200,10 @@ mod tests {
         let key = Key::Host { seq: 1, step: 0 };
         let err = rv.exchange(key, 0, 1u8, Duration::from_millis(20));
         assert_eq!(err, Err(RvError::Timeout { missing: vec![1] }));
-        assert!(lock(&rv.state).slots.is_empty(), "a timed-out rank withdraws");
+        assert!(
+            lock(&rv.state).slots.is_empty(),
+            "a timed-out rank withdraws"
+        );
         let results = std::thread::scope(|s| {
             let a = s.spawn(|| rv.exchange(key, 0, 1u8, Duration::from_secs(5)).map(drop));
             let b = s.spawn(|| rv.exchange(key, 1, 1u16, Duration::from_secs(5)).map(drop));
