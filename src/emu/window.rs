@@ -875,17 +875,13 @@ mod tests {
             // Registered twice: it stays locked until the last deregistration.
             let win2 = register(r, &buf);
             // SAFETY: the emulator validates the address.
-            assert_eq!(
-                unsafe { (a.aclrtUnmapMem)(buf.ptr) },
-                ACL_ERROR_RT_PARAM_INVALID
-            );
+            let code = unsafe { (a.aclrtUnmapMem)(buf.ptr) };
+            assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
             assert!(recent().contains("deregister the window first"));
             deregister(win2);
             // SAFETY: as above.
-            assert_eq!(
-                unsafe { (a.aclrtUnmapMem)(buf.ptr) },
-                ACL_ERROR_RT_PARAM_INVALID
-            );
+            let code = unsafe { (a.aclrtUnmapMem)(buf.ptr) };
+            assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
             // Nothing changed: the window still finds the memory.
             assert_eq!(get(r, buf.ptr, 8), Ok((win, 0)));
             deregister(win);
