@@ -6,8 +6,9 @@
 //! ```
 //!
 //! For each size it prints `size count type redop time(us) algbw(GB/s) busbw(GB/s) #wrong`,
-//! with the output checked against a host computation, and finally the host's single-thread
-//! memcpy bandwidth measured in the same run, the ceiling a host emulator can approach.
+//! with the output checked against a host computation, and finally the host's memcpy
+//! bandwidth with one thread and with two (aggregate), measured in the same run: the ceiling a
+//! host emulator can approach.
 //! `--memory window` registers the buffers as symmetric windows (the zero-copy path);
 //! `--memory plain` leaves them unregistered, so data stages through the HCCL buffer.
 
@@ -381,21 +382,25 @@ fn run<T: Num>(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Single-thread host memcpy bandwidth in GB/s: median of several copies of `bytes`.
-fn memcpy_bandwidth(bytes: usize) -> f64 {
-    let src = vec![1u8; bytes];
-    let mut dst = vec![0u8; bytes];
-    dst.copy_from_slice(&src); // fault the pages in before timing
-    let mut times: Vec<Duration> = (0..9)
-        .map(|_| {
-            let start = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&dst);
-            start.elapsed()
-        })
+/// Host memcpy bandwidth in GB/s of `threads` threads each copying `bytes` at once (their
+/// aggregate): median of several rounds.
+fn memcpy_bandwidth(bytes: usize, threads: usize) -> f64 {
+    let mut buffers: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
+        .map(|_| (vec![1u8; bytes], vec![0u8; bytes]))
         .collect();
+    let round = |buffers: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            for (src, dst) in buffers.iter_mut() {
+                scope.spawn(move || dst.copy_from_slice(std::hint::black_box(src)));
+            }
+        });
+        start.elapsed()
+    };
+    round(&mut buffers); // fault the pages in before timing
+    let mut times: Vec<Duration> = (0..9).map(|_| round(&mut buffers)).collect();
     times.sort();
-    bytes as f64 / times[times.len() / 2].as_secs_f64() / 1e9
+    (bytes * threads) as f64 / times[times.len() / 2].as_secs_f64() / 1e9
 }
 
 fn main() -> Result<()> {
@@ -416,10 +421,13 @@ fn main() -> Result<()> {
         other => return Err(Error::InvalidArgument(format!("unknown dtype {other}"))),
     }
     let bytes = args.max.min(1 << 30) as usize;
-    println!(
-        "# host memcpy, 1 thread, {} bytes: {:.2} GB/s",
-        bytes,
-        memcpy_bandwidth(bytes)
-    );
+    // A 2-rank AllReduce of N bytes reads 2N and writes 2N in all, twice a memcpy of N, spread
+    // over two threads: its bus bandwidth is at most half the two-thread aggregate below.
+    for threads in [1, 2] {
+        println!(
+            "# host memcpy, {threads} thread(s) of {bytes} bytes each: {:.2} GB/s aggregate",
+            memcpy_bandwidth(bytes, threads)
+        );
+    }
     Ok(())
 }
