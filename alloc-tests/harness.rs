@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use half::{bf16, f16};
 use symheap::Result;
 use symheap::emu::Counters;
-use symheap::runtime::{
-    Comm, DevicePtr, Element, Mapping, PhysicalMemory, ReduceOp, VirtualRange, Window,
-};
+use symheap::runtime::{Comm, DevicePtr, Element, Mapping, ReduceOp, Window};
 
 static EMU_LOCK: Mutex<()> = Mutex::new(());
 
@@ -54,9 +52,7 @@ impl DeviceBuf {
         let rt = comm.runtime();
         let granularity = rt.granularity(comm.device())?;
         let size = bytes.div_ceil(granularity).max(1) * granularity;
-        let range = Arc::new(VirtualRange::reserve(rt, size)?);
-        let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
         let window = if registered {
             Some(Window::register(comm, &mapping)?)
         } else {

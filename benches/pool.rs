@@ -12,10 +12,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use symheap::runtime::{
-    Comm, CommConfig, Element, Mapping, PhysicalMemory, ReduceOp, RootInfo, Stream, VirtualRange,
-    Window,
-};
+use symheap::runtime::{Comm, CommConfig, Element, Mapping, ReduceOp, RootInfo, Stream, Window};
 use symheap::{PoolConfig, Result, Runtime, SymPool, SymVec};
 
 /// A communicator of `ranks` on this thread, as rank `rank`.
@@ -27,9 +24,7 @@ fn join(rt: &Runtime, root: &RootInfo, ranks: u32, rank: u32) -> Result<Comm> {
 /// Reserve + allocate + map + register, then undo it all: one tensor without a pool.
 fn register_one(comm: &Comm, bytes: u64) -> Result<()> {
     let rt = comm.runtime();
-    let range = Arc::new(VirtualRange::reserve(rt, bytes)?);
-    let physical = Arc::new(PhysicalMemory::allocate(rt, bytes, comm.device())?);
-    let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+    let mapping = Arc::new(Mapping::allocate(rt, bytes, comm.device())?);
     let window = Window::register(comm, &mapping)?;
     window.deregister()
 }
@@ -83,9 +78,7 @@ impl RankBuffers {
             .collect::<Result<_>>()?;
         let rt = comm.runtime();
         let max = SIZES[SIZES.len() - 1];
-        let range = Arc::new(VirtualRange::reserve(rt, max)?);
-        let physical = Arc::new(PhysicalMemory::allocate(rt, max, comm.device())?);
-        let plain = Mapping::new(&range, 0, &physical)?;
+        let plain = Mapping::allocate(rt, max, comm.device())?;
         Ok(RankBuffers {
             pool,
             pooled,

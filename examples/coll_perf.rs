@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
-use symheap::runtime::{
-    Comm, DevicePtr, Element, Mapping, PhysicalMemory, ReduceOp, Stream, VirtualRange, Window,
-};
+use symheap::runtime::{Comm, DevicePtr, Element, Mapping, ReduceOp, Stream, Window};
 use symheap::{Error, Result};
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -211,9 +209,7 @@ impl Buffer {
         let rt = comm.runtime();
         let g = rt.granularity(comm.device())?;
         let size = bytes.div_ceil(g) * g;
-        let range = Arc::new(VirtualRange::reserve(rt, size)?);
-        let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
         let window = registered
             .then(|| Window::register(comm, &mapping))
             .transpose()?;

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use symheap::runtime::{Comm, Mapping, PhysicalMemory, ReduceOp, Stream, VirtualRange, Window};
+use symheap::runtime::{Comm, Mapping, ReduceOp, Stream, Window};
 use symheap::{Element, PoolConfig, Result, SymPool, SymVec, emu};
 
 const RANKS: u32 = 4;
@@ -77,9 +77,7 @@ impl Tensors for PerTensor {
         let rt = self.comm.runtime();
         let g = rt.granularity(self.comm.device())?;
         let size = ((len * 4) as u64).div_ceil(g).max(1) * g;
-        let range = Arc::new(VirtualRange::reserve(rt, size)?);
-        let physical = Arc::new(PhysicalMemory::allocate(rt, size, self.comm.device())?);
-        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+        let mapping = Arc::new(Mapping::allocate(rt, size, self.comm.device())?);
         // SAFETY: fresh, mapped memory of at least `len` floats.
         unsafe { rt.memset(mapping.ptr(), 0, len * 4)? };
         let window = Window::register(&self.comm, &mapping)?;

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use crate::heap::Heap;
-use crate::runtime::{
-    Comm, DevicePtr, Element, Mapping, PhysicalMemory, Stream, VirtualRange, Window, WindowHandle,
-};
+use crate::runtime::{Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
 use crate::{Error, Result};
 
 /// Where the warm-up collective gathers to, past its 8-byte input.
@@ -42,9 +40,7 @@ impl Segment {
         }
         let heap = Heap::new(size, block_granularity)?;
         let rt = comm.runtime();
-        let range = Arc::new(VirtualRange::reserve(rt, size)?);
-        let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-        let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
         let window = Window::register(comm, &mapping)?;
         let base = mapping.ptr();
         // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns

@@ -197,6 +197,18 @@ impl Mapping {
         })
     }
 
+    /// Reserves `size` bytes of address space, allocates as much physical memory on `device`
+    /// and maps it there: device memory ready to use or register, released in the right order
+    /// on drop. `size` is a multiple of the granularity.
+    ///
+    /// # Errors
+    /// The runtime's error from any of the three steps; what was done is undone.
+    pub fn allocate(rt: &Runtime, size: u64, device: u32) -> Result<Self> {
+        let range = Arc::new(VirtualRange::reserve(rt, size)?);
+        let physical = Arc::new(PhysicalMemory::allocate(rt, size, device)?);
+        Mapping::new(&range, 0, &physical)
+    }
+
     /// Where the memory is mapped.
     pub fn ptr(&self) -> DevicePtr {
         self.ptr

@@ -241,9 +241,7 @@ mod tests {
         let outcome = crate::emu::launch_with(&rt, 1, &CommConfig::new(), |comm| {
             let rt = comm.runtime();
             let size = rt.granularity(comm.device())?;
-            let range = Arc::new(VirtualRange::reserve(rt, size)?);
-            let physical = Arc::new(PhysicalMemory::allocate(rt, size, comm.device())?);
-            let mapping = Arc::new(Mapping::new(&range, 0, &physical)?);
+            let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
             let ptr = mapping.ptr();
             let register = Window::register(comm, &mapping).unwrap_err();
             assert!(matches!(
