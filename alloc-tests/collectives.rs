@@ -184,7 +184,7 @@ fn asymmetric_offsets_fail_on_every_rank() {
         let err = err
             .as_deref()
             .unwrap_or_else(|| panic!("rank {rank} accepted asymmetric offsets"));
-        assert!(err.contains("HcclResult 1"), "rank {rank}: {err}");
+        assert!(err.contains("HCCL_E_PARA (1)"), "rank {rank}: {err}");
         assert!(
             err.contains("rank 1") && err.contains("offset 0x200"),
             "rank {rank} message does not name the ranks and offsets: {err}"

@@ -1,7 +1,7 @@
 //! SymPool on 1, 2 and 4 emulated ranks: symmetric offsets, window_get, verification,
 //! typed collectives, growth / trim / OOM agreement, stream-safe reuse, no leaks.
 
-use symheap::runtime::ReduceOp;
+use symheap::ReduceOp;
 use symheap::{Error, PoolConfig, SymAlloc, SymBox, SymPool, SymVec, emu};
 
 use crate::harness::EmuSession;

@@ -2,7 +2,7 @@
 //! surfaces as an error without leaking, and errors in `Drop` are recorded. (The pool's
 //! failure paths are tested in `pool.rs`.)
 
-use symheap::runtime::{Comm, CommConfig, RootInfo, Stream};
+use symheap::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
 use symheap::sys::HcclResult;
 use symheap::{Error, Runtime};
 
@@ -95,5 +95,55 @@ fn bad_ranks_and_root_info_are_rejected() {
     assert!(RootInfo::from_bytes(&[0u8; 10]).is_err());
     let copy = RootInfo::from_bytes(&root.as_bytes()).unwrap();
     assert_eq!(copy.as_bytes(), root.as_bytes());
+    session.assert_clean();
+}
+
+/// `Runtime::from_tables` is public: a caller can build a runtime over its own tables. Here, the
+/// emulator's tables as an older CANN without the symmetric-window API would be.
+#[test]
+fn absent_optional_symbols_are_unsupported_errors() {
+    let session = EmuSession::start();
+    let mut hccl = symheap::emu::hccl_api();
+    hccl.HcclCommSymWinRegister = None;
+    hccl.HcclCommSymWinGet = None;
+    hccl.HcclGetCommAsyncError = None;
+    let origin = Origin {
+        backend: Backend::InProcess {
+            name: "emulator without windows",
+        },
+        host_addressable: true,
+        keep_alive: Box::new(()),
+    };
+    // SAFETY: the emulator's functions implement the C prototypes and are never unloaded.
+    let rt = unsafe { Runtime::from_tables(hccl, symheap::emu::acl_api(), origin) }.unwrap();
+    symheap::emu::launch_with(&rt, 1, &CommConfig::new(), |comm| {
+        let register = DeviceBuf::new(comm, 1, true).err();
+        assert!(
+            matches!(
+                register,
+                Some(Error::Unsupported {
+                    call: "HcclCommSymWinRegister"
+                })
+            ),
+            "{register:?}"
+        );
+        let buf = DeviceBuf::new(comm, 1, false)?;
+        let get = comm.window_get(buf.ptr(), 8).unwrap_err();
+        assert!(matches!(
+            get,
+            Error::Unsupported {
+                call: "HcclCommSymWinGet"
+            }
+        ));
+        let pending = comm.async_error().unwrap_err();
+        assert!(matches!(
+            pending,
+            Error::Unsupported {
+                call: "HcclGetCommAsyncError"
+            }
+        ));
+        Ok(())
+    })
+    .unwrap();
     session.assert_clean();
 }

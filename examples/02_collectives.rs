@@ -5,7 +5,7 @@
 //! cargo run --release --example 02_collectives
 //! ```
 
-use symheap::runtime::ReduceOp;
+use symheap::ReduceOp;
 use symheap::{PoolConfig, Result, SymPool, SymVec, emu};
 
 fn main() -> Result<()> {

@@ -5,7 +5,7 @@
 //! cargo run --release --example 03_allocator
 //! ```
 
-use allocator_api2::vec::Vec;
+use symheap::allocator_api2::vec::Vec;
 use symheap::{PoolConfig, Result, SymPool, emu};
 
 fn main() -> Result<()> {

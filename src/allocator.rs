@@ -24,7 +24,7 @@ use crate::{Error, Result};
 ///
 /// # Examples
 /// ```
-/// use allocator_api2::vec::Vec;
+/// use symheap::allocator_api2::vec::Vec;
 /// use symheap::{PoolConfig, SymPool, emu};
 ///
 /// emu::launch(1, |comm| {

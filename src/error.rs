@@ -111,7 +111,10 @@ impl fmt::Display for Error {
                 call,
                 code,
                 message,
-            } => write!(f, "{call} failed with HcclResult {code}: {message}"),
+            } => match crate::sys::HcclResult(*code).name() {
+                Some(name) => write!(f, "{call} failed with {name} ({code}): {message}"),
+                None => write!(f, "{call} failed with HcclResult {code}: {message}"),
+            },
             Error::Acl {
                 call,
                 code,

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod allocator;
+#[cfg(feature = "emulator")]
 pub mod emu;
 mod error;
 pub mod heap;
@@ -11,8 +12,12 @@ mod sym_vec;
 pub mod sys;
 
 pub use allocator::SymAllocator;
+/// The `allocator-api2` crate that [`SymAllocator`] implements `Allocator` of: use this
+/// re-export (`symheap::allocator_api2::vec::Vec`) rather than a separate dependency, whose
+/// version might differ.
+pub use allocator_api2;
 pub use error::{Error, OutOfMemory, Result};
 pub use pool::{PoolConfig, PoolStats, SymAlloc, SymPool};
-pub use runtime::{DevicePtr, Element, Runtime, WindowHandle};
+pub use runtime::{Comm, CommConfig, DevicePtr, Element, ReduceOp, Runtime, Stream, WindowHandle};
 pub use sym_box::SymBox;
 pub use sym_vec::SymVec;

@@ -1,19 +1,20 @@
-//! The ACL runtime's C entry points (`libascendcl.so`), implemented by the emulator.
+//! The bodies of the ACL runtime's C functions (`libascendcl.so`). The exported functions that
+//! run them are generated from the list in `sys` (see [`super::exports`]).
 //!
-//! Each one checks for an injected failure, then runs its body with panics caught (see
-//! [`super::errors::entry`]). Null out-pointers are `ACL_ERROR_RT_PARAM_INVALID`.
+//! Null out-pointers are `ACL_ERROR_RT_PARAM_INVALID`. Every body has the C function's contract
+//! as its `# Safety`: host pointers are null or valid for what the C function reads or writes
+//! through them; device ranges and handles are validated, never trusted.
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_void};
-use std::panic::catch_unwind;
 
 use crate::sys::{
-    ACL_ERROR_RT_PARAM_INVALID, aclError, aclrtDrvMemHandle, aclrtMemAttr,
-    aclrtMemGranularityOptions, aclrtMemcpyKind, aclrtPhysicalMemProp, aclrtStream,
+    ACL_ERROR_RT_PARAM_INVALID, aclrtDrvMemHandle, aclrtMemAttr, aclrtMemGranularityOptions,
+    aclrtMemcpyKind, aclrtPhysicalMemProp, aclrtStream,
 };
 
 use super::GRANULARITY;
-use super::errors::{AclResult, acl_fail, entry, take_recent};
+use super::errors::{AclResult, acl_fail, take_recent};
 use super::{copy, device, memory, stream};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
@@ -39,318 +40,205 @@ fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
 
 /// `aclInit`: always succeeds, also when called again (the emulator needs no initialisation;
 /// it does not return `ACL_ERROR_REPEAT_INITIALIZE`).
-///
-/// # Safety
-/// None: the config path is not read.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclInit(_config_path: *const c_char) -> aclError {
-    entry("aclInit", || Ok(()))
+pub(super) unsafe fn aclInit(_config_path: *const c_char) -> AclResult {
+    Ok(())
 }
 
 /// `aclFinalize`: succeeds; live objects stay usable.
-///
-/// # Safety
-/// None.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclFinalize() -> aclError {
-    entry("aclFinalize", || Ok(()))
+pub(super) unsafe fn aclFinalize() -> AclResult {
+    Ok(())
 }
 
 /// `aclrtSetDevice`: binds the calling thread to device `device_id` (0..64).
-///
-/// # Safety
-/// None.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtSetDevice(device_id: i32) -> aclError {
-    entry("aclrtSetDevice", || device::set(device_id))
+pub(super) unsafe fn aclrtSetDevice(device_id: i32) -> AclResult {
+    device::set(device_id)
 }
 
 /// `aclrtGetDevice`: the calling thread's device; `ACL_ERROR_RT_CONTEXT_NULL` (107002) when
 /// none is set.
-///
-/// # Safety
-/// `device_id` is null or valid for writes.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtGetDevice(device_id: *mut i32) -> aclError {
-    entry("aclrtGetDevice", || {
-        non_null(device_id, "deviceId")?;
-        let id = device::current()?;
-        // SAFETY: the caller's contract; checked non-null above.
-        unsafe { put(device_id, id as i32, "deviceId") }
-    })
+pub(super) unsafe fn aclrtGetDevice(device_id: *mut i32) -> AclResult {
+    non_null(device_id, "deviceId")?;
+    let id = device::current()?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(device_id, id as i32, "deviceId") }
 }
 
 /// `aclrtResetDevice`: unbinds the calling thread if it is bound to `device_id`.
-///
-/// # Safety
-/// None.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtResetDevice(device_id: i32) -> aclError {
-    entry("aclrtResetDevice", || device::reset(device_id))
+pub(super) unsafe fn aclrtResetDevice(device_id: i32) -> AclResult {
+    device::reset(device_id)
 }
 
 /// `aclrtCreateStream`: a stream with its own thread; needs a current device.
-///
-/// # Safety
-/// `stream` is null or valid for writes.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError {
-    entry("aclrtCreateStream", || {
-        non_null(stream, "stream")?;
-        let handle = stream::create()?;
-        // SAFETY: the caller's contract; checked non-null above.
-        unsafe { put(stream, handle as aclrtStream, "stream") }
-    })
+pub(super) unsafe fn aclrtCreateStream(stream: *mut aclrtStream) -> AclResult {
+    non_null(stream, "stream")?;
+    let handle = stream::create()?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(stream, handle as aclrtStream, "stream") }
 }
 
 /// `aclrtDestroyStream`: runs the queued work, then stops the stream's thread.
-///
-/// # Safety
-/// None: the handle is looked up, never dereferenced.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtDestroyStream(stream: aclrtStream) -> aclError {
-    entry("aclrtDestroyStream", || stream::destroy(stream as usize))
+pub(super) unsafe fn aclrtDestroyStream(stream: aclrtStream) -> AclResult {
+    stream::destroy(stream as usize)
 }
 
 /// `aclrtSynchronizeStream`: waits for the queued work; returns and clears a task failure
 /// (`ACL_ERROR_RT_INTERNAL_ERROR` for a failed collective, detail in `aclGetRecentErrMsg`).
-///
-/// # Safety
-/// None: the handle is looked up, never dereferenced.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtSynchronizeStream(stream: aclrtStream) -> aclError {
-    entry("aclrtSynchronizeStream", || {
-        stream::synchronize(stream as usize)
-    })
+pub(super) unsafe fn aclrtSynchronizeStream(stream: aclrtStream) -> AclResult {
+    stream::synchronize(stream as usize)
 }
 
 /// `aclrtMemcpy`: a synchronous copy on the calling thread.
-///
-/// # Safety
-/// Host-side ranges must be valid for `count` bytes (device-side ranges are validated).
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMemcpy(
+pub(super) unsafe fn aclrtMemcpy(
     dst: *mut c_void,
     dest_max: usize,
     src: *const c_void,
     count: usize,
     kind: aclrtMemcpyKind,
-) -> aclError {
-    entry("aclrtMemcpy", || {
-        copy::memcpy(dst as usize, dest_max, src as usize, count, kind)
-    })
+) -> AclResult {
+    copy::memcpy(dst as usize, dest_max, src as usize, count, kind)
 }
 
 /// `aclrtMemcpyAsync`: a copy queued on `stream`.
-///
-/// # Safety
-/// Host-side ranges must stay valid for `count` bytes until the stream has run the copy.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMemcpyAsync(
+pub(super) unsafe fn aclrtMemcpyAsync(
     dst: *mut c_void,
     dest_max: usize,
     src: *const c_void,
     count: usize,
     kind: aclrtMemcpyKind,
     stream: aclrtStream,
-) -> aclError {
-    entry("aclrtMemcpyAsync", || {
-        copy::memcpy_async(
-            dst as usize,
-            dest_max,
-            src as usize,
-            count,
-            kind,
-            stream as usize,
-        )
-    })
+) -> AclResult {
+    copy::memcpy_async(
+        dst as usize,
+        dest_max,
+        src as usize,
+        count,
+        kind,
+        stream as usize,
+    )
 }
 
 /// `aclrtMemset`: fills device memory with the byte `value`, on the calling thread.
-///
-/// # Safety
-/// None: the device range is validated.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMemset(
+pub(super) unsafe fn aclrtMemset(
     dev_ptr: *mut c_void,
     max_count: usize,
     value: i32,
     count: usize,
-) -> aclError {
-    entry("aclrtMemset", || {
-        copy::memset(dev_ptr as usize, max_count, value, count)
-    })
+) -> AclResult {
+    copy::memset(dev_ptr as usize, max_count, value, count)
 }
 
 /// `aclrtMemsetAsync`: a fill queued on `stream`.
-///
-/// # Safety
-/// None: the device range is validated.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMemsetAsync(
+pub(super) unsafe fn aclrtMemsetAsync(
     dev_ptr: *mut c_void,
     max_count: usize,
     value: i32,
     count: usize,
     stream: aclrtStream,
-) -> aclError {
-    entry("aclrtMemsetAsync", || {
-        copy::memset_async(dev_ptr as usize, max_count, value, count, stream as usize)
-    })
+) -> AclResult {
+    copy::memset_async(dev_ptr as usize, max_count, value, count, stream as usize)
 }
 
 /// `aclrtGetMemInfo`: free and total physical memory of the current device (any attribute).
-///
-/// # Safety
-/// `free` and `total` are null or valid for writes.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtGetMemInfo(
+pub(super) unsafe fn aclrtGetMemInfo(
     _attr: aclrtMemAttr,
     free: *mut usize,
     total: *mut usize,
-) -> aclError {
-    entry("aclrtGetMemInfo", || {
-        non_null(free, "free")?;
-        non_null(total, "total")?;
-        let (f, t) = memory::mem_info(device::current()?);
-        let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-        // SAFETY: the caller's contract; both checked non-null above.
-        unsafe {
-            put(free, clamp(f), "free")?;
-            put(total, clamp(t), "total")
-        }
-    })
+) -> AclResult {
+    non_null(free, "free")?;
+    non_null(total, "total")?;
+    let (f, t) = memory::mem_info(device::current()?);
+    let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    // SAFETY: the caller's contract; both checked non-null above.
+    unsafe {
+        put(free, clamp(f), "free")?;
+        put(total, clamp(t), "total")
+    }
 }
 
 /// `aclrtReserveMemAddress`: reserves device address space (host `mmap` PROT_NONE). `size`
 /// must be a non-zero multiple of 2 MiB, `alignment` 0 or a power of two, `expectPtr` NULL,
 /// `flags` 0 or 1.
-///
-/// # Safety
-/// `vir_ptr` is null or valid for writes.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtReserveMemAddress(
+pub(super) unsafe fn aclrtReserveMemAddress(
     vir_ptr: *mut *mut c_void,
     size: usize,
     alignment: usize,
     expect_ptr: *mut c_void,
     flags: u64,
-) -> aclError {
-    entry("aclrtReserveMemAddress", || {
-        non_null(vir_ptr, "virPtr")?;
-        let addr = memory::reserve(size, alignment, expect_ptr as usize, flags)?;
-        // SAFETY: the caller's contract; checked non-null above.
-        unsafe { put(vir_ptr, addr as *mut c_void, "virPtr") }
-    })
+) -> AclResult {
+    non_null(vir_ptr, "virPtr")?;
+    let addr = memory::reserve(size, alignment, expect_ptr as usize, flags)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(vir_ptr, addr as *mut c_void, "virPtr") }
 }
 
 /// `aclrtReleaseMemAddress`: releases a reservation that has no mappings left.
-///
-/// # Safety
-/// None: the address is looked up.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) -> aclError {
-    entry("aclrtReleaseMemAddress", || {
-        memory::release(vir_ptr as usize)
-    })
+pub(super) unsafe fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) -> AclResult {
+    memory::release(vir_ptr as usize)
 }
 
 /// `aclrtMallocPhysical`: a memfd of `size` bytes on the device named by `prop`.
-///
-/// # Safety
-/// `handle` is null or valid for writes; `prop` is null or points to an
-/// `aclrtPhysicalMemProp`.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMallocPhysical(
+pub(super) unsafe fn aclrtMallocPhysical(
     handle: *mut aclrtDrvMemHandle,
     size: usize,
     prop: *const aclrtPhysicalMemProp,
     flags: u64,
-) -> aclError {
-    entry("aclrtMallocPhysical", || {
-        non_null(handle, "handle")?;
-        non_null(prop, "prop")?;
-        // SAFETY: non-null, and points to a property struct by the caller's contract.
-        let prop = unsafe { prop.read_unaligned() };
-        let h = memory::malloc_physical(size, &prop, flags)?;
-        // SAFETY: the caller's contract; checked non-null above.
-        unsafe { put(handle, h as aclrtDrvMemHandle, "handle") }
-    })
+) -> AclResult {
+    non_null(handle, "handle")?;
+    non_null(prop, "prop")?;
+    // SAFETY: non-null, and points to a property struct by the caller's contract.
+    let prop = unsafe { prop.read_unaligned() };
+    let h = memory::malloc_physical(size, &prop, flags)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(handle, h as aclrtDrvMemHandle, "handle") }
 }
 
 /// `aclrtFreePhysical`: fails while the allocation is mapped or registered in a window.
-///
-/// # Safety
-/// None: the handle is looked up.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclError {
-    entry("aclrtFreePhysical", || {
-        memory::free_physical(handle as usize)
-    })
+pub(super) unsafe fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> AclResult {
+    memory::free_physical(handle as usize)
 }
 
 /// `aclrtMapMem`: maps `[offset, offset + size)` of `handle` at `vir_ptr`, inside a
 /// reservation and over nothing already mapped.
-///
-/// # Safety
-/// None: the address and handle are validated.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMapMem(
+pub(super) unsafe fn aclrtMapMem(
     vir_ptr: *mut c_void,
     size: usize,
     offset: usize,
     handle: aclrtDrvMemHandle,
     flags: u64,
-) -> aclError {
-    entry("aclrtMapMem", || {
-        memory::map(vir_ptr as usize, size, offset, handle as usize, flags)
-    })
+) -> AclResult {
+    memory::map(vir_ptr as usize, size, offset, handle as usize, flags)
 }
 
 /// `aclrtUnmapMem`: `vir_ptr` must be the start of a mapping no queued work still uses.
-///
-/// # Safety
-/// None: the address is validated.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtUnmapMem(vir_ptr: *mut c_void) -> aclError {
-    entry("aclrtUnmapMem", || memory::unmap(vir_ptr as usize))
+pub(super) unsafe fn aclrtUnmapMem(vir_ptr: *mut c_void) -> AclResult {
+    memory::unmap(vir_ptr as usize)
 }
 
 /// `aclrtMemGetAllocationGranularity`: 2 MiB for both options.
-///
-/// # Safety
-/// `prop` is null or readable; `granularity` is null or valid for writes.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclrtMemGetAllocationGranularity(
+pub(super) unsafe fn aclrtMemGetAllocationGranularity(
     prop: *mut aclrtPhysicalMemProp,
     option: aclrtMemGranularityOptions,
     granularity: *mut usize,
-) -> aclError {
-    entry("aclrtMemGetAllocationGranularity", || {
-        non_null(prop, "prop")?;
-        if !matches!(
-            option,
-            aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
-                | aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED
-        ) {
-            return acl_fail(
-                ACL_ERROR_RT_PARAM_INVALID,
-                format!("unknown granularity option {}", option.0),
-            );
-        }
-        // SAFETY: the caller's contract; checked inside `put`.
-        unsafe { put(granularity, GRANULARITY, "granularity") }
-    })
+) -> AclResult {
+    non_null(prop, "prop")?;
+    if !matches!(
+        option,
+        aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
+            | aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED
+    ) {
+        return acl_fail(
+            ACL_ERROR_RT_PARAM_INVALID,
+            format!("unknown granularity option {}", option.0),
+        );
+    }
+    // SAFETY: the caller's contract; checked inside `put`.
+    unsafe { put(granularity, GRANULARITY, "granularity") }
 }
 
 /// `aclGetRecentErrMsg`: the calling thread's most recent error message (from any emulated
 /// ACL or HCCL call, or copied from a failed stream task by `aclrtSynchronizeStream`), or
 /// NULL when there is none. Reading clears it; the string stays valid until the next call on
 /// the same thread.
-///
-/// # Safety
-/// None.
-#[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
-pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
-    catch_unwind(take_recent).unwrap_or(std::ptr::null())
+pub(super) unsafe fn aclGetRecentErrMsg() -> *const c_char {
+    take_recent()
 }

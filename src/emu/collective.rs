@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclReduceOp, HcclResult};
 
-use super::comm::{self, Comm};
+use super::comm::Comm;
 use super::counters::{self, Counter};
-use super::errors::{Fail, HcclRes, hccl_error_string, hccl_fail};
+use super::errors::{Fail, HcclRes, hccl_fail};
 use super::memory::{self, Pins};
 use super::reduce::{DType, Op};
 use super::rendezvous::{Key, Rendezvous, RvError};
@@ -73,7 +73,6 @@ pub(crate) struct Request {
     pub(crate) recv_dtype: HcclDataType,
     pub(crate) op: HcclReduceOp,
     pub(crate) root: u32,
-    pub(crate) comm: usize,
     pub(crate) stream: usize,
 }
 
@@ -189,16 +188,14 @@ fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
     Fail { code, msg: f.msg }
 }
 
-/// `HcclAllReduce` & co.: checks synchronously, then queues the work on the stream.
-pub(crate) fn enqueue(req: Request) -> HcclRes {
-    let comm = comm::lookup(req.comm)?;
-    // Every call naming a live communicator consumes a sequence number, even when rejected
-    // below: the peers' matching calls then time out, and later calls stay matched.
-    let seq = comm.next_collective_seq();
+/// `HcclAllReduce` & co., once the call has taken its sequence number `seq`: checks
+/// synchronously, then queues the work on the stream.
+pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, req: &Request) -> HcclRes {
     let stream = stream::lookup(req.stream).map_err(stream_error)?;
-    let Some(job) = check(&comm, &req)? else {
+    let Some(job) = check(comm, req)? else {
         return Ok(());
     };
+    let comm = comm.clone();
     let task = Box::new(move || {
         run(&comm, &job, seq).map_err(|f| {
             comm.set_async_error(f.code);
@@ -208,7 +205,7 @@ pub(crate) fn enqueue(req: Request) -> HcclRes {
                     "{} (collective #{seq} on rank {}) failed with {}: {}",
                     job.kind.name(),
                     comm.rank,
-                    hccl_error_string(f.code).to_string_lossy(),
+                    f.code,
                     f.msg
                 ),
             }

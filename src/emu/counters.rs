@@ -2,10 +2,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Live and cumulative object counts of the emulator (process-wide).
+/// Live and cumulative object counts of the emulator (process-wide): a test hook.
 ///
 /// After every handle has been destroyed or released, all the live counts are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Counters {
     /// Live address reservations (`aclrtReserveMemAddress` not yet released).
     pub reservations: u64,
@@ -70,7 +71,8 @@ pub(crate) fn dec(c: Counter) {
     COUNTS[c as usize].fetch_sub(1, Ordering::Relaxed);
 }
 
-/// A snapshot of the emulator's object counts.
+/// A snapshot of the emulator's object counts (a test hook: tests use it to prove that
+/// everything they made was released).
 pub fn counters() -> Counters {
     let get = |c: Counter| COUNTS[c as usize].load(Ordering::Relaxed);
     Counters {

@@ -22,6 +22,8 @@ thread_local! {
 /// Sets the physical memory each emulated device has (default 64 GiB). `aclrtMallocPhysical`
 /// fails with `ACL_ERROR_RT_MEMORY_ALLOCATION` beyond it and `aclrtGetMemInfo` reports it.
 /// Memfd pages are allocated lazily, so this is accounting, not a host reservation.
+///
+/// A test hook (process-global): tests use it to run the out-of-memory paths above.
 pub fn set_device_memory_limit(bytes: u64) {
     LIMIT.store(bytes, Ordering::Relaxed);
 }

@@ -1,14 +1,12 @@
-//! Failures inside the emulator, the thread's recent error message (`aclGetRecentErrMsg`),
-//! `HcclGetErrorString`, and the wrapper every C entry point runs its body in.
+//! Failures inside the emulator, the thread's recent error message (`aclGetRecentErrMsg`) and
+//! `HcclGetErrorString`.
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
-use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, ACL_SUCCESS, HcclResult, aclError};
-
-use super::inject;
+use crate::sys::{HcclResult, aclError};
 
 /// `ACL_ERROR_RT_INVALID_DEVICEID`: a device id outside `0..64`.
 pub(crate) const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107001;
@@ -74,67 +72,6 @@ pub(crate) fn take_recent() -> *const c_char {
         .unwrap_or(std::ptr::null())
 }
 
-/// A C status type: what success and an emulator panic are in it.
-pub(crate) trait Code: Copy {
-    /// Success.
-    const OK: Self;
-    /// What a panic inside the emulator is reported as.
-    const PANIC: Self;
-    /// The code from the raw integer given to `inject_failure`.
-    fn from_raw(raw: i32) -> Self;
-}
-
-impl Code for aclError {
-    const OK: Self = ACL_SUCCESS;
-    const PANIC: Self = ACL_ERROR_RT_INTERNAL_ERROR;
-    fn from_raw(raw: i32) -> Self {
-        raw
-    }
-}
-
-impl Code for HcclResult {
-    const OK: Self = HcclResult::HCCL_SUCCESS;
-    const PANIC: Self = HcclResult::HCCL_E_INTERNAL;
-    fn from_raw(raw: i32) -> Self {
-        HcclResult(raw)
-    }
-}
-
-/// Runs the body of the C function `name`: an injected failure first, then `body` with panics
-/// caught (nothing unwinds across the C boundary), and the failure's message recorded.
-pub(crate) fn entry<C: Code>(name: &'static str, body: impl FnOnce() -> Result<(), Fail<C>>) -> C {
-    entry_with(name, || {}, body)
-}
-
-/// [`entry`] for a collective C function: `on_injected` runs when the call fails by injection
-/// (to consume the call's sequence number, as a locally rejected call does).
-pub(crate) fn entry_with<C: Code>(
-    name: &'static str,
-    on_injected: impl FnOnce(),
-    body: impl FnOnce() -> Result<(), Fail<C>>,
-) -> C {
-    if let Some(raw) = inject::take(name) {
-        // Best effort: a panic here is caught and ignored, the injected code is returned.
-        let _ = catch_unwind(AssertUnwindSafe(on_injected));
-        set_recent(format!("{name}: injected failure (code {raw})"));
-        return C::from_raw(raw);
-    }
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => C::OK,
-        Ok(Err(fail)) => {
-            set_recent(format!("{name}: {}", fail.msg));
-            fail.code
-        }
-        Err(payload) => {
-            set_recent(format!(
-                "{name}: internal error: the emulator panicked: {}",
-                panic_message(payload.as_ref())
-            ));
-            C::PANIC
-        }
-    }
-}
-
 /// The text of a panic payload.
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
@@ -146,38 +83,25 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// `HcclGetErrorString`: a static description naming the code.
+/// `HcclGetErrorString`: libhccl's description of the code ([`HcclResult::description`]),
+/// and for a code it does not describe (libhccl answers codes at or above `HCCL_E_RESERVED`
+/// with "unknow error" and has no entry for 22..=1041) "unknown error".
 pub(crate) fn hccl_error_string(code: HcclResult) -> &'static CStr {
-    match code.0 {
-        0 => c"HCCL_SUCCESS: success",
-        1 => c"HCCL_E_PARA: parameter error",
-        2 => c"HCCL_E_PTR: empty pointer",
-        3 => c"HCCL_E_MEMORY: memory error",
-        4 => c"HCCL_E_INTERNAL: internal error",
-        5 => c"HCCL_E_NOT_SUPPORT: not supported",
-        6 => c"HCCL_E_NOT_FOUND: resource not found",
-        7 => c"HCCL_E_UNAVAIL: resource unavailable",
-        8 => c"HCCL_E_SYSCALL: system call error",
-        9 => c"HCCL_E_TIMEOUT: timeout",
-        10 => c"HCCL_E_OPEN_FILE_FAILURE: open file failure",
-        11 => c"HCCL_E_TCP_CONNECT: tcp connect failure",
-        12 => c"HCCL_E_ROCE_CONNECT: roce connect failure",
-        13 => c"HCCL_E_TCP_TRANSFER: tcp transfer failure",
-        14 => c"HCCL_E_ROCE_TRANSFER: roce transfer failure",
-        15 => c"HCCL_E_RUNTIME: runtime call failure",
-        16 => c"HCCL_E_DRV: driver call failure",
-        17 => c"HCCL_E_PROFILING: profiling failure",
-        18 => c"HCCL_E_CCE: cce failure",
-        19 => c"HCCL_E_NETWORK: network failure",
-        20 => c"HCCL_E_AGAIN: try again",
-        21 => c"HCCL_E_REMOTE: error cqe",
-        22 => c"HCCL_E_SUSPENDING: communicator suspending",
-        23 => c"HCCL_E_OPRETRY_FAIL: operator retry failure",
-        24 => c"HCCL_E_OOM: out of memory",
-        1041 => c"HCCL_E_IN_STATUS: wrong status",
-        1042 => c"HCCL_E_RESERVED: reserved",
-        _ => c"unknown HcclResult",
-    }
+    // The descriptions as C strings, made once: indexes are the codes 0..=HCCL_E_RESERVED.
+    static TEXTS: OnceLock<Vec<Option<CString>>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        (0..=HcclResult::HCCL_E_RESERVED.0)
+            .map(|c| {
+                HcclResult(c)
+                    .description()
+                    .and_then(|t| CString::new(t).ok())
+            })
+            .collect()
+    });
+    usize::try_from(code.0)
+        .ok()
+        .and_then(|i| texts.get(i)?.as_deref())
+        .unwrap_or(c"unknown error")
 }
 
 #[cfg(test)]
@@ -194,48 +118,14 @@ mod tests {
         assert!(take_recent().is_null());
     }
 
-    /// A failing call from a thread-local destructor that runs after `RECENT` was destroyed.
     #[test]
-    fn calls_during_thread_local_destruction_do_not_panic() {
-        struct Late;
-        impl Drop for Late {
-            fn drop(&mut self) {
-                let code: HcclResult = entry("HcclGetRankId", || {
-                    hccl_fail(HcclResult::HCCL_E_PARA, "from a destructor")
-                });
-                assert_eq!(code, HcclResult::HCCL_E_PARA);
-                let _ = take_recent();
-            }
-        }
-        thread_local! { static LATE: Late = const { Late }; }
-        std::thread::spawn(|| {
-            LATE.with(|_| {});
-            // Registered after LATE's destructor, so RECENT is destroyed first.
-            set_recent("x".into());
-            let _ = take_recent();
-        })
-        .join()
-        .expect("the destructor's call returned without panicking");
-    }
-
-    #[test]
-    fn entry_catches_panics_and_records_messages() {
-        let _guard = crate::emu::test_lock();
-        let code: aclError = entry("aclrtSetDevice", || panic!("boom"));
-        assert_eq!(code, ACL_ERROR_RT_INTERNAL_ERROR);
-        // SAFETY: a message was just recorded on this thread.
-        let msg = unsafe { CStr::from_ptr(take_recent()) }
-            .to_string_lossy()
-            .into_owned();
-        assert!(
-            msg.contains("aclrtSetDevice") && msg.contains("boom"),
-            "{msg}"
+    fn error_strings_are_libhccls() {
+        assert_eq!(
+            hccl_error_string(HcclResult::HCCL_E_PARA),
+            c"parameter error"
         );
-        let code: HcclResult = entry("HcclGetRankId", || {
-            hccl_fail(HcclResult::HCCL_E_PARA, "bad")
-        });
-        assert_eq!(code, HcclResult::HCCL_E_PARA);
-        assert_eq!(hccl_error_string(code), c"HCCL_E_PARA: parameter error");
-        assert_eq!(hccl_error_string(HcclResult(77)), c"unknown HcclResult");
+        assert_eq!(hccl_error_string(HcclResult::HCCL_SUCCESS), c"no error");
+        assert_eq!(hccl_error_string(HcclResult(77)), c"unknown error");
+        assert_eq!(hccl_error_string(HcclResult(-1)), c"unknown error");
     }
 }

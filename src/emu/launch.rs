@@ -1,10 +1,36 @@
-//! Running a closure on every rank of an emulated communicator.
+//! The emulator as a [`Runtime`], and running a closure on every rank of an emulated
+//! communicator: the one place in `emu` that uses the layers above `sys`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::runtime::{Comm, CommConfig, RootInfo, Runtime};
+use super::errors::panic_message;
+use super::exports::{acl_api, hccl_api};
+use crate::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Runtime};
 use crate::{Error, Result};
+
+impl Runtime {
+    /// The emulator built into this crate (`symheap::emu`): HCCL and ACL over host memory,
+    /// threads as ranks, device memory host-addressable. A thin convenience over
+    /// [`Runtime::from_tables`] with [`hccl_api`] and [`acl_api`]; only with the default
+    /// `emulator` feature.
+    ///
+    /// # Errors
+    /// Only if `aclInit` fails (which it does not, unless a failure is injected).
+    pub fn emulated() -> Result<Runtime> {
+        let origin = Origin {
+            backend: Backend::InProcess {
+                name: "symheap emulator",
+            },
+            host_addressable: true,
+            keep_alive: Box::new(()),
+        };
+        // SAFETY: the emulator's functions implement the C prototypes of `sys` for any thread,
+        // are part of this program (never unloaded), and its device memory is host memory of
+        // this process.
+        unsafe { Runtime::from_tables(hccl_api(), acl_api(), origin) }
+    }
+}
 
 /// Runs `f` on `ranks` threads, each bound to its own emulated device (device `r` for rank
 /// `r`) with an initialised communicator, and returns the results in rank order.
@@ -95,14 +121,6 @@ where
         }
     }
     Ok(results)
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_string())
 }
 
 #[cfg(test)]

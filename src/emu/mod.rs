@@ -1,10 +1,23 @@
 //! An emulator of the CANN C ABI (`libhccl.so` + `libascendcl.so`) over host memory, with
 //! threads as ranks.
 //!
-//! It implements the same C functions and fills the same [`HcclApi`] / [`AclApi`] tables as
-//! the real libraries ([`hccl_api`], [`acl_api`]), so everything above [`crate::sys`] runs
-//! unchanged against it. With the `emulator-c-exports` feature the functions also carry their
-//! C names, for a `cdylib` that exercises the dynamic-loading path.
+//! It implements the same C functions and fills the same [`crate::sys::HcclApi`] /
+//! [`crate::sys::AclApi`] tables as the real libraries ([`hccl_api`], [`acl_api`]), so
+//! everything above [`crate::sys`] runs unchanged against it: [`Runtime::emulated`] is
+//! [`Runtime::from_tables`] over these tables. The emulator depends on `sys` only (apart from
+//! [`launch`] and [`Runtime::emulated`], which sit on top of the runtime), nothing outside it
+//! imports it, and it is compiled only with the default `emulator` feature. With the
+//! `emulator-c-exports` feature the functions also carry their C names, for a `cdylib` that
+//! stands in for `libhccl.so` / `libascendcl.so`.
+//!
+//! Its functions are generated from the list of C functions in `sys` (one line each there,
+//! plus a body here in `hccl.rs` or `acl.rs`).
+//!
+//! # Test hooks
+//! [`inject_failure`] / [`clear_injected_failures`] (make the n-th call of a C function fail),
+//! [`counters`] (live objects, to prove nothing leaked) and [`set_device_memory_limit`] exist
+//! for tests of the layers above; they are process-global and a real program has no use for
+//! them.
 //!
 //! # Model
 //! - **Devices**: `aclrtSetDevice` binds the calling thread to a device id in `0..64`.
@@ -83,6 +96,10 @@
 //!   communicator), and so does every later such call of a peer. Collectives the rank queued
 //!   before destroying still meet their peers. A peer that is alive but absent still makes
 //!   the others wait for the exec timeout.
+//! - `HcclGetErrorString` returns libhccl's descriptions (`"parameter error"` for
+//!   `HCCL_E_PARA`, see [`crate::sys::HcclResult::description`]); for a code libhccl does not
+//!   describe it returns `"unknown error"` (libhccl itself answers `"unknow error"` at or above
+//!   `HCCL_E_RESERVED` and has no entry for 22..=1041).
 //! - `HcclGetCommAsyncError` reads and clears the communicator's first collective failure.
 //! - A window covers the whole physical allocation mapped at `addr`, and the emulator needs
 //!   that allocation mapped whole (offset 0, its full size) at one address (`HCCL_E_PARA`
@@ -123,7 +140,9 @@ mod comm;
 mod copy;
 mod counters;
 mod device;
+mod entry;
 mod errors;
+mod exports;
 mod hccl;
 mod inject;
 mod launch;
@@ -141,63 +160,15 @@ mod window;
 
 pub use counters::{Counters, counters};
 pub use device::set_device_memory_limit;
+pub use exports::{acl_api, hccl_api};
 pub use inject::{clear_injected_failures, inject_failure};
 pub use launch::{launch, launch_with};
 
-use crate::sys::{AclApi, HcclApi};
+#[cfg(doc)]
+use crate::Runtime;
 
 /// The allocation granularity of device memory (2 MiB), for both granularity options.
 pub const GRANULARITY: usize = 2 << 20;
-
-/// The HCCL table, filled with the emulator's functions (every optional entry `Some`).
-pub fn hccl_api() -> HcclApi {
-    HcclApi {
-        HcclGetRootInfo: hccl::HcclGetRootInfo,
-        HcclCommInitRootInfo: hccl::HcclCommInitRootInfo,
-        HcclCommInitRootInfoConfig: hccl::HcclCommInitRootInfoConfig,
-        HcclCommDestroy: hccl::HcclCommDestroy,
-        HcclGetRankSize: hccl::HcclGetRankSize,
-        HcclGetRankId: hccl::HcclGetRankId,
-        HcclBarrier: hccl::HcclBarrier,
-        HcclGetErrorString: hccl::HcclGetErrorString,
-        HcclAllReduce: hccl::HcclAllReduce,
-        HcclAllGather: hccl::HcclAllGather,
-        HcclReduceScatter: hccl::HcclReduceScatter,
-        HcclAlltoAll: hccl::HcclAlltoAll,
-        HcclBroadcast: hccl::HcclBroadcast,
-        HcclGetCommAsyncError: Some(hccl::HcclGetCommAsyncError),
-        HcclCommSymWinRegister: Some(hccl::HcclCommSymWinRegister),
-        HcclCommSymWinDeregister: Some(hccl::HcclCommSymWinDeregister),
-        HcclCommSymWinGet: Some(hccl::HcclCommSymWinGet),
-    }
-}
-
-/// The ACL runtime table, filled with the emulator's functions (every optional entry `Some`).
-pub fn acl_api() -> AclApi {
-    AclApi {
-        aclInit: acl::aclInit,
-        aclFinalize: acl::aclFinalize,
-        aclrtSetDevice: acl::aclrtSetDevice,
-        aclrtGetDevice: acl::aclrtGetDevice,
-        aclrtResetDevice: acl::aclrtResetDevice,
-        aclrtCreateStream: acl::aclrtCreateStream,
-        aclrtDestroyStream: acl::aclrtDestroyStream,
-        aclrtSynchronizeStream: acl::aclrtSynchronizeStream,
-        aclrtMemcpy: acl::aclrtMemcpy,
-        aclrtMemcpyAsync: acl::aclrtMemcpyAsync,
-        aclrtMemset: acl::aclrtMemset,
-        aclrtMemsetAsync: acl::aclrtMemsetAsync,
-        aclrtGetMemInfo: acl::aclrtGetMemInfo,
-        aclrtReserveMemAddress: acl::aclrtReserveMemAddress,
-        aclrtReleaseMemAddress: acl::aclrtReleaseMemAddress,
-        aclrtMallocPhysical: acl::aclrtMallocPhysical,
-        aclrtFreePhysical: acl::aclrtFreePhysical,
-        aclrtMapMem: acl::aclrtMapMem,
-        aclrtUnmapMem: acl::aclrtUnmapMem,
-        aclrtMemGetAllocationGranularity: acl::aclrtMemGetAllocationGranularity,
-        aclGetRecentErrMsg: Some(acl::aclGetRecentErrMsg),
-    }
-}
 
 /// Serialises the unit tests that depend on process-global emulator state (counters,
 /// injected failures), and resets that state on acquisition (no injected failure pending, the

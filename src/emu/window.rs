@@ -442,12 +442,18 @@ struct DeregVote {
     in_use: bool,
 }
 
-/// `HcclCommSymWinDeregister` (after the null check). Collective; never frees user memory.
-pub(crate) fn deregister(handle: usize) -> HcclRes {
+/// The live communicator window `handle` belongs to (`HCCL_E_PARA` for a handle that is not a
+/// live window).
+pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
     let Some(comm) = lock(&WINDOWS).get(&handle).copied() else {
         return para(format!("{handle:#x} is not a live window"));
     };
-    let comm = comm::lookup(comm)?;
+    comm::lookup(comm)
+}
+
+/// `HcclCommSymWinDeregister` of window `handle` of `comm`, with the call's sequence number.
+/// Collective; never frees user memory.
+pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
     let Some(w) = lock(&comm.windows)
         .iter()
         .find(|w| w.handle() == handle)
@@ -455,7 +461,6 @@ pub(crate) fn deregister(handle: usize) -> HcclRes {
     else {
         return para(format!("{handle:#x} is not a live window"));
     };
-    let seq = comm.next_host_seq();
     let last = w.refs.load(Ordering::Relaxed) == 1;
     // References: the communicator's list, `w`, and one per piece of queued work.
     let in_use = last && Arc::strong_count(&w) > 2;
@@ -468,7 +473,7 @@ pub(crate) fn deregister(handle: usize) -> HcclRes {
         .group
         .rv
         .exchange(Key::Host { seq, step: 0 }, comm.rank, mine, comm.timeout)
-        .map_err(|e| exchange_error(e, &comm, "HcclCommSymWinDeregister"))?;
+        .map_err(|e| exchange_error(e, comm, "HcclCommSymWinDeregister"))?;
     if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {
         return hccl_fail(
             HcclResult::HCCL_E_INTERNAL,
@@ -494,15 +499,6 @@ pub(crate) fn deregister(handle: usize) -> HcclRes {
     // With `last`, this is the final reference: the window unmaps itself here.
     drop(w);
     Ok(())
-}
-
-/// Consumes the host sequence number a deregistration of window `handle` would take (for an
-/// injected failure); nothing for a handle that is not a live window.
-pub(crate) fn consume_deregister_seq(handle: usize) {
-    let comm = lock(&WINDOWS).get(&handle).copied();
-    if let Some(comm) = comm.and_then(|c| comm::lookup(c).ok()) {
-        comm.next_host_seq();
-    }
 }
 
 /// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use super::{Backend, Runtime};
+use super::{Backend, Origin, Runtime};
 use crate::sys::{AclApi, FnTable, HcclApi};
 use crate::{Error, Result};
 
@@ -122,7 +122,15 @@ fn finish(acl: Opened<AclApi>, hccl: Opened<HcclApi>) -> Result<Runtime> {
     };
     let mut libraries = acl.libraries;
     libraries.extend(hccl.libraries);
-    Runtime::from_tables(hccl.table, acl.table, backend, false, libraries)
+    let origin = Origin {
+        backend,
+        host_addressable: false,
+        keep_alive: Box::new(libraries),
+    };
+    // SAFETY: the tables were resolved from these libraries by name (`open_first`'s contract:
+    // they export the CANN prototypes), the libraries live in `keep_alive`, and CANN's device
+    // memory is not host-addressable.
+    unsafe { Runtime::from_tables(hccl.table, acl.table, origin) }
 }
 
 /// Tries each candidate until one opens and resolves every required symbol.

@@ -1,9 +1,10 @@
 //! Safe wrappers over the C function tables: every call returns [`Result`], every handle is
 //! RAII, and errors inside `Drop` are recorded on the [`Runtime`] instead of panicking.
 //!
-//! A [`Runtime`] is a loaded backend: either the real CANN libraries ([`Runtime::load`],
-//! [`Runtime::load_from`]) or the built-in emulator ([`Runtime::emulated`]). Everything above
-//! this module works the same on both.
+//! A [`Runtime`] is a pair of filled C function tables ([`Runtime::from_tables`]): the real
+//! CANN libraries ([`Runtime::load`], [`Runtime::load_from`]) or the built-in emulator
+//! (`symheap::emu`, behind the default `emulator` feature). Nothing here knows which:
+//! everything above this module works the same on both.
 
 mod collective;
 mod comm;
@@ -15,11 +16,10 @@ mod memory;
 mod stream;
 mod window;
 
+use std::any::Any;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-
-use libloading::Library;
 
 use crate::sys::{ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
 use crate::{Error, Result};
@@ -33,9 +33,13 @@ pub use window::{Window, WindowHandle};
 
 /// Which backend a [`Runtime`] calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Backend {
-    /// The emulator built into this crate: host memory, threads as ranks.
-    Emulated,
+    /// Tables filled in this process (the built-in emulator, or a caller's own), named.
+    InProcess {
+        /// What filled them, e.g. `"symheap emulator"`.
+        name: &'static str,
+    },
     /// Shared libraries loaded at run time.
     Loaded {
         /// The HCCL library that was opened.
@@ -45,7 +49,19 @@ pub enum Backend {
     },
 }
 
-/// A loaded backend: the HCCL and ACL function tables, and the libraries they came from.
+/// What [`Runtime::from_tables`] needs besides the two tables.
+pub struct Origin {
+    /// What [`Runtime::backend`] reports.
+    pub backend: Backend,
+    /// Whether device memory is ordinary host memory of this process (true on the emulator):
+    /// typed owners then offer host views of it.
+    pub host_addressable: bool,
+    /// Whatever keeps the tables' code alive (the loaded libraries, or `Box::new(())`); the
+    /// runtime drops it after the last call through the tables.
+    pub keep_alive: Box<dyn Any + Send + Sync>,
+}
+
+/// A loaded backend: the HCCL and ACL function tables, and what keeps their code alive.
 ///
 /// Cheap to clone (an `Arc`). Every handle made from it keeps it alive, so the libraries are
 /// never unloaded while a function pointer taken from them can still be called.
@@ -62,7 +78,7 @@ struct Inner {
     host_addressable: bool,
     drop_errors: Mutex<Vec<Error>>,
     // Declared last: dropped after everything that could still call into the libraries.
-    _libraries: Vec<Library>,
+    _keep_alive: Box<dyn Any + Send + Sync>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -74,25 +90,58 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Builds a runtime over filled tables and calls `aclInit`.
-    fn from_tables(
-        hccl: HcclApi,
-        acl: AclApi,
-        backend: Backend,
-        host_addressable: bool,
-        libraries: Vec<Library>,
-    ) -> Result<Self> {
+    /// Builds a runtime over two filled tables and calls `aclInit`: the one constructor that
+    /// [`Runtime::load`], [`Runtime::load_from`] and the emulator (`symheap::emu`) all call,
+    /// and that a caller with its own implementation of the C functions (a test double, a
+    /// library linked statically) can call too.
+    ///
+    /// # Safety
+    /// - Every function pointer in `hccl` and `acl` implements the C function of that name
+    ///   with exactly the prototype declared in [`crate::sys`], with the semantics CANN's
+    ///   documentation gives it (status codes, out-pointers written on success, handles valid
+    ///   until destroyed).
+    /// - The functions can be called from any thread, and stay callable for as long as
+    ///   `origin.keep_alive` lives.
+    /// - `origin.host_addressable` is true only if every device address the tables hand out is
+    ///   memory of this process that the host may read and write while it is mapped.
+    ///
+    /// # Errors
+    /// The error of `aclInit` (`ACL_ERROR_REPEAT_INITIALIZE` is accepted: another user of the
+    /// library initialised it first).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[cfg(feature = "emulator")] {
+    /// use symheap::Runtime;
+    /// use symheap::runtime::{Backend, Origin};
+    ///
+    /// // The emulator's tables, as an older CANN without the symmetric-window API would be.
+    /// let mut hccl = symheap::emu::hccl_api();
+    /// hccl.HcclCommSymWinRegister = None;
+    /// let origin = Origin {
+    ///     backend: Backend::InProcess { name: "emulator without windows" },
+    ///     host_addressable: true,
+    ///     keep_alive: Box::new(()),
+    /// };
+    /// // SAFETY: the emulator's functions implement the C prototypes and live forever.
+    /// let rt = unsafe { Runtime::from_tables(hccl, symheap::emu::acl_api(), origin) }?;
+    /// assert!(rt.is_host_addressable());
+    /// # }
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    pub unsafe fn from_tables(hccl: HcclApi, acl: AclApi, origin: Origin) -> Result<Runtime> {
         let rt = Runtime {
             inner: Arc::new(Inner {
                 hccl,
                 acl,
-                backend,
-                host_addressable,
+                backend: origin.backend,
+                host_addressable: origin.host_addressable,
                 drop_errors: Mutex::new(Vec::new()),
-                _libraries: libraries,
+                _keep_alive: origin.keep_alive,
             }),
         };
-        // SAFETY: aclInit accepts a null config path; the table entry is the library's aclInit.
+        // SAFETY: aclInit accepts a null config path; the table entry is aclInit by the
+        // caller's contract.
         let code = unsafe { (rt.acl().aclInit)(std::ptr::null()) };
         // ACL_ERROR_REPEAT_INITIALIZE: another user of the library initialised it first.
         const ACL_ERROR_REPEAT_INITIALIZE: aclError = 100002;
@@ -100,21 +149,6 @@ impl Runtime {
             rt.acl_check("aclInit", code)?;
         }
         Ok(rt)
-    }
-
-    /// The emulator built into this crate: HCCL and ACL over host memory, threads as ranks,
-    /// device memory host-addressable. See [`crate::emu`].
-    ///
-    /// # Errors
-    /// Only if `aclInit` fails (which it does not, unless a failure is injected).
-    pub fn emulated() -> Result<Runtime> {
-        Runtime::from_tables(
-            crate::emu::hccl_api(),
-            crate::emu::acl_api(),
-            Backend::Emulated,
-            true,
-            Vec::new(),
-        )
     }
 
     /// Which backend this runtime calls.
@@ -216,57 +250,4 @@ unsafe fn c_string(ptr: *const c_char) -> String {
     unsafe { CStr::from_ptr(ptr) }
         .to_string_lossy()
         .into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn absent_optional_symbols_are_unsupported_errors() {
-        let _serial = crate::emu::test_lock();
-        // The emulator's tables, as an older CANN without the symmetric-window API would be.
-        let mut hccl = crate::emu::hccl_api();
-        hccl.HcclCommSymWinRegister = None;
-        hccl.HcclCommSymWinGet = None;
-        hccl.HcclGetCommAsyncError = None;
-        let rt = Runtime::from_tables(
-            hccl,
-            crate::emu::acl_api(),
-            Backend::Emulated,
-            true,
-            Vec::new(),
-        )
-        .unwrap();
-        let outcome = crate::emu::launch_with(&rt, 1, &CommConfig::new(), |comm| {
-            let rt = comm.runtime();
-            let size = rt.granularity(comm.device())?;
-            let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
-            let ptr = mapping.ptr();
-            let register = Window::register(comm, &mapping).unwrap_err();
-            assert!(matches!(
-                register,
-                Error::Unsupported {
-                    call: "HcclCommSymWinRegister"
-                }
-            ));
-            let get = comm.window_get(ptr, 8).unwrap_err();
-            assert!(matches!(
-                get,
-                Error::Unsupported {
-                    call: "HcclCommSymWinGet"
-                }
-            ));
-            let pending = comm.async_error().unwrap_err();
-            assert!(matches!(
-                pending,
-                Error::Unsupported {
-                    call: "HcclGetCommAsyncError"
-                }
-            ));
-            Ok(())
-        });
-        outcome.unwrap();
-        crate::emu::testutil::assert_clean();
-    }
 }

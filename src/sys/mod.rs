@@ -8,5 +8,7 @@ mod table;
 mod types;
 
 pub(crate) use table::FnTable;
-pub use table::{AclApi, HcclApi};
+pub use table::{AclApi, CFunction, HcclApi};
+#[cfg(feature = "emulator")]
+pub(crate) use table::{acl_functions, hccl_functions};
 pub use types::*;

@@ -1,5 +1,12 @@
-//! The function-pointer tables that both backends fill: the real libraries through
-//! `libloading`, the emulator with its own `extern "C"` functions.
+//! The one list of C functions this crate calls, and the function-pointer tables generated from
+//! it, which both backends fill: the real libraries through `libloading`, the emulator with its
+//! own `extern "C"` functions.
+//!
+//! [`hccl_functions!`] and [`acl_functions!`] hold the list: each function's C name, its
+//! parameters (named as in CANN's headers) and its return type, split into required and
+//! optional ones. They pass the list to a macro of the caller's choice, so the tables here and
+//! the emulator's exported shims and table fills are expanded from the same text: adding a C
+//! function is one line here plus, in the emulator, its body.
 
 use std::ffi::{c_char, c_void};
 
@@ -7,27 +14,120 @@ use libloading::Library;
 
 use super::types::*;
 
-/// Declares a table of C function pointers: required ones are plain `fn` fields, optional ones
-/// `Option<fn>`; `resolve` looks every symbol up by its C name.
+/// One function of a table: its C name and return type, as written in the list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CFunction {
+    /// The C name, e.g. `"HcclAllReduce"`.
+    pub name: &'static str,
+    /// The return type as the list spells it (`stringify!`), e.g. `"HcclResult"`.
+    pub returns: &'static str,
+    /// Whether a library must export it (optional ones are `Option<fn>` in the table).
+    pub required: bool,
+}
+
+impl CFunction {
+    /// Whether the function returns a status code (`HcclResult` or `aclError`).
+    pub fn returns_status(&self) -> bool {
+        matches!(self.returns, "HcclResult" | "aclError")
+    }
+}
+
+/// Invokes `$then! { $($extra)* HcclApi; required { .. } optional { .. } }` with every HCCL
+/// function this crate knows, one `Name(param: Type, ..) -> Ret;` each.
+macro_rules! hccl_functions {
+    ($then:ident $(, $($extra:tt)*)?) => {
+        $then! { $($($extra)*)? HcclApi;
+            required {
+                HcclGetRootInfo(rootInfo: *mut HcclRootInfo) -> HcclResult;
+                HcclCommInitRootInfo(nRanks: u32, rootInfo: *const HcclRootInfo, rank: u32, comm: *mut HcclComm) -> HcclResult;
+                HcclCommInitRootInfoConfig(nRanks: u32, rootInfo: *const HcclRootInfo, rank: u32, config: *const HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
+                HcclCommDestroy(comm: HcclComm) -> HcclResult;
+                HcclGetRankSize(comm: HcclComm, rankSize: *mut u32) -> HcclResult;
+                HcclGetRankId(comm: HcclComm, rank: *mut u32) -> HcclResult;
+                HcclBarrier(comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclGetErrorString(code: HcclResult) -> *const c_char;
+                HcclAllReduce(sendBuf: *mut c_void, recvBuf: *mut c_void, count: u64, dataType: HcclDataType, op: HcclReduceOp, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclAllGather(sendBuf: *mut c_void, recvBuf: *mut c_void, sendCount: u64, dataType: HcclDataType, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclReduceScatter(sendBuf: *mut c_void, recvBuf: *mut c_void, recvCount: u64, dataType: HcclDataType, op: HcclReduceOp, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclAlltoAll(sendBuf: *const c_void, sendCount: u64, sendType: HcclDataType, recvBuf: *const c_void, recvCount: u64, recvType: HcclDataType, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclBroadcast(buf: *mut c_void, count: u64, dataType: HcclDataType, root: u32, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+            }
+            optional {
+                HcclGetCommAsyncError(comm: HcclComm, asyncError: *mut HcclResult) -> HcclResult;
+                HcclCommSymWinRegister(comm: HcclComm, addr: *mut c_void, size: u64, winHandle: *mut HcclCommSymWindow, flag: u32) -> HcclResult;
+                HcclCommSymWinDeregister(winHandle: HcclCommSymWindow) -> HcclResult;
+                HcclCommSymWinGet(comm: HcclComm, ptr: *mut c_void, size: usize, winHandle: *mut HcclCommSymWindow, offset: *mut usize) -> HcclResult;
+            }
+        }
+    };
+}
+
+/// Invokes `$then! { $($extra)* AclApi; required { .. } optional { .. } }` with every ACL
+/// runtime function this crate knows, one `Name(param: Type, ..) -> Ret;` each.
+macro_rules! acl_functions {
+    ($then:ident $(, $($extra:tt)*)?) => {
+        $then! { $($($extra)*)? AclApi;
+            required {
+                aclInit(configPath: *const c_char) -> aclError;
+                aclFinalize() -> aclError;
+                aclrtSetDevice(deviceId: i32) -> aclError;
+                aclrtGetDevice(deviceId: *mut i32) -> aclError;
+                aclrtResetDevice(deviceId: i32) -> aclError;
+                aclrtCreateStream(stream: *mut aclrtStream) -> aclError;
+                aclrtDestroyStream(stream: aclrtStream) -> aclError;
+                aclrtSynchronizeStream(stream: aclrtStream) -> aclError;
+                aclrtMemcpy(dst: *mut c_void, destMax: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind) -> aclError;
+                aclrtMemcpyAsync(dst: *mut c_void, destMax: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind, stream: aclrtStream) -> aclError;
+                aclrtMemset(devPtr: *mut c_void, maxCount: usize, value: i32, count: usize) -> aclError;
+                aclrtMemsetAsync(devPtr: *mut c_void, maxCount: usize, value: i32, count: usize, stream: aclrtStream) -> aclError;
+                aclrtGetMemInfo(attr: aclrtMemAttr, free: *mut usize, total: *mut usize) -> aclError;
+                aclrtReserveMemAddress(virPtr: *mut *mut c_void, size: usize, alignment: usize, expectPtr: *mut c_void, flags: u64) -> aclError;
+                aclrtReleaseMemAddress(virPtr: *mut c_void) -> aclError;
+                aclrtMallocPhysical(handle: *mut aclrtDrvMemHandle, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> aclError;
+                aclrtFreePhysical(handle: aclrtDrvMemHandle) -> aclError;
+                aclrtMapMem(virPtr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) -> aclError;
+                aclrtUnmapMem(virPtr: *mut c_void) -> aclError;
+                aclrtMemGetAllocationGranularity(prop: *mut aclrtPhysicalMemProp, option: aclrtMemGranularityOptions, granularity: *mut usize) -> aclError;
+            }
+            optional {
+                aclGetRecentErrMsg() -> *const c_char;
+            }
+        }
+    };
+}
+
+#[cfg(feature = "emulator")]
+pub(crate) use {acl_functions, hccl_functions};
+
+/// Declares a table of C function pointers from a list: required functions are plain `fn`
+/// fields, optional ones `Option<fn>`; `resolve` looks every symbol up by its C name, and
+/// `FUNCTIONS` lists them.
 macro_rules! fn_table {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident {
-            required { $( $req:ident ( $($rarg:ty),* ) $(-> $rret:ty)? ; )* }
-            optional { $( $opt:ident ( $($oarg:ty),* ) $(-> $oret:ty)? ; )* }
-        }
+        $name:ident;
+        required { $( $req:ident ( $($ra:ident : $rt:ty),* ) -> $rret:ty ; )* }
+        optional { $( $opt:ident ( $($oa:ident : $ot:ty),* ) -> $oret:ty ; )* }
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy)]
         pub struct $name {
             $(
                 #[doc = concat!("`", stringify!($req), "` (required).")]
-                pub $req: unsafe extern "C" fn($($rarg),*) $(-> $rret)?,
+                pub $req: unsafe extern "C" fn($($rt),*) -> $rret,
             )*
             $(
                 #[doc = concat!("`", stringify!($opt), "` (optional: `None` where the library lacks it).")]
-                pub $opt: Option<unsafe extern "C" fn($($oarg),*) $(-> $oret)?>,
+                pub $opt: Option<unsafe extern "C" fn($($ot),*) -> $oret>,
             )*
+        }
+
+        impl $name {
+            /// Every function of the table, in the order of the list.
+            pub const FUNCTIONS: &'static [CFunction] = &[
+                $(CFunction { name: stringify!($req), returns: stringify!($rret), required: true },)*
+                $(CFunction { name: stringify!($opt), returns: stringify!($oret), required: false },)*
+            ];
         }
 
         impl FnTable for $name {
@@ -77,61 +177,34 @@ unsafe fn lookup<T: Copy>(libs: &[&Library], symbol: &[u8]) -> Option<T> {
     })
 }
 
-fn_table! {
-    /// HCCL: communicators, symmetric windows and collectives (`libhccl.so`, `libhcomm.so`).
-    pub struct HcclApi {
-        required {
-            HcclGetRootInfo(*mut HcclRootInfo) -> HcclResult;
-            HcclCommInitRootInfo(u32, *const HcclRootInfo, u32, *mut HcclComm) -> HcclResult;
-            HcclCommInitRootInfoConfig(u32, *const HcclRootInfo, u32, *const HcclCommConfig, *mut HcclComm) -> HcclResult;
-            HcclCommDestroy(HcclComm) -> HcclResult;
-            HcclGetRankSize(HcclComm, *mut u32) -> HcclResult;
-            HcclGetRankId(HcclComm, *mut u32) -> HcclResult;
-            HcclBarrier(HcclComm, aclrtStream) -> HcclResult;
-            HcclGetErrorString(HcclResult) -> *const c_char;
-            HcclAllReduce(*mut c_void, *mut c_void, u64, HcclDataType, HcclReduceOp, HcclComm, aclrtStream) -> HcclResult;
-            HcclAllGather(*mut c_void, *mut c_void, u64, HcclDataType, HcclComm, aclrtStream) -> HcclResult;
-            HcclReduceScatter(*mut c_void, *mut c_void, u64, HcclDataType, HcclReduceOp, HcclComm, aclrtStream) -> HcclResult;
-            HcclAlltoAll(*const c_void, u64, HcclDataType, *const c_void, u64, HcclDataType, HcclComm, aclrtStream) -> HcclResult;
-            HcclBroadcast(*mut c_void, u64, HcclDataType, u32, HcclComm, aclrtStream) -> HcclResult;
-        }
-        optional {
-            HcclGetCommAsyncError(HcclComm, *mut HcclResult) -> HcclResult;
-            HcclCommSymWinRegister(HcclComm, *mut c_void, u64, *mut HcclCommSymWindow, u32) -> HcclResult;
-            HcclCommSymWinDeregister(HcclCommSymWindow) -> HcclResult;
-            HcclCommSymWinGet(HcclComm, *mut c_void, usize, *mut HcclCommSymWindow, *mut usize) -> HcclResult;
-        }
-    }
-}
+hccl_functions!(
+    fn_table,
+    #[doc = "HCCL: communicators, symmetric windows and collectives (`libhccl.so`, `libhcomm.so`)."]
+);
 
-fn_table! {
-    /// The ACL runtime: devices, streams, virtual and physical memory, copies
-    /// (`libascendcl.so`, `libacl_rt.so`).
-    pub struct AclApi {
-        required {
-            aclInit(*const c_char) -> aclError;
-            aclFinalize() -> aclError;
-            aclrtSetDevice(i32) -> aclError;
-            aclrtGetDevice(*mut i32) -> aclError;
-            aclrtResetDevice(i32) -> aclError;
-            aclrtCreateStream(*mut aclrtStream) -> aclError;
-            aclrtDestroyStream(aclrtStream) -> aclError;
-            aclrtSynchronizeStream(aclrtStream) -> aclError;
-            aclrtMemcpy(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind) -> aclError;
-            aclrtMemcpyAsync(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind, aclrtStream) -> aclError;
-            aclrtMemset(*mut c_void, usize, i32, usize) -> aclError;
-            aclrtMemsetAsync(*mut c_void, usize, i32, usize, aclrtStream) -> aclError;
-            aclrtGetMemInfo(aclrtMemAttr, *mut usize, *mut usize) -> aclError;
-            aclrtReserveMemAddress(*mut *mut c_void, usize, usize, *mut c_void, u64) -> aclError;
-            aclrtReleaseMemAddress(*mut c_void) -> aclError;
-            aclrtMallocPhysical(*mut aclrtDrvMemHandle, usize, *const aclrtPhysicalMemProp, u64) -> aclError;
-            aclrtFreePhysical(aclrtDrvMemHandle) -> aclError;
-            aclrtMapMem(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError;
-            aclrtUnmapMem(*mut c_void) -> aclError;
-            aclrtMemGetAllocationGranularity(*mut aclrtPhysicalMemProp, aclrtMemGranularityOptions, *mut usize) -> aclError;
+acl_functions!(
+    fn_table,
+    #[doc = "The ACL runtime: devices, streams, virtual and physical memory, copies (`libascendcl.so`, `libacl_rt.so`)."]
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lists_name_every_table_field_once() {
+        for table in [HcclApi::FUNCTIONS, AclApi::FUNCTIONS] {
+            let mut names: Vec<_> = table.iter().map(|f| f.name).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), table.len());
         }
-        optional {
-            aclGetRecentErrMsg() -> *const c_char;
-        }
+        let get_error_string = HcclApi::FUNCTIONS
+            .iter()
+            .find(|f| f.name == "HcclGetErrorString")
+            .unwrap();
+        assert!(get_error_string.returns.ends_with("c_char"));
+        assert!(!get_error_string.returns_status());
+        assert!(AclApi::FUNCTIONS[0].returns_status());
     }
 }

@@ -42,13 +42,43 @@ pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507046;
 pub const HCCL_ROOT_INFO_BYTES: usize = 4108;
 
 macro_rules! c_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:expr),* $(,)? }) => {
+    ($(#[$meta:meta])* $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $value:expr $(=> $text:literal)?),* $(,)?
+    }) => {
         $(#[$meta])*
         #[repr(transparent)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub struct $name(pub i32);
         impl $name {
             $($(#[$vmeta])* pub const $variant: Self = Self($value);)*
+
+            /// The C name of this value (`"HCCL_E_PARA"`), or `None` for a value this crate
+            /// does not list.
+            pub const fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $(v if v == $value => Some(stringify!($variant)),)*
+                    _ => None,
+                }
+            }
+
+            /// What the library's own error-string function says of this value (for
+            /// `HcclResult`, libhccl's `HcclGetErrorString`), or `None` where it says nothing.
+            pub const fn description(self) -> Option<&'static str> {
+                match self.0 {
+                    $($(v if v == $value => Some($text),)?)*
+                    _ => None,
+                }
+            }
+        }
+
+        /// The C name, or the type and raw value for a value this crate does not list.
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.name() {
+                    Some(name) => f.write_str(name),
+                    None => write!(f, "{}({})", stringify!($name), self.0),
+                }
+            }
         }
     };
 }
@@ -57,49 +87,49 @@ c_enum! {
     /// `HcclResult`: the status of every HCCL call.
     HcclResult {
         /// Success.
-        HCCL_SUCCESS = 0,
+        HCCL_SUCCESS = 0 => "no error",
         /// Invalid parameter.
-        HCCL_E_PARA = 1,
+        HCCL_E_PARA = 1 => "parameter error",
         /// Null pointer.
-        HCCL_E_PTR = 2,
+        HCCL_E_PTR = 2 => "empty pointer",
         /// Memory error.
-        HCCL_E_MEMORY = 3,
+        HCCL_E_MEMORY = 3 => "memory error",
         /// Internal error.
-        HCCL_E_INTERNAL = 4,
+        HCCL_E_INTERNAL = 4 => "internal error",
         /// Not supported.
-        HCCL_E_NOT_SUPPORT = 5,
+        HCCL_E_NOT_SUPPORT = 5 => "not support feature",
         /// Not found.
-        HCCL_E_NOT_FOUND = 6,
+        HCCL_E_NOT_FOUND = 6 => "not found specific resource",
         /// Resource unavailable.
-        HCCL_E_UNAVAIL = 7,
+        HCCL_E_UNAVAIL = 7 => "resource unavailable",
         /// System call failed.
-        HCCL_E_SYSCALL = 8,
+        HCCL_E_SYSCALL = 8 => "call system interface error",
         /// Timed out.
-        HCCL_E_TIMEOUT = 9,
+        HCCL_E_TIMEOUT = 9 => "timeout",
         /// Could not open a file.
-        HCCL_E_OPEN_FILE_FAILURE = 10,
+        HCCL_E_OPEN_FILE_FAILURE = 10 => "open file fail",
         /// TCP connection failed.
-        HCCL_E_TCP_CONNECT = 11,
+        HCCL_E_TCP_CONNECT = 11 => "tcp connect fail",
         /// RoCE connection failed.
-        HCCL_E_ROCE_CONNECT = 12,
+        HCCL_E_ROCE_CONNECT = 12 => "roce connect fail",
         /// TCP transfer failed.
-        HCCL_E_TCP_TRANSFER = 13,
+        HCCL_E_TCP_TRANSFER = 13 => "tcp transfer fail",
         /// RoCE transfer failed.
-        HCCL_E_ROCE_TRANSFER = 14,
+        HCCL_E_ROCE_TRANSFER = 14 => "roce transfer fail",
         /// Runtime call failed.
-        HCCL_E_RUNTIME = 15,
+        HCCL_E_RUNTIME = 15 => "call runtime api fail",
         /// Driver call failed.
-        HCCL_E_DRV = 16,
+        HCCL_E_DRV = 16 => "call driver api fail",
         /// Profiling error.
-        HCCL_E_PROFILING = 17,
+        HCCL_E_PROFILING = 17 => "call profiling api fail",
         /// CCE error.
-        HCCL_E_CCE = 18,
+        HCCL_E_CCE = 18 => "call cce api fail",
         /// Network error.
-        HCCL_E_NETWORK = 19,
+        HCCL_E_NETWORK = 19 => "call network api fail",
         /// Try again.
-        HCCL_E_AGAIN = 20,
+        HCCL_E_AGAIN = 20 => "try again",
         /// Remote error.
-        HCCL_E_REMOTE = 21,
+        HCCL_E_REMOTE = 21 => "error cqe",
         /// Communicator suspending.
         HCCL_E_SUSPENDING = 22,
         /// Operator retry failed.
