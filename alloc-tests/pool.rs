@@ -2,6 +2,7 @@
 //! typed collectives, growth / trim / OOM agreement, stream-safe reuse, no leaks.
 
 use symheap::ReduceOp;
+use symheap::sys::{ACL_ERROR_RT_MEMORY_ALLOCATION, HcclResult};
 use symheap::{Error, PoolConfig, SymAlloc, SymBox, SymPool, SymVec, emu};
 
 use crate::harness::EmuSession;
@@ -56,7 +57,10 @@ fn random_program(pool: &SymPool, seed: u64, steps: usize) -> symheap::Result<Ve
             let bytes = (v.len() * 4).max(1) as u64;
             match pool.window_get(v.device_ptr(), bytes) {
                 Ok(found) => assert_eq!(found, (v.window(), v.offset())),
-                Err(Error::Hccl { code: 6, .. }) if ranks == 1 => {}
+                Err(Error::Hccl {
+                    code: HcclResult::HCCL_E_NOT_FOUND,
+                    ..
+                }) if ranks == 1 => {}
                 Err(e) => return Err(e),
             }
         }
@@ -391,14 +395,14 @@ fn failed_growth_leaves_a_working_pool() {
     let session = EmuSession::start();
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
-        emu::inject_failure("aclrtMallocPhysical", 1, 207001);
+        emu::inject_failure("aclrtMallocPhysical", 1, ACL_ERROR_RT_MEMORY_ALLOCATION);
         let err = pool.alloc(3 << 20, 0).unwrap_err();
         assert!(
             matches!(
                 err,
                 Error::Acl {
                     call: "aclrtMallocPhysical",
-                    code: 207001,
+                    code: ACL_ERROR_RT_MEMORY_ALLOCATION,
                     ..
                 }
             ),
@@ -420,7 +424,7 @@ fn a_window_that_fails_to_deregister_is_freed_with_its_communicator() {
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
         drop(pool.alloc(3 << 20, 0)?); // grows, then is free
-        emu::inject_failure("HcclCommSymWinDeregister", 1, 4);
+        emu::inject_failure("HcclCommSymWinDeregister", 1, HcclResult::HCCL_E_INTERNAL.0);
         let err = pool.trim().unwrap_err();
         assert!(
             matches!(
@@ -434,7 +438,7 @@ fn a_window_that_fails_to_deregister_is_freed_with_its_communicator() {
         );
         assert_eq!(pool.stats().windows, 1);
         // And on drop: the error is recorded, not panicked.
-        emu::inject_failure("HcclCommSymWinDeregister", 1, 4);
+        emu::inject_failure("HcclCommSymWinDeregister", 1, HcclResult::HCCL_E_INTERNAL.0);
         let rt = comm.runtime().clone();
         drop(pool);
         assert_eq!(rt.take_drop_errors().len(), 1);
@@ -458,7 +462,10 @@ fn a_failed_collective_poisons_the_pool() {
             drop(v);
             assert!(matches!(
                 pool.synchronize(),
-                Err(Error::Hccl { code: 9, .. })
+                Err(Error::Hccl {
+                    code: HcclResult::HCCL_E_TIMEOUT,
+                    ..
+                })
             ));
             // Nothing pending was released, and nothing more is handed out.
             assert_eq!(pool.stats().pending_frees, 1);

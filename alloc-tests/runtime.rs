@@ -3,7 +3,9 @@
 //! failure paths are tested in `pool.rs`.)
 
 use symheap::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
-use symheap::sys::HcclResult;
+use symheap::sys::{
+    ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_SUCCESS, HcclResult,
+};
 use symheap::{Error, Runtime};
 
 use crate::harness::{DeviceBuf, EmuSession};
@@ -12,7 +14,7 @@ use crate::harness::{DeviceBuf, EmuSession};
 fn an_injected_failure_is_reported_with_its_call_and_code_and_nothing_leaks() {
     let session = EmuSession::start();
     let err = symheap::emu::launch(1, |comm| {
-        symheap::emu::inject_failure("aclrtMapMem", 1, 207001);
+        symheap::emu::inject_failure("aclrtMapMem", 1, ACL_ERROR_RT_MEMORY_ALLOCATION);
         DeviceBuf::new(comm, 4 << 20, false).map(|_| ())
     })
     .unwrap_err();
@@ -24,7 +26,7 @@ fn an_injected_failure_is_reported_with_its_call_and_code_and_nothing_leaks() {
             *source,
             Error::Acl {
                 call: "aclrtMapMem",
-                code: 207001,
+                code: ACL_ERROR_RT_MEMORY_ALLOCATION,
                 ..
             }
         ),
@@ -52,7 +54,10 @@ fn hccl_errors_carry_the_library_text() {
     else {
         panic!("expected an HCCL error, got {source}");
     };
-    assert_eq!((call, code), ("HcclCommSymWinRegister", 3));
+    assert_eq!(
+        (call, code),
+        ("HcclCommSymWinRegister", HcclResult::HCCL_E_MEMORY)
+    );
     assert!(!message.is_empty());
     session.assert_clean();
 }
@@ -64,7 +69,7 @@ fn errors_in_drop_are_recorded_not_panicked() {
     rt.set_device(0).unwrap();
     let stream = Stream::new(&rt).unwrap();
     let raw = stream.as_raw();
-    symheap::emu::inject_failure("aclrtDestroyStream", 1, 507000);
+    symheap::emu::inject_failure("aclrtDestroyStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
     drop(stream);
     let errors = rt.take_drop_errors();
     assert_eq!(errors.len(), 1, "{errors:?}");
@@ -72,7 +77,7 @@ fn errors_in_drop_are_recorded_not_panicked() {
         errors[0],
         Error::Acl {
             call: "aclrtDestroyStream",
-            code: 507000,
+            code: ACL_ERROR_RT_INTERNAL_ERROR,
             ..
         }
     ));
@@ -80,7 +85,7 @@ fn errors_in_drop_are_recorded_not_panicked() {
     // The injected failure left the stream alive: destroy it for real.
     // SAFETY: `raw` is the live stream whose destruction was made to fail.
     let code = unsafe { (symheap::emu::acl_api().aclrtDestroyStream)(raw) };
-    assert_eq!(code, 0);
+    assert_eq!(code, ACL_SUCCESS);
     session.assert_clean();
 }
 

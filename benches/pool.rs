@@ -7,7 +7,6 @@
 //!   through the HCCL buffer; 4 KiB to 64 MiB.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
@@ -23,10 +22,7 @@ fn join(rt: &Runtime, root: &RootInfo, ranks: u32, rank: u32) -> Result<Comm> {
 
 /// Reserve + allocate + map + register, then undo it all: one tensor without a pool.
 fn register_one(comm: &Comm, bytes: u64) -> Result<()> {
-    let rt = comm.runtime();
-    let mapping = Arc::new(Mapping::allocate(rt, bytes, comm.device())?);
-    let window = Window::register(comm, &mapping)?;
-    window.deregister()
+    Window::allocate(comm, bytes)?.deregister()
 }
 
 fn alloc_free(c: &mut Criterion) {

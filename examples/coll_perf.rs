@@ -12,7 +12,6 @@
 //! `--memory window` registers the buffers as symmetric windows (the zero-copy path);
 //! `--memory plain` leaves them unregistered, so data stages through the HCCL buffer.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
@@ -198,29 +197,27 @@ fn combine(op: ReduceOp, a: f64, b: f64) -> f64 {
     }
 }
 
-/// Device memory for one buffer: reserved, mapped, optionally registered.
-struct Buffer {
-    _window: Option<Window>,
-    mapping: Arc<Mapping>,
+/// Device memory for one buffer: registered as a window or not.
+enum Buffer {
+    Registered(Window),
+    Plain(Mapping),
 }
 
 impl Buffer {
     fn new(comm: &Comm, bytes: u64, registered: bool) -> Result<Self> {
+        if registered {
+            return Window::allocate(comm, bytes).map(Buffer::Registered);
+        }
         let rt = comm.runtime();
-        let g = rt.granularity(comm.device())?;
-        let size = bytes.div_ceil(g) * g;
-        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
-        let window = registered
-            .then(|| Window::register(comm, &mapping))
-            .transpose()?;
-        Ok(Buffer {
-            _window: window,
-            mapping,
-        })
+        let size = rt.round_to_granularity(bytes, comm.device())?;
+        Mapping::allocate(rt, size, comm.device()).map(Buffer::Plain)
     }
 
     fn ptr(&self) -> DevicePtr {
-        self.mapping.ptr()
+        match self {
+            Buffer::Registered(window) => window.ptr(),
+            Buffer::Plain(mapping) => mapping.ptr(),
+        }
     }
 }
 

@@ -11,10 +11,9 @@
 //! runs the same loop registering and deregistering a window per tensor, the naive alternative,
 //! and prints both rates and their ratio.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use symheap::runtime::{Comm, Mapping, ReduceOp, Stream, Window};
+use symheap::runtime::{Comm, ReduceOp, Stream, Window};
 use symheap::{Element, PoolConfig, Result, SymPool, SymVec, emu};
 
 const RANKS: u32 = 4;
@@ -74,13 +73,9 @@ struct Registered {
 impl Tensors for PerTensor {
     type Tensor = Registered;
     fn zeros(&self, len: usize) -> Result<Registered> {
-        let rt = self.comm.runtime();
-        let g = rt.granularity(self.comm.device())?;
-        let size = ((len * 4) as u64).div_ceil(g).max(1) * g;
-        let mapping = Arc::new(Mapping::allocate(rt, size, self.comm.device())?);
-        // SAFETY: fresh, mapped memory of at least `len` floats.
-        unsafe { rt.memset(mapping.ptr(), 0, len * 4)? };
-        let window = Window::register(&self.comm, &mapping)?;
+        let window = Window::allocate(&self.comm, (len * 4) as u64)?;
+        // SAFETY: fresh, mapped memory of at least `len` floats, not yet used by any stream.
+        unsafe { self.comm.runtime().memset(window.ptr(), 0, len * 4)? };
         Ok(Registered { window, len })
     }
     fn host<'a>(&self, t: &'a mut Registered) -> Result<&'a mut [f32]> {

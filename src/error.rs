@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::sys::{HcclResult, aclError};
+
 /// `Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -23,8 +25,8 @@ pub enum Error {
     Hccl {
         /// The C function, e.g. `"HcclAllReduce"`.
         call: &'static str,
-        /// The raw `HcclResult`.
-        code: i32,
+        /// The `HcclResult` (its constants can be matched on: `code: HcclResult::HCCL_E_TIMEOUT`).
+        code: HcclResult,
         /// `HcclGetErrorString(code)`, plus any detail the library recorded.
         message: String,
     },
@@ -32,8 +34,9 @@ pub enum Error {
     Acl {
         /// The C function, e.g. `"aclrtMapMem"`.
         call: &'static str,
-        /// The raw `aclError`.
-        code: i32,
+        /// The `aclError` (its constants can be matched on, e.g.
+        /// `code: symheap::sys::ACL_ERROR_RT_MEMORY_ALLOCATION`).
+        code: aclError,
         /// The library's recent error message, if it gave one.
         message: String,
     },
@@ -111,9 +114,9 @@ impl fmt::Display for Error {
                 call,
                 code,
                 message,
-            } => match crate::sys::HcclResult(*code).name() {
-                Some(name) => write!(f, "{call} failed with {name} ({code}): {message}"),
-                None => write!(f, "{call} failed with HcclResult {code}: {message}"),
+            } => match code.name() {
+                Some(name) => write!(f, "{call} failed with {name} ({}): {message}", code.0),
+                None => write!(f, "{call} failed with HcclResult {}: {message}", code.0),
             },
             Error::Acl {
                 call,

@@ -1,6 +1,13 @@
-//! Counts of live emulator objects, so tests can prove that everything was released.
+//! Counts of live emulator objects, and the check that nothing was left behind, so tests can
+//! prove that everything was released.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The name prefix of stream threads (`/proc` shows the first 15 bytes of a thread's name).
+pub(crate) const STREAM_THREAD_PREFIX: &str = "symheap-emu-stream";
+/// The name of the memfds behind physical allocations (`/proc/self/fd` links show it).
+pub(crate) const MEMFD_NAME: &CStr = c"symheap-emu-physical";
 
 /// Live and cumulative object counts of the emulator (process-wide): a test hook.
 ///
@@ -85,5 +92,41 @@ pub fn counters() -> Counters {
         registrations: get(Counter::Registrations),
         symmetric_collectives: get(Counter::SymmetricCollectives),
         staged_collectives: get(Counter::StagedCollectives),
+    }
+}
+
+/// Checks that the emulator holds nothing (a test hook): every live count of [`counters`] is
+/// zero, no stream thread runs and no memfd of a physical allocation is open in this process.
+///
+/// # Errors
+/// A description of what is left.
+pub fn check_released() -> Result<(), String> {
+    let mut left = Vec::new();
+    let live = counters().live();
+    if live != Counters::default() {
+        left.push(format!("live objects: {live:?}"));
+    }
+    let thread_name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| format!("cannot read /proc/self/task: {e}"))?
+        .filter_map(|t| std::fs::read(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(thread_name))
+        .count();
+    if threads > 0 {
+        left.push(format!("{threads} stream threads running"));
+    }
+    let memfd = MEMFD_NAME.to_string_lossy();
+    let memfds = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| format!("cannot read /proc/self/fd: {e}"))?
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains(&*memfd))
+        .count();
+    if memfds > 0 {
+        left.push(format!("{memfds} memfds open"));
+    }
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the emulator still holds {}", left.join(", ")))
     }
 }

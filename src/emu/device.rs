@@ -3,9 +3,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::errors::{
-    ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID, AclResult, acl_fail,
-};
+use super::errors::{AclResult, acl_fail};
+use crate::sys::{ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID};
 
 /// Devices `0..MAX_DEVICES` exist.
 pub(crate) const MAX_DEVICES: usize = 64;
@@ -77,6 +76,9 @@ pub(crate) fn current() -> AclResult<u32> {
 mod tests {
     use super::super::testutil::{acl, ok, recent};
     use super::super::{inject_failure, test_lock};
+    use crate::sys::{
+        ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID, ACL_ERROR_RT_PARAM_INVALID,
+    };
 
     #[test]
     fn devices_bind_the_calling_thread() {
@@ -85,29 +87,32 @@ mod tests {
         let mut id = -1;
         // SAFETY: valid out-pointers, or null where the emulator must refuse.
         unsafe {
-            assert_eq!((a.aclrtGetDevice)(&mut id), 107002);
+            assert_eq!((a.aclrtGetDevice)(&mut id), ACL_ERROR_RT_CONTEXT_NULL);
             assert!(recent().contains("aclrtSetDevice"));
-            assert_eq!((a.aclrtSetDevice)(64), 107001);
-            assert_eq!((a.aclrtSetDevice)(-1), 107001);
+            assert_eq!((a.aclrtSetDevice)(64), ACL_ERROR_RT_INVALID_DEVICEID);
+            assert_eq!((a.aclrtSetDevice)(-1), ACL_ERROR_RT_INVALID_DEVICEID);
             ok((a.aclrtSetDevice)(5));
             ok((a.aclrtGetDevice)(&mut id));
             assert_eq!(id, 5);
-            assert_eq!((a.aclrtGetDevice)(std::ptr::null_mut()), 107000);
+            assert_eq!(
+                (a.aclrtGetDevice)(std::ptr::null_mut()),
+                ACL_ERROR_RT_PARAM_INVALID
+            );
             std::thread::spawn(move || {
                 let mut other = -1;
-                assert_eq!((a.aclrtGetDevice)(&mut other), 107002);
+                assert_eq!((a.aclrtGetDevice)(&mut other), ACL_ERROR_RT_CONTEXT_NULL);
             })
             .join()
             .unwrap();
             ok((a.aclrtResetDevice)(5));
-            assert_eq!((a.aclrtGetDevice)(&mut id), 107002);
+            assert_eq!((a.aclrtGetDevice)(&mut id), ACL_ERROR_RT_CONTEXT_NULL);
             ok((a.aclInit)(std::ptr::null()));
             ok((a.aclInit)(std::ptr::null()));
             ok((a.aclFinalize)());
 
-            inject_failure("aclrtSetDevice", 2, 107001);
+            inject_failure("aclrtSetDevice", 2, ACL_ERROR_RT_INVALID_DEVICEID);
             ok((a.aclrtSetDevice)(1));
-            assert_eq!((a.aclrtSetDevice)(2), 107001);
+            assert_eq!((a.aclrtSetDevice)(2), ACL_ERROR_RT_INVALID_DEVICEID);
             assert!(recent().contains("injected"));
             ok((a.aclrtGetDevice)(&mut id));
             assert_eq!(id, 1, "the injected failure changed nothing");

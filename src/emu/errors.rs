@@ -8,11 +8,6 @@ use std::sync::OnceLock;
 
 use crate::sys::{HcclResult, aclError};
 
-/// `ACL_ERROR_RT_INVALID_DEVICEID`: a device id outside `0..64`.
-pub(crate) const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107001;
-/// `ACL_ERROR_RT_CONTEXT_NULL`: the calling thread has no current device (no `aclrtSetDevice`).
-pub(crate) const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107002;
-
 /// A failed call: the code the C function returns and the detail for `aclGetRecentErrMsg`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fail<C> {

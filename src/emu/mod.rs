@@ -15,7 +15,8 @@
 //!
 //! # Test hooks
 //! [`inject_failure`] / [`clear_injected_failures`] (make the n-th call of a C function fail),
-//! [`counters`] (live objects, to prove nothing leaked) and [`set_device_memory_limit`] exist
+//! [`counters`] and [`check_released`] (live objects, threads and memfds, to prove nothing
+//! leaked) and [`set_device_memory_limit`] exist
 //! for tests of the layers above; they are process-global and a real program has no use for
 //! them.
 //!
@@ -158,7 +159,7 @@ mod symmetric;
 pub(crate) mod testutil;
 mod window;
 
-pub use counters::{Counters, counters};
+pub use counters::{Counters, check_released, counters};
 pub use device::set_device_memory_limit;
 pub use exports::{acl_api, hccl_api};
 pub use inject::{clear_injected_failures, inject_failure};

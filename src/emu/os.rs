@@ -5,6 +5,8 @@
 //! checked ranges only.
 
 use std::io;
+
+use super::counters::MEMFD_NAME;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// An owned range of address space, unmapped on drop.
@@ -89,7 +91,7 @@ fn map_anonymous(len: usize, prot: libc::c_int) -> io::Result<usize> {
 /// Creates `len` bytes of shareable physical memory: a memfd whose pages are allocated lazily.
 pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
     // SAFETY: the name is a NUL-terminated static string; flags are valid.
-    let fd = unsafe { libc::memfd_create(c"symheap-emu-physical".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -13,7 +13,7 @@ use crate::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_PARAM_INVALID, aclError,
 };
 
-use super::counters::{self, Counter};
+use super::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use super::device;
 use super::errors::{AclResult, Fail, acl_fail, panic_message};
 use super::registry::{HandleKind, Registry, lock, new_handle};
@@ -70,7 +70,7 @@ pub(crate) fn create() -> AclResult<usize> {
     let worker = {
         let shared = shared.clone();
         thread::Builder::new()
-            .name(format!("symheap-emu-stream-{:x}", handle & 0xFFFF_FFFF))
+            .name(format!("{STREAM_THREAD_PREFIX}-{:x}", handle & 0xFFFF_FFFF))
             .spawn(move || run(&shared))
     };
     let worker = worker.or_else(|e| {
@@ -216,7 +216,7 @@ mod tests {
     use super::super::testutil::{DevBuf, acl, assert_clean, gate, ok, recent};
     use super::super::{GRANULARITY as G, counters, test_lock};
     use super::*;
-    use crate::sys::{aclrtMemcpyKind, aclrtStream};
+    use crate::sys::{ACL_ERROR_RT_CONTEXT_NULL, aclrtMemcpyKind, aclrtStream};
 
     fn create() -> aclrtStream {
         let mut s = null_mut();
@@ -249,7 +249,7 @@ mod tests {
         let mut s = null_mut();
         // SAFETY: the emulator validates every argument.
         unsafe {
-            assert_eq!((a.aclrtCreateStream)(&mut s), 107002);
+            assert_eq!((a.aclrtCreateStream)(&mut s), ACL_ERROR_RT_CONTEXT_NULL);
             ok((a.aclrtSetDevice)(0));
             assert_eq!(
                 (a.aclrtCreateStream)(null_mut()),

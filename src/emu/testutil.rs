@@ -9,7 +9,7 @@ use crate::sys::{
     HcclRootInfo, aclError, aclrtDrvMemHandle, aclrtPhysicalMemProp, aclrtStream,
 };
 
-use super::{Counters, acl_api, counters};
+use super::acl_api;
 
 /// The ACL table.
 pub(crate) fn acl() -> AclApi {
@@ -54,27 +54,12 @@ pub(crate) fn hccl() -> HcclApi {
     super::hccl_api()
 }
 
-/// Asserts every live count is zero, no stream thread is left and every memfd is closed.
+/// Asserts the emulator holds nothing: no live object, stream thread or memfd.
 #[track_caller]
 pub(crate) fn assert_clean() {
-    assert_eq!(
-        counters().live(),
-        Counters::default(),
-        "emulator objects leaked"
-    );
-    // Thread names are cut to 15 bytes in /proc.
-    let threads = std::fs::read_dir("/proc/self/task")
-        .expect("procfs")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("symheap-emu-str"))
-        .count();
-    assert_eq!(threads, 0, "stream threads left running");
-    let memfds = std::fs::read_dir("/proc/self/fd")
-        .expect("procfs")
-        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().contains("symheap-emu-physical"))
-        .count();
-    assert_eq!(memfds, 0, "memfds left open");
+    if let Err(left) = super::check_released() {
+        panic!("{left}");
+    }
 }
 
 /// Device memory made the documented way: reserve, allocate physical memory, map.

@@ -1,8 +1,8 @@
 //! Device selection and device properties.
 
 use super::Runtime;
-use crate::Result;
 use crate::sys::{aclrtMemAttr, aclrtMemGranularityOptions, aclrtPhysicalMemProp};
+use crate::{Error, Result};
 
 impl Runtime {
     /// Binds the calling thread to `device` (`aclrtSetDevice`).
@@ -46,6 +46,20 @@ impl Runtime {
         };
         self.acl_check("aclrtMemGetAllocationGranularity", code)?;
         Ok(granularity as u64)
+    }
+
+    /// `bytes` rounded up to a whole number of granules of `device`, at least one: a size that
+    /// [`Mapping::allocate`](super::Mapping::allocate) accepts.
+    ///
+    /// # Errors
+    /// The runtime's error from the granularity query; [`Error::InvalidArgument`] if the
+    /// rounded size overflows.
+    pub fn round_to_granularity(&self, bytes: u64, device: u32) -> Result<u64> {
+        let granularity = self.granularity(device)?;
+        bytes
+            .max(1)
+            .checked_next_multiple_of(granularity)
+            .ok_or_else(|| Error::invalid(format!("{bytes} bytes overflow when rounded up")))
     }
 
     /// `(free, total)` bytes of huge-page HBM on the current device (`aclrtGetMemInfo`).

@@ -227,7 +227,7 @@ impl Runtime {
         }
         Err(Error::Hccl {
             call,
-            code: code.0,
+            code,
             message,
         })
     }

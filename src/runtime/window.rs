@@ -70,6 +70,40 @@ impl Window {
         })
     }
 
+    /// Device memory of at least `bytes` (rounded up to the granularity) on the
+    /// communicator's device, registered as a window: reserve, allocate, map and register in
+    /// one call, undone in the right order on drop. Collective, as [`Window::register`].
+    ///
+    /// # Errors
+    /// As [`Mapping::allocate`] and [`Window::register`]; what was done is undone.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[cfg(feature = "emulator")] {
+    /// use symheap::runtime::Window;
+    ///
+    /// let sizes = symheap::emu::launch(2, |comm| {
+    ///     let window = Window::allocate(comm, 1000)?;
+    ///     let (handle, offset) = comm.window_get(window.ptr(), 1000)?;
+    ///     assert_eq!((handle, offset), (window.handle(), 0));
+    ///     Ok(window.size())
+    /// })?;
+    /// assert_eq!(sizes, [2 << 20, 2 << 20]); // one 2 MiB granule on the emulator
+    /// # }
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    pub fn allocate(comm: &Comm, bytes: u64) -> Result<Window> {
+        let rt = comm.runtime();
+        let size = rt.round_to_granularity(bytes, comm.device())?;
+        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
+        Window::register(comm, &mapping)
+    }
+
+    /// The registered memory.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.mapping
+    }
+
     /// The window's handle.
     pub fn handle(&self) -> WindowHandle {
         self.handle

@@ -27,6 +27,10 @@ pub const ACL_ERROR_INVALID_PARAM: aclError = 100000;
 pub const ACL_ERROR_BAD_ALLOC: aclError = 200000;
 /// Invalid parameter (runtime).
 pub const ACL_ERROR_RT_PARAM_INVALID: aclError = 107000;
+/// Invalid device id (runtime).
+pub const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107001;
+/// The calling thread has no current device, no `aclrtSetDevice` (runtime).
+pub const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107002;
 /// Invalid handle (runtime).
 pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107017;
 /// Out of memory (runtime).
