@@ -3,8 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{Placed, PoolShared};
-use crate::heap::Block;
+use super::{Placed, PoolBlock, PoolShared};
 use crate::runtime::{DevicePtr, Stream, WindowHandle};
 
 /// Marks an allocation no queued work has used.
@@ -17,8 +16,7 @@ const NEVER_USED: u64 = u64::MAX;
 pub struct SymAlloc {
     pool: Arc<PoolShared>,
     /// `None` only during `drop`.
-    block: Option<Block>,
-    segment: usize,
+    block: Option<PoolBlock>,
     ptr: DevicePtr,
     window: WindowHandle,
     len: u64,
@@ -43,7 +41,6 @@ impl SymAlloc {
         SymAlloc {
             pool,
             block: Some(placed.block),
-            segment: placed.segment,
             ptr: placed.ptr,
             window: placed.window,
             len,
@@ -52,7 +49,7 @@ impl SymAlloc {
         }
     }
 
-    fn block(&self) -> &Block {
+    fn block(&self) -> &PoolBlock {
         self.block.as_ref().expect("a live SymAlloc has its block")
     }
 
@@ -148,6 +145,6 @@ impl Drop for SymAlloc {
         let used = *self.used_epoch.get_mut();
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
         let used = (used != NEVER_USED).then_some(used);
-        self.pool.release(self.segment, block, used, streams);
+        self.pool.release(block, used, streams);
     }
 }

@@ -88,9 +88,9 @@ struct PoolState {
     segments: Slab<Segment>,
     pending: Vec<Pending>,
     /// Blocks handed out through the `allocator-api2` adapter, by address.
-    host_blocks: HashMap<u64, (usize, Block)>,
+    host_blocks: HashMap<u64, PoolBlock>,
     /// The pool's own block for symmetry checks (`(ranks + 1) * 8` bytes).
-    check_block: Option<(usize, Block)>,
+    check_block: Option<PoolBlock>,
     allocated: u64,
     peak_allocated: u64,
     alloc_count: u64,
@@ -101,18 +101,35 @@ struct PoolState {
     failure: Option<String>,
 }
 
-/// A block and where it is.
-pub(crate) struct Placed {
+/// A heap block and the key of the segment whose heap made it: the one shape in which the
+/// pool keeps and passes blocks around, so a block always goes back to its own heap.
+pub(crate) struct PoolBlock {
     segment: usize,
     block: Block,
+}
+
+impl PoolBlock {
+    /// The block's offset in its segment's window.
+    fn offset(&self) -> u64 {
+        self.block.offset()
+    }
+
+    /// The bytes granted.
+    fn size(&self) -> u64 {
+        self.block.size()
+    }
+}
+
+/// A block and where it is.
+pub(crate) struct Placed {
+    block: PoolBlock,
     ptr: DevicePtr,
     window: WindowHandle,
 }
 
 /// A freed block that queued work may still touch.
 struct Pending {
-    segment: usize,
-    block: Block,
+    block: PoolBlock,
     streams: Vec<Stream>,
 }
 
@@ -168,12 +185,12 @@ impl SymPool {
             registrations: 1,
             failure: None,
         };
-        let key = state.segments.insert(first);
+        let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
-        let block = state.segments[key].heap.alloc(check_bytes, 0)?;
+        let block = state.segments[segment].heap.alloc(check_bytes, 0)?;
         state.allocated = block.size();
         state.peak_allocated = block.size();
-        state.check_block = Some((key, block));
+        state.check_block = Some(PoolBlock { segment, block });
         Ok(SymPool {
             shared: Arc::new(PoolShared {
                 comm: comm.clone(),
@@ -364,7 +381,7 @@ impl PoolShared {
             self.flush_pending(state)?;
             found = state.try_alloc(size, align)?;
         }
-        let (segment, block) = match found {
+        let block = match found {
             Some(found) => found,
             None => {
                 let grown = if collective {
@@ -373,7 +390,10 @@ impl PoolShared {
                     Err(state.out_of_memory(self, size, align))
                 };
                 match grown {
-                    Ok(key) => (key, state.segments[key].heap.alloc(size, align)?),
+                    Ok(segment) => PoolBlock {
+                        segment,
+                        block: state.segments[segment].heap.alloc(size, align)?,
+                    },
                     Err(e) => {
                         if matches!(e, Error::OutOfMemory(_)) {
                             state.oom_count += 1;
@@ -386,11 +406,9 @@ impl PoolShared {
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
         state.alloc_count += 1;
-        let seg = &state.segments[segment];
         Ok(Placed {
-            ptr: seg.base.byte_add(block.offset()),
-            window: seg.handle,
-            segment,
+            ptr: state.device_ptr(&block),
+            window: state.segments[block.segment].handle,
             block,
         })
     }
@@ -401,9 +419,7 @@ impl PoolShared {
         let mut state = self.lock();
         let placed = self.alloc_locked(&mut state, size, align, false)?;
         let granted = placed.block.size();
-        state
-            .host_blocks
-            .insert(placed.ptr.addr(), (placed.segment, placed.block));
+        state.host_blocks.insert(placed.ptr.addr(), placed.block);
         Ok((placed.ptr, granted))
     }
 
@@ -411,7 +427,7 @@ impl PoolShared {
     pub(crate) fn free_host_block(&self, addr: u64) {
         let entry = self.lock().host_blocks.remove(&addr);
         match entry {
-            Some((segment, block)) => self.release(segment, block, None, Vec::new()),
+            Some(block) => self.release(block, None, Vec::new()),
             None => self
                 .comm
                 .runtime()
@@ -470,7 +486,7 @@ impl PoolShared {
             return Err(e);
         }
         for pending in std::mem::take(&mut state.pending) {
-            if let Err(e) = state.segments[pending.segment].heap.free(pending.block) {
+            if let Err(e) = state.free_block(pending.block) {
                 self.comm.runtime().record_drop_error(e);
             }
         }
@@ -484,24 +500,14 @@ impl PoolShared {
 
     /// Returns a block. It waits for `synchronize` if queued work may still touch it, and for
     /// ever once the pool is poisoned.
-    pub(crate) fn release(
-        &self,
-        segment: usize,
-        block: Block,
-        used_epoch: Option<u64>,
-        streams: Vec<Stream>,
-    ) {
+    pub(crate) fn release(&self, block: PoolBlock, used_epoch: Option<u64>, streams: Vec<Stream>) {
         let mut state = self.lock();
         state.allocated -= block.size();
         state.free_count += 1;
         let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
         if in_flight || state.failure.is_some() {
-            state.pending.push(Pending {
-                segment,
-                block,
-                streams,
-            });
-        } else if let Err(e) = state.segments[segment].heap.free(block) {
+            state.pending.push(Pending { block, streams });
+        } else if let Err(e) = state.free_block(block) {
             self.comm.runtime().record_drop_error(e);
         }
     }
@@ -509,15 +515,30 @@ impl PoolShared {
 
 impl PoolState {
     /// First fit over segments in key order; `None` when no segment has room.
-    fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<(usize, Block)>> {
+    fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<PoolBlock>> {
         for (key, segment) in self.segments.iter_mut() {
             match segment.heap.alloc(size, align) {
-                Ok(block) => return Ok(Some((key, block))),
+                Ok(block) => {
+                    return Ok(Some(PoolBlock {
+                        segment: key,
+                        block,
+                    }));
+                }
                 Err(Error::OutOfMemory(_)) => continue,
                 Err(other) => return Err(other),
             }
         }
         Ok(None)
+    }
+
+    /// Returns a block to its segment's heap.
+    fn free_block(&mut self, block: PoolBlock) -> Result<()> {
+        self.segments[block.segment].heap.free(block.block)
+    }
+
+    /// The device address of a block.
+    fn device_ptr(&self, block: &PoolBlock) -> DevicePtr {
+        self.segments[block.segment].base.byte_add(block.offset())
     }
 
     fn largest_free(&self) -> u64 {
@@ -570,7 +591,7 @@ impl PoolState {
         let pending = self
             .pending
             .iter()
-            .flat_map(|p| [p.segment as u64, p.block.offset(), p.block.size()]);
+            .flat_map(|p| [p.block.segment as u64, p.block.offset(), p.block.size()]);
         let counts = [self.alloc_count, self.free_count, self.oom_count];
         fold_words(segments.chain(pending).chain(counts))
     }

@@ -24,11 +24,11 @@ impl PoolShared {
         state.check_usable()?;
         let ranks = self.comm.size() as usize;
         let mine = state.op_hash();
-        let (segment, block) = state
+        let check_block = state
             .check_block
             .as_ref()
             .expect("the pool keeps its check block");
-        let base = state.segments[*segment].base.byte_add(block.offset());
+        let base = state.device_ptr(check_block);
         let rt = self.comm.runtime();
         // The check block is only ever used here, under the lock, and every use ends with a
         // synchronisation, so no queued work touches it now.
