@@ -127,6 +127,19 @@ pub(crate) struct Placed {
     window: WindowHandle,
 }
 
+/// What an allocation may do when no free region fits it. Growing and releasing the pending
+/// frees are collective steps, so only a caller that every rank reaches in the same program
+/// order may take them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WhenFull {
+    /// Release the pending frees (synchronising), then grow the pool by a window: for
+    /// [`SymPool::alloc`], which every rank calls in program order.
+    FlushThenGrow,
+    /// Fail with [`Error::OutOfMemory`]: for the `allocator-api2` adapter, whose callers
+    /// (containers growing as their data says) are not in program order across ranks.
+    Fail,
+}
+
 /// A freed block that queued work may still touch.
 struct Pending {
     block: PoolBlock,
@@ -232,7 +245,8 @@ impl SymPool {
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
         let placed = {
             let mut state = self.shared.lock();
-            self.shared.alloc_locked(&mut state, size, align, true)?
+            self.shared
+                .alloc_locked(&mut state, size, align, WhenFull::FlushThenGrow)?
         };
         Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
     }
@@ -358,16 +372,13 @@ impl PoolShared {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Places a block. With `collective` (the pool's own `alloc`), a request that does not
-    /// fit first releases the pending frees and then grows the pool; without it (the
-    /// `allocator-api2` adapter, whose callers are not in program order across ranks) it only
-    /// uses free space.
+    /// Places a block in free space; what happens when none fits is `when_full`'s choice.
     fn alloc_locked(
         &self,
         state: &mut PoolState,
         size: u64,
         align: u64,
-        collective: bool,
+        when_full: WhenFull,
     ) -> Result<Placed> {
         state.check_usable()?;
         if align > self.device_granularity {
@@ -377,17 +388,16 @@ impl PoolShared {
             )));
         }
         let mut found = state.try_alloc(size, align)?;
-        if found.is_none() && collective && !state.pending.is_empty() {
+        if found.is_none() && when_full == WhenFull::FlushThenGrow && !state.pending.is_empty() {
             self.flush_pending(state)?;
             found = state.try_alloc(size, align)?;
         }
         let block = match found {
             Some(found) => found,
             None => {
-                let grown = if collective {
-                    self.grow(state, size, align)
-                } else {
-                    Err(state.out_of_memory(self, size, align))
+                let grown = match when_full {
+                    WhenFull::FlushThenGrow => self.grow(state, size, align),
+                    WhenFull::Fail => Err(state.out_of_memory(self, size, align)),
                 };
                 match grown {
                     Ok(segment) => PoolBlock {
@@ -414,10 +424,10 @@ impl PoolShared {
     }
 
     /// A block for the `allocator-api2` adapter, remembered by address so `deallocate` finds
-    /// it without a scan. Never grows the pool or synchronises (see `alloc_locked`).
+    /// it without a scan. Never grows the pool or synchronises (see [`WhenFull::Fail`]).
     pub(crate) fn alloc_host_block(&self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
         let mut state = self.lock();
-        let placed = self.alloc_locked(&mut state, size, align, false)?;
+        let placed = self.alloc_locked(&mut state, size, align, WhenFull::Fail)?;
         let granted = placed.block.size();
         state.host_blocks.insert(placed.ptr.addr(), placed.block);
         Ok((placed.ptr, granted))
