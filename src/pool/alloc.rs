@@ -108,23 +108,18 @@ impl SymAlloc {
     /// Waits until no queued work uses this memory (the pool's stream and recorded streams).
     /// A failure of that work poisons the pool: a peer may still be writing this memory.
     pub(crate) fn wait_idle(&self) -> crate::Result<()> {
-        self.pool.lock().check_usable()?;
-        let mut result = Ok(());
-        if self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch() {
-            result = self.pool.comm().synchronize(self.pool.stream());
-        }
-        for stream in self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            result = result.and(stream.synchronize());
-        }
-        if let Err(e) = &result {
-            self.pool.poison(e);
-        }
-        result
+        // Taking the state lock waits out a `synchronize` in progress: it bumps the epoch
+        // before it waits, so the epoch read below may skip the pool's stream only once that
+        // wait is over (and has poisoned the pool if it failed).
+        let state = self.pool.lock();
+        self.pool.check_usable()?;
+        drop(state);
+        let used = self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch();
+        // `record_stream` never records the pool's own stream, so no stream is waited twice.
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let pool_stream = used.then_some(self.pool.stream());
+        self.pool
+            .wait_or_poison(pool_stream.into_iter().chain(streams.iter()))
     }
 
     /// Whether this allocation belongs to `pool`.

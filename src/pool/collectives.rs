@@ -152,7 +152,7 @@ impl PoolShared {
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         let mut state = self.lock();
-        state.check_usable()?;
+        self.check_usable()?;
         if self.config.is_strict() {
             self.verify_locked(&mut state)?;
         }

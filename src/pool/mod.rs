@@ -24,7 +24,7 @@ mod symmetry;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use slab::Slab;
 
@@ -80,6 +80,10 @@ pub(crate) struct PoolShared {
     device_granularity: u64,
     /// Bumped by every `synchronize`: work marked with an older epoch has finished.
     epoch: AtomicU64,
+    /// Set, once and for good, when queued work failed: nothing may be reused any more. Kept
+    /// outside `state` so that [`wait_or_poison`](Self::wait_or_poison) can set it whether or
+    /// not its caller holds the state lock.
+    failure: OnceLock<String>,
     state: Mutex<PoolState>,
 }
 
@@ -97,8 +101,6 @@ struct PoolState {
     free_count: u64,
     oom_count: u64,
     registrations: u64,
-    /// Set when queued work failed: nothing may be reused any more.
-    failure: Option<String>,
 }
 
 /// A heap block and the key of the segment whose heap made it: the one shape in which the
@@ -196,7 +198,6 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
-            failure: None,
         };
         let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
@@ -211,6 +212,7 @@ impl SymPool {
                 config,
                 device_granularity,
                 epoch: AtomicU64::new(0),
+                failure: OnceLock::new(),
                 state: Mutex::new(state),
             }),
         })
@@ -282,7 +284,7 @@ impl SymPool {
     /// [`Error::OutOfMemory`] if `max_capacity` does not allow it; the runtime's error.
     pub fn reserve(&self, bytes: u64) -> Result<()> {
         let mut state = self.shared.lock();
-        state.check_usable()?;
+        self.shared.check_usable()?;
         if state.largest_free() >= bytes {
             return Ok(());
         }
@@ -380,7 +382,7 @@ impl PoolShared {
         align: u64,
         when_full: WhenFull,
     ) -> Result<Placed> {
-        state.check_usable()?;
+        self.check_usable()?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
                 "alignment {align} exceeds the device allocation granularity {}",
@@ -478,23 +480,19 @@ impl PoolShared {
     /// returns the pending blocks to their heaps in the order they were freed. On a failure of
     /// the queued work, poisons the pool and releases nothing.
     fn flush_pending(&self, state: &mut PoolState) -> Result<()> {
-        state.check_usable()?;
+        self.check_usable()?;
         // Bumped before waiting: a block marked with the old epoch (even by a `record_stream`
         // that does not take the lock) had its work enqueued before this point, so the wait
         // below covers it.
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        let mut result = self.comm.synchronize(&self.stream);
-        let mut synced: Vec<&Stream> = Vec::new();
+        // Each stream once (several pending blocks may record the same one).
+        let mut streams: Vec<&Stream> = vec![&self.stream];
         for stream in state.pending.iter().flat_map(|p| &p.streams) {
-            if !synced.iter().any(|s| s.same_as(stream)) {
-                result = result.and(stream.synchronize());
-                synced.push(stream);
+            if !streams.iter().any(|s| s.same_as(stream)) {
+                streams.push(stream);
             }
         }
-        if let Err(e) = result {
-            state.failure = Some(e.to_string());
-            return Err(e);
-        }
+        self.wait_or_poison(streams)?;
         for pending in std::mem::take(&mut state.pending) {
             if let Err(e) = state.free_block(pending.block) {
                 self.comm.runtime().record_drop_error(e);
@@ -503,9 +501,37 @@ impl PoolShared {
         Ok(())
     }
 
-    /// Poisons the pool after queued work on it failed (see [`Error::Poisoned`]).
-    pub(crate) fn poison(&self, cause: &Error) {
-        self.lock().failure.get_or_insert_with(|| cause.to_string());
+    /// Waits for the queued work on each of `streams` that may still touch the pool's memory:
+    /// the pool's own stream through the communicator (so a failed collective reports its HCCL
+    /// error), any other stream directly. Every stream is waited for even after one has
+    /// failed. If any failed, poisons the pool, since a peer may still be writing this rank's
+    /// memory, and returns the first failure.
+    ///
+    /// The one place the pool waits for queued work and poisons on failure; it needs no lock,
+    /// so it serves callers with or without the state lock, and `Drop`.
+    fn wait_or_poison<'s>(&self, streams: impl IntoIterator<Item = &'s Stream>) -> Result<()> {
+        let mut result = Ok(());
+        for stream in streams {
+            let waited = if stream.same_as(&self.stream) {
+                self.comm.synchronize(stream)
+            } else {
+                stream.synchronize()
+            };
+            result = result.and(waited);
+        }
+        if let Err(e) = &result {
+            // The first failure is the cause; a later one may be a consequence of it.
+            self.failure.get_or_init(|| e.to_string());
+        }
+        result
+    }
+
+    /// [`Error::Poisoned`] once queued work has failed.
+    fn check_usable(&self) -> Result<()> {
+        match self.failure.get() {
+            None => Ok(()),
+            Some(cause) => Err(Error::Poisoned(cause.clone())),
+        }
     }
 
     /// Returns a block. It waits for `synchronize` if queued work may still touch it, and for
@@ -515,7 +541,7 @@ impl PoolShared {
         state.allocated -= block.size();
         state.free_count += 1;
         let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
-        if in_flight || state.failure.is_some() {
+        if in_flight || self.failure.get().is_some() {
             state.pending.push(Pending { block, streams });
         } else if let Err(e) = state.free_block(block) {
             self.comm.runtime().record_drop_error(e);
@@ -570,14 +596,6 @@ impl PoolState {
         self.segments.iter().map(|(_, s)| s.size).sum()
     }
 
-    /// [`Error::Poisoned`] once queued work has failed.
-    fn check_usable(&self) -> Result<()> {
-        match &self.failure {
-            None => Ok(()),
-            Some(cause) => Err(Error::Poisoned(cause.clone())),
-        }
-    }
-
     /// The error for a request that fits nowhere and may not grow the pool: the same on every
     /// rank that made the same calls.
     fn out_of_memory(&self, pool: &PoolShared, size: u64, align: u64) -> Error {
@@ -609,16 +627,14 @@ impl PoolState {
 
 impl Drop for PoolShared {
     fn drop(&mut self) {
-        // Queued work may still use the memory about to be unmapped: wait for it first.
-        if let Err(e) = self.comm.synchronize(&self.stream) {
-            self.comm.runtime().record_drop_error(e);
-        }
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for pending in &state.pending {
-            for stream in &pending.streams {
-                if let Err(e) = stream.synchronize() {
-                    self.comm.runtime().record_drop_error(e);
-                }
+        // Queued work may still use the memory about to be unmapped: wait for it first, even
+        // on a poisoned pool, and record every failure (one wait per stream, so each failure
+        // is recorded on its own).
+        let state = self.lock();
+        let streams = state.pending.iter().flat_map(|p| &p.streams);
+        for stream in std::iter::once(&self.stream).chain(streams) {
+            if let Err(e) = self.wait_or_poison([stream]) {
+                self.comm.runtime().record_drop_error(e);
             }
         }
     }

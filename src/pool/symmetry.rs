@@ -21,7 +21,7 @@ impl PoolShared {
     /// The symmetry check, with the state lock held (so no call can change the hash while the
     /// ranks compare it).
     pub(super) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
-        state.check_usable()?;
+        self.check_usable()?;
         let ranks = self.comm.size() as usize;
         let mine = state.op_hash();
         let check_block = state
