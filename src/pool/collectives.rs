@@ -153,7 +153,7 @@ impl PoolShared {
     ) -> Result<()> {
         let mut state = self.lock();
         self.check_usable()?;
-        if self.config.is_strict() {
+        if self.config.is_strict_symmetry() {
             self.verify_locked(&mut state)?;
         }
         if count == 0 {

@@ -183,10 +183,10 @@ impl SymPool {
                 "the runtime reports an allocation granularity of {device_granularity}"
             )));
         }
-        let device_granularity = device_granularity.max(config.block_granularity());
+        let device_granularity = device_granularity.max(config.granularity_bytes());
         let stream = Stream::new(rt)?;
-        let size = round_up(config.capacity(), device_granularity)?;
-        let first = Segment::create(comm, &stream, size, config.block_granularity())?;
+        let size = round_up(config.capacity_bytes(), device_granularity)?;
+        let first = Segment::create(comm, &stream, size, config.granularity_bytes())?;
         let mut state = PoolState {
             segments: Slab::new(),
             pending: Vec::new(),
@@ -452,7 +452,7 @@ impl PoolShared {
     /// Adds a segment large enough for `size` bytes at `align`: the initial capacity if the
     /// growth limit allows, else just what is needed. Collective.
     fn grow(&self, state: &mut PoolState, size: u64, align: u64) -> Result<usize> {
-        let slack = align.saturating_sub(self.config.block_granularity());
+        let slack = align.saturating_sub(self.config.granularity_bytes());
         let needed = size
             .checked_add(slack)
             .ok_or_else(|| Error::invalid(format!("size {size} with alignment {align} overflows")))
@@ -461,7 +461,8 @@ impl PoolShared {
             .config
             .max_capacity_bytes()
             .saturating_sub(state.reserved());
-        let preferred = needed.max(round_up(self.config.capacity(), self.device_granularity)?);
+        let initial = round_up(self.config.capacity_bytes(), self.device_granularity)?;
+        let preferred = needed.max(initial);
         let grow_by = if preferred <= room { preferred } else { needed };
         if grow_by > room {
             return Err(state.out_of_memory(self, size, align));
@@ -470,7 +471,7 @@ impl PoolShared {
             &self.comm,
             &self.stream,
             grow_by,
-            self.config.block_granularity(),
+            self.config.granularity_bytes(),
         )?;
         state.registrations += 1;
         Ok(state.segments.insert(segment))
@@ -601,7 +602,7 @@ impl PoolState {
     fn out_of_memory(&self, pool: &PoolShared, size: u64, align: u64) -> Error {
         Error::OutOfMemory(OutOfMemory {
             requested: size,
-            align: align.max(pool.config.block_granularity()),
+            align: align.max(pool.config.granularity_bytes()),
             capacity: self.reserved(),
             free: self.free(),
             largest_free: self.largest_free(),
