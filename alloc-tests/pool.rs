@@ -479,6 +479,35 @@ fn a_failed_collective_poisons_the_pool() {
 }
 
 #[test]
+fn reading_a_buffer_after_a_failed_collective_poisons_the_pool() {
+    let session = EmuSession::start();
+    let rt = symheap::Runtime::emulated().unwrap();
+    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(1);
+    let outcomes = emu::launch_with(&rt, 2, &config, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 16])?;
+        let untouched = SymVec::from_host(&pool, &[2.0f32; 16])?;
+        if comm.rank() == 0 {
+            let side = symheap::runtime::Stream::new(comm.runtime())?;
+            v.record_stream(&side);
+            pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?; // rank 1 never joins
+            assert!(matches!(v.to_host(), Err(Error::Hccl { code: 9, .. })));
+            // The read poisoned the pool: nothing more is handed out or read ...
+            assert!(matches!(v.to_host(), Err(Error::Poisoned(_))));
+            assert!(matches!(untouched.to_host(), Err(Error::Poisoned(_))));
+            assert!(matches!(pool.alloc(512, 0), Err(Error::Poisoned(_))));
+            // ... and even a block no queued work used is never reused.
+            drop(untouched);
+            assert_eq!(pool.stats().pending_frees, 1);
+            assert!(matches!(pool.synchronize(), Err(Error::Poisoned(_))));
+        }
+        Ok(())
+    });
+    outcomes.unwrap();
+    session.assert_clean();
+}
+
+#[test]
 fn pooled_collectives_take_the_symmetric_path() {
     let session = EmuSession::start();
     let before = emu::counters();

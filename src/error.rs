@@ -79,7 +79,11 @@ pub enum Error {
 }
 
 /// What an out-of-memory error reports: the request, what was free, and what to change.
+///
+/// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
+/// only the crate builds one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutOfMemory {
     /// Bytes asked for.
     pub requested: u64,

@@ -47,7 +47,11 @@ impl Block {
 ///
 /// Byte counts are `u64`; counts of blocks and regions are `usize` (each one has metadata in
 /// host memory, so they are bounded by it). `allocated + free == capacity` always holds.
+///
+/// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
+/// only the heap builds one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct HeapReport {
     /// Total bytes managed.
     pub capacity: u64,

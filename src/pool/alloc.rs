@@ -3,8 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{Placed, PoolShared};
-use crate::heap::Block;
+use super::{Placed, PoolBlock, PoolShared};
 use crate::runtime::{DevicePtr, Stream, WindowHandle};
 
 /// Marks an allocation no queued work has used.
@@ -17,8 +16,7 @@ const NEVER_USED: u64 = u64::MAX;
 pub struct SymAlloc {
     pool: Arc<PoolShared>,
     /// `None` only during `drop`.
-    block: Option<Block>,
-    segment: usize,
+    block: Option<PoolBlock>,
     ptr: DevicePtr,
     window: WindowHandle,
     len: u64,
@@ -43,7 +41,6 @@ impl SymAlloc {
         SymAlloc {
             pool,
             block: Some(placed.block),
-            segment: placed.segment,
             ptr: placed.ptr,
             window: placed.window,
             len,
@@ -52,7 +49,7 @@ impl SymAlloc {
         }
     }
 
-    fn block(&self) -> &Block {
+    fn block(&self) -> &PoolBlock {
         self.block.as_ref().expect("a live SymAlloc has its block")
     }
 
@@ -111,23 +108,18 @@ impl SymAlloc {
     /// Waits until no queued work uses this memory (the pool's stream and recorded streams).
     /// A failure of that work poisons the pool: a peer may still be writing this memory.
     pub(crate) fn wait_idle(&self) -> crate::Result<()> {
-        self.pool.lock().check_usable()?;
-        let mut result = Ok(());
-        if self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch() {
-            result = self.pool.comm().synchronize(self.pool.stream());
-        }
-        for stream in self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            result = result.and(stream.synchronize());
-        }
-        if let Err(e) = &result {
-            self.pool.poison(e);
-        }
-        result
+        // Taking the state lock waits out a `synchronize` in progress: it bumps the epoch
+        // before it waits, so the epoch read below may skip the pool's stream only once that
+        // wait is over (and has poisoned the pool if it failed).
+        let state = self.pool.lock();
+        self.pool.check_usable()?;
+        drop(state);
+        let used = self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch();
+        // `record_stream` never records the pool's own stream, so no stream is waited twice.
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let pool_stream = used.then_some(self.pool.stream());
+        self.pool
+            .wait_or_poison(pool_stream.into_iter().chain(streams.iter()))
     }
 
     /// Whether this allocation belongs to `pool`.
@@ -148,6 +140,6 @@ impl Drop for SymAlloc {
         let used = *self.used_epoch.get_mut();
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
         let used = (used != NEVER_USED).then_some(used);
-        self.pool.release(self.segment, block, used, streams);
+        self.pool.release(block, used, streams);
     }
 }

@@ -152,8 +152,8 @@ impl PoolShared {
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         let mut state = self.lock();
-        state.check_usable()?;
-        if self.config.is_strict() {
+        self.check_usable()?;
+        if self.config.is_strict_symmetry() {
             self.verify_locked(&mut state)?;
         }
         if count == 0 {

@@ -5,6 +5,15 @@ use crate::{Error, Result};
 /// How a [`SymPool`](super::SymPool) is sized and checked. Every rank must use the same
 /// configuration.
 ///
+/// Method names follow one convention. A setting is set by a builder method named after it,
+/// which takes and returns the configuration ([`granularity`](Self::granularity),
+/// [`max_capacity`](Self::max_capacity), [`strict_symmetry`](Self::strict_symmetry); the
+/// capacity is [`new`](Self::new)'s argument). It is read by a getter whose name says what it
+/// returns: sizes end in `_bytes` ([`capacity_bytes`](Self::capacity_bytes),
+/// [`granularity_bytes`](Self::granularity_bytes),
+/// [`max_capacity_bytes`](Self::max_capacity_bytes)), flags begin with `is_`
+/// ([`is_strict_symmetry`](Self::is_strict_symmetry)).
+///
 /// # Examples
 /// ```
 /// use symheap::PoolConfig;
@@ -13,7 +22,10 @@ use crate::{Error, Result};
 ///     .granularity(512)                      // block alignment (the default)
 ///     .max_capacity(1 << 30)                 // may grow to 1 GiB in more windows
 ///     .strict_symmetry(true);                // verify every rank's op hash before collectives
-/// assert_eq!(config.capacity(), 256 << 20);
+/// assert_eq!(config.capacity_bytes(), 256 << 20);
+/// assert_eq!(config.granularity_bytes(), 512);
+/// assert_eq!(config.max_capacity_bytes(), 1 << 30);
+/// assert!(config.is_strict_symmetry());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -57,12 +69,12 @@ impl PoolConfig {
     }
 
     /// The initial capacity in bytes.
-    pub fn capacity(&self) -> u64 {
+    pub fn capacity_bytes(&self) -> u64 {
         self.capacity
     }
 
     /// The block granularity in bytes.
-    pub fn block_granularity(&self) -> u64 {
+    pub fn granularity_bytes(&self) -> u64 {
         self.granularity
     }
 
@@ -72,7 +84,7 @@ impl PoolConfig {
     }
 
     /// Whether collectives verify symmetry first.
-    pub fn is_strict(&self) -> bool {
+    pub fn is_strict_symmetry(&self) -> bool {
         self.strict_symmetry
     }
 

@@ -24,7 +24,7 @@ mod symmetry;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use slab::Slab;
 
@@ -80,6 +80,10 @@ pub(crate) struct PoolShared {
     device_granularity: u64,
     /// Bumped by every `synchronize`: work marked with an older epoch has finished.
     epoch: AtomicU64,
+    /// Set, once and for good, when queued work failed: nothing may be reused any more. Kept
+    /// outside `state` so that [`wait_or_poison`](Self::wait_or_poison) can set it whether or
+    /// not its caller holds the state lock.
+    failure: OnceLock<String>,
     state: Mutex<PoolState>,
 }
 
@@ -88,31 +92,59 @@ struct PoolState {
     segments: Slab<Segment>,
     pending: Vec<Pending>,
     /// Blocks handed out through the `allocator-api2` adapter, by address.
-    host_blocks: HashMap<u64, (usize, Block)>,
+    host_blocks: HashMap<u64, PoolBlock>,
     /// The pool's own block for symmetry checks (`(ranks + 1) * 8` bytes).
-    check_block: Option<(usize, Block)>,
+    check_block: Option<PoolBlock>,
     allocated: u64,
     peak_allocated: u64,
     alloc_count: u64,
     free_count: u64,
     oom_count: u64,
     registrations: u64,
-    /// Set when queued work failed: nothing may be reused any more.
-    failure: Option<String>,
+}
+
+/// A heap block and the key of the segment whose heap made it: the one shape in which the
+/// pool keeps and passes blocks around, so a block always goes back to its own heap.
+pub(crate) struct PoolBlock {
+    segment: usize,
+    block: Block,
+}
+
+impl PoolBlock {
+    /// The block's offset in its segment's window.
+    fn offset(&self) -> u64 {
+        self.block.offset()
+    }
+
+    /// The bytes granted.
+    fn size(&self) -> u64 {
+        self.block.size()
+    }
 }
 
 /// A block and where it is.
 pub(crate) struct Placed {
-    segment: usize,
-    block: Block,
+    block: PoolBlock,
     ptr: DevicePtr,
     window: WindowHandle,
 }
 
+/// What an allocation may do when no free region fits it. Growing and releasing the pending
+/// frees are collective steps, so only a caller that every rank reaches in the same program
+/// order may take them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WhenFull {
+    /// Release the pending frees (synchronising), then grow the pool by a window: for
+    /// [`SymPool::alloc`], which every rank calls in program order.
+    FlushThenGrow,
+    /// Fail with [`Error::OutOfMemory`]: for the `allocator-api2` adapter, whose callers
+    /// (containers growing as their data says) are not in program order across ranks.
+    Fail,
+}
+
 /// A freed block that queued work may still touch.
 struct Pending {
-    segment: usize,
-    block: Block,
+    block: PoolBlock,
     streams: Vec<Stream>,
 }
 
@@ -151,10 +183,10 @@ impl SymPool {
                 "the runtime reports an allocation granularity of {device_granularity}"
             )));
         }
-        let device_granularity = device_granularity.max(config.block_granularity());
+        let device_granularity = device_granularity.max(config.granularity_bytes());
         let stream = Stream::new(rt)?;
-        let size = round_up(config.capacity(), device_granularity)?;
-        let first = Segment::create(comm, &stream, size, config.block_granularity())?;
+        let size = round_up(config.capacity_bytes(), device_granularity)?;
+        let first = Segment::create(comm, &stream, size, config.granularity_bytes())?;
         let mut state = PoolState {
             segments: Slab::new(),
             pending: Vec::new(),
@@ -166,14 +198,13 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
-            failure: None,
         };
-        let key = state.segments.insert(first);
+        let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
-        let block = state.segments[key].heap.alloc(check_bytes, 0)?;
+        let block = state.segments[segment].heap.alloc(check_bytes, 0)?;
         state.allocated = block.size();
         state.peak_allocated = block.size();
-        state.check_block = Some((key, block));
+        state.check_block = Some(PoolBlock { segment, block });
         Ok(SymPool {
             shared: Arc::new(PoolShared {
                 comm: comm.clone(),
@@ -181,6 +212,7 @@ impl SymPool {
                 config,
                 device_granularity,
                 epoch: AtomicU64::new(0),
+                failure: OnceLock::new(),
                 state: Mutex::new(state),
             }),
         })
@@ -215,7 +247,8 @@ impl SymPool {
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
         let placed = {
             let mut state = self.shared.lock();
-            self.shared.alloc_locked(&mut state, size, align, true)?
+            self.shared
+                .alloc_locked(&mut state, size, align, WhenFull::FlushThenGrow)?
         };
         Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
     }
@@ -251,7 +284,7 @@ impl SymPool {
     /// [`Error::OutOfMemory`] if `max_capacity` does not allow it; the runtime's error.
     pub fn reserve(&self, bytes: u64) -> Result<()> {
         let mut state = self.shared.lock();
-        state.check_usable()?;
+        self.shared.check_usable()?;
         if state.largest_free() >= bytes {
             return Ok(());
         }
@@ -341,18 +374,15 @@ impl PoolShared {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Places a block. With `collective` (the pool's own `alloc`), a request that does not
-    /// fit first releases the pending frees and then grows the pool; without it (the
-    /// `allocator-api2` adapter, whose callers are not in program order across ranks) it only
-    /// uses free space.
+    /// Places a block in free space; what happens when none fits is `when_full`'s choice.
     fn alloc_locked(
         &self,
         state: &mut PoolState,
         size: u64,
         align: u64,
-        collective: bool,
+        when_full: WhenFull,
     ) -> Result<Placed> {
-        state.check_usable()?;
+        self.check_usable()?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
                 "alignment {align} exceeds the device allocation granularity {}",
@@ -360,20 +390,22 @@ impl PoolShared {
             )));
         }
         let mut found = state.try_alloc(size, align)?;
-        if found.is_none() && collective && !state.pending.is_empty() {
+        if found.is_none() && when_full == WhenFull::FlushThenGrow && !state.pending.is_empty() {
             self.flush_pending(state)?;
             found = state.try_alloc(size, align)?;
         }
-        let (segment, block) = match found {
+        let block = match found {
             Some(found) => found,
             None => {
-                let grown = if collective {
-                    self.grow(state, size, align)
-                } else {
-                    Err(state.out_of_memory(self, size, align))
+                let grown = match when_full {
+                    WhenFull::FlushThenGrow => self.grow(state, size, align),
+                    WhenFull::Fail => Err(state.out_of_memory(self, size, align)),
                 };
                 match grown {
-                    Ok(key) => (key, state.segments[key].heap.alloc(size, align)?),
+                    Ok(segment) => PoolBlock {
+                        segment,
+                        block: state.segments[segment].heap.alloc(size, align)?,
+                    },
                     Err(e) => {
                         if matches!(e, Error::OutOfMemory(_)) {
                             state.oom_count += 1;
@@ -386,24 +418,20 @@ impl PoolShared {
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
         state.alloc_count += 1;
-        let seg = &state.segments[segment];
         Ok(Placed {
-            ptr: seg.base.byte_add(block.offset()),
-            window: seg.handle,
-            segment,
+            ptr: state.device_ptr(&block),
+            window: state.segments[block.segment].handle,
             block,
         })
     }
 
     /// A block for the `allocator-api2` adapter, remembered by address so `deallocate` finds
-    /// it without a scan. Never grows the pool or synchronises (see `alloc_locked`).
+    /// it without a scan. Never grows the pool or synchronises (see [`WhenFull::Fail`]).
     pub(crate) fn alloc_host_block(&self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
         let mut state = self.lock();
-        let placed = self.alloc_locked(&mut state, size, align, false)?;
+        let placed = self.alloc_locked(&mut state, size, align, WhenFull::Fail)?;
         let granted = placed.block.size();
-        state
-            .host_blocks
-            .insert(placed.ptr.addr(), (placed.segment, placed.block));
+        state.host_blocks.insert(placed.ptr.addr(), placed.block);
         Ok((placed.ptr, granted))
     }
 
@@ -411,7 +439,7 @@ impl PoolShared {
     pub(crate) fn free_host_block(&self, addr: u64) {
         let entry = self.lock().host_blocks.remove(&addr);
         match entry {
-            Some((segment, block)) => self.release(segment, block, None, Vec::new()),
+            Some(block) => self.release(block, None, Vec::new()),
             None => self
                 .comm
                 .runtime()
@@ -424,7 +452,7 @@ impl PoolShared {
     /// Adds a segment large enough for `size` bytes at `align`: the initial capacity if the
     /// growth limit allows, else just what is needed. Collective.
     fn grow(&self, state: &mut PoolState, size: u64, align: u64) -> Result<usize> {
-        let slack = align.saturating_sub(self.config.block_granularity());
+        let slack = align.saturating_sub(self.config.granularity_bytes());
         let needed = size
             .checked_add(slack)
             .ok_or_else(|| Error::invalid(format!("size {size} with alignment {align} overflows")))
@@ -433,7 +461,8 @@ impl PoolShared {
             .config
             .max_capacity_bytes()
             .saturating_sub(state.reserved());
-        let preferred = needed.max(round_up(self.config.capacity(), self.device_granularity)?);
+        let initial = round_up(self.config.capacity_bytes(), self.device_granularity)?;
+        let preferred = needed.max(initial);
         let grow_by = if preferred <= room { preferred } else { needed };
         if grow_by > room {
             return Err(state.out_of_memory(self, size, align));
@@ -442,7 +471,7 @@ impl PoolShared {
             &self.comm,
             &self.stream,
             grow_by,
-            self.config.block_granularity(),
+            self.config.granularity_bytes(),
         )?;
         state.registrations += 1;
         Ok(state.segments.insert(segment))
@@ -452,56 +481,70 @@ impl PoolShared {
     /// returns the pending blocks to their heaps in the order they were freed. On a failure of
     /// the queued work, poisons the pool and releases nothing.
     fn flush_pending(&self, state: &mut PoolState) -> Result<()> {
-        state.check_usable()?;
+        self.check_usable()?;
         // Bumped before waiting: a block marked with the old epoch (even by a `record_stream`
         // that does not take the lock) had its work enqueued before this point, so the wait
         // below covers it.
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        let mut result = self.comm.synchronize(&self.stream);
-        let mut synced: Vec<&Stream> = Vec::new();
+        // Each stream once (several pending blocks may record the same one).
+        let mut streams: Vec<&Stream> = vec![&self.stream];
         for stream in state.pending.iter().flat_map(|p| &p.streams) {
-            if !synced.iter().any(|s| s.same_as(stream)) {
-                result = result.and(stream.synchronize());
-                synced.push(stream);
+            if !streams.iter().any(|s| s.same_as(stream)) {
+                streams.push(stream);
             }
         }
-        if let Err(e) = result {
-            state.failure = Some(e.to_string());
-            return Err(e);
-        }
+        self.wait_or_poison(streams)?;
         for pending in std::mem::take(&mut state.pending) {
-            if let Err(e) = state.segments[pending.segment].heap.free(pending.block) {
+            if let Err(e) = state.free_block(pending.block) {
                 self.comm.runtime().record_drop_error(e);
             }
         }
         Ok(())
     }
 
-    /// Poisons the pool after queued work on it failed (see [`Error::Poisoned`]).
-    pub(crate) fn poison(&self, cause: &Error) {
-        self.lock().failure.get_or_insert_with(|| cause.to_string());
+    /// Waits for the queued work on each of `streams` that may still touch the pool's memory:
+    /// the pool's own stream through the communicator (so a failed collective reports its HCCL
+    /// error), any other stream directly. Every stream is waited for even after one has
+    /// failed. If any failed, poisons the pool, since a peer may still be writing this rank's
+    /// memory, and returns the first failure.
+    ///
+    /// The one place the pool waits for queued work and poisons on failure; it needs no lock,
+    /// so it serves callers with or without the state lock, and `Drop`.
+    fn wait_or_poison<'s>(&self, streams: impl IntoIterator<Item = &'s Stream>) -> Result<()> {
+        let mut result = Ok(());
+        for stream in streams {
+            let waited = if stream.same_as(&self.stream) {
+                self.comm.synchronize(stream)
+            } else {
+                stream.synchronize()
+            };
+            result = result.and(waited);
+        }
+        if let Err(e) = &result {
+            // The first failure is the cause; a later one may be a consequence of it.
+            self.failure.get_or_init(|| e.to_string());
+        }
+        result
+    }
+
+    /// [`Error::Poisoned`] once queued work has failed.
+    fn check_usable(&self) -> Result<()> {
+        match self.failure.get() {
+            None => Ok(()),
+            Some(cause) => Err(Error::Poisoned(cause.clone())),
+        }
     }
 
     /// Returns a block. It waits for `synchronize` if queued work may still touch it, and for
     /// ever once the pool is poisoned.
-    pub(crate) fn release(
-        &self,
-        segment: usize,
-        block: Block,
-        used_epoch: Option<u64>,
-        streams: Vec<Stream>,
-    ) {
+    pub(crate) fn release(&self, block: PoolBlock, used_epoch: Option<u64>, streams: Vec<Stream>) {
         let mut state = self.lock();
         state.allocated -= block.size();
         state.free_count += 1;
         let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
-        if in_flight || state.failure.is_some() {
-            state.pending.push(Pending {
-                segment,
-                block,
-                streams,
-            });
-        } else if let Err(e) = state.segments[segment].heap.free(block) {
+        if in_flight || self.failure.get().is_some() {
+            state.pending.push(Pending { block, streams });
+        } else if let Err(e) = state.free_block(block) {
             self.comm.runtime().record_drop_error(e);
         }
     }
@@ -509,15 +552,30 @@ impl PoolShared {
 
 impl PoolState {
     /// First fit over segments in key order; `None` when no segment has room.
-    fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<(usize, Block)>> {
+    fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<PoolBlock>> {
         for (key, segment) in self.segments.iter_mut() {
             match segment.heap.alloc(size, align) {
-                Ok(block) => return Ok(Some((key, block))),
+                Ok(block) => {
+                    return Ok(Some(PoolBlock {
+                        segment: key,
+                        block,
+                    }));
+                }
                 Err(Error::OutOfMemory(_)) => continue,
                 Err(other) => return Err(other),
             }
         }
         Ok(None)
+    }
+
+    /// Returns a block to its segment's heap.
+    fn free_block(&mut self, block: PoolBlock) -> Result<()> {
+        self.segments[block.segment].heap.free(block.block)
+    }
+
+    /// The device address of a block.
+    fn device_ptr(&self, block: &PoolBlock) -> DevicePtr {
+        self.segments[block.segment].base.byte_add(block.offset())
     }
 
     fn largest_free(&self) -> u64 {
@@ -539,20 +597,12 @@ impl PoolState {
         self.segments.iter().map(|(_, s)| s.size).sum()
     }
 
-    /// [`Error::Poisoned`] once queued work has failed.
-    fn check_usable(&self) -> Result<()> {
-        match &self.failure {
-            None => Ok(()),
-            Some(cause) => Err(Error::Poisoned(cause.clone())),
-        }
-    }
-
     /// The error for a request that fits nowhere and may not grow the pool: the same on every
     /// rank that made the same calls.
     fn out_of_memory(&self, pool: &PoolShared, size: u64, align: u64) -> Error {
         Error::OutOfMemory(OutOfMemory {
             requested: size,
-            align: align.max(pool.config.block_granularity()),
+            align: align.max(pool.config.granularity_bytes()),
             capacity: self.reserved(),
             free: self.free(),
             largest_free: self.largest_free(),
@@ -570,7 +620,7 @@ impl PoolState {
         let pending = self
             .pending
             .iter()
-            .flat_map(|p| [p.segment as u64, p.block.offset(), p.block.size()]);
+            .flat_map(|p| [p.block.segment as u64, p.block.offset(), p.block.size()]);
         let counts = [self.alloc_count, self.free_count, self.oom_count];
         fold_words(segments.chain(pending).chain(counts))
     }
@@ -578,16 +628,14 @@ impl PoolState {
 
 impl Drop for PoolShared {
     fn drop(&mut self) {
-        // Queued work may still use the memory about to be unmapped: wait for it first.
-        if let Err(e) = self.comm.synchronize(&self.stream) {
-            self.comm.runtime().record_drop_error(e);
-        }
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for pending in &state.pending {
-            for stream in &pending.streams {
-                if let Err(e) = stream.synchronize() {
-                    self.comm.runtime().record_drop_error(e);
-                }
+        // Queued work may still use the memory about to be unmapped: wait for it first, even
+        // on a poisoned pool, and record every failure (one wait per stream, so each failure
+        // is recorded on its own).
+        let state = self.lock();
+        let streams = state.pending.iter().flat_map(|p| &p.streams);
+        for stream in std::iter::once(&self.stream).chain(streams) {
+            if let Err(e) = self.wait_or_poison([stream]) {
+                self.comm.runtime().record_drop_error(e);
             }
         }
     }

@@ -1,7 +1,11 @@
 //! What a pool reports about itself.
 
 /// A snapshot of a pool's accounting, from [`SymPool::stats`](super::SymPool::stats).
+///
+/// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
+/// only the pool builds one.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct PoolStats {
     /// Bytes in live blocks (granted sizes, including the pool's own small symmetry-check
     /// block).

@@ -21,14 +21,14 @@ impl PoolShared {
     /// The symmetry check, with the state lock held (so no call can change the hash while the
     /// ranks compare it).
     pub(super) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
-        state.check_usable()?;
+        self.check_usable()?;
         let ranks = self.comm.size() as usize;
         let mine = state.op_hash();
-        let (segment, block) = state
+        let check_block = state
             .check_block
             .as_ref()
             .expect("the pool keeps its check block");
-        let base = state.segments[*segment].base.byte_add(block.offset());
+        let base = state.device_ptr(check_block);
         let rt = self.comm.runtime();
         // The check block is only ever used here, under the lock, and every use ends with a
         // synchronisation, so no queued work touches it now.
