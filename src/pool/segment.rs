@@ -2,10 +2,8 @@
 //! carves it. A block never spans two segments, so `(window, offset)` is the segment's window
 //! and the block's heap offset.
 
-use std::sync::Arc;
-
 use crate::heap::Heap;
-use crate::runtime::{Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
+use crate::runtime::{Comm, DevicePtr, Element, Stream, Window, WindowHandle};
 use crate::{Error, Result};
 
 /// Where the warm-up collective gathers to, past its 8-byte input.
@@ -39,10 +37,8 @@ impl Segment {
             )));
         }
         let heap = Heap::new(size, block_granularity)?;
-        let rt = comm.runtime();
-        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
-        let window = Window::register(comm, &mapping)?;
-        let base = mapping.ptr();
+        let window = Window::allocate(comm, size)?;
+        let base = window.ptr();
         // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns
         // that memory yet, and the offsets are the same on every rank.
         // SAFETY: both ranges lie inside the fresh segment (checked above) and the stream is
