@@ -106,12 +106,7 @@ pub fn check_released() -> Result<(), String> {
     if live != Counters::default() {
         left.push(format!("live objects: {live:?}"));
     }
-    let thread_name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
-    let threads = std::fs::read_dir("/proc/self/task")
-        .map_err(|e| format!("cannot read /proc/self/task: {e}"))?
-        .filter_map(|t| std::fs::read(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(thread_name))
-        .count();
+    let threads = stream_threads_after_exit()?;
     if threads > 0 {
         left.push(format!("{threads} stream threads running"));
     }
@@ -129,4 +124,26 @@ pub fn check_released() -> Result<(), String> {
     } else {
         Err(format!("the emulator still holds {}", left.join(", ")))
     }
+}
+
+/// How many stream threads `/proc` lists, once those that are exiting are gone: a joined
+/// thread wakes its joiner before the kernel drops it from `/proc/self/task`, so a stream
+/// destroyed a moment ago may still be listed for a few microseconds.
+fn stream_threads_after_exit() -> Result<usize, String> {
+    let name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
+    let count = || -> Result<usize, String> {
+        Ok(std::fs::read_dir("/proc/self/task")
+            .map_err(|e| format!("cannot read /proc/self/task: {e}"))?
+            .filter_map(|t| std::fs::read(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.starts_with(name))
+            .count())
+    };
+    for _ in 0..100 {
+        let n = count()?;
+        if n == 0 {
+            return Ok(0);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    count()
 }
