@@ -11,7 +11,7 @@ use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclReduceOp, HcclRe
 
 use super::comm::Comm;
 use super::counters::{self, Counter};
-use super::errors::{Fail, HcclRes, hccl_fail};
+use super::errors::{Fail, HcclRes, hccl_fail, para};
 use super::memory::{self, Pins};
 use super::reduce::{DType, Op};
 use super::rendezvous::{Key, Rendezvous, RvError};
@@ -172,10 +172,6 @@ pub(crate) struct Job {
     sig: Signature,
     path: Path,
     _pins: Pins,
-}
-
-fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
-    hccl_fail(HcclResult::HCCL_E_PARA, msg)
 }
 
 /// Converts an ACL stream lookup failure into HCCL's codes.

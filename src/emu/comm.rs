@@ -12,7 +12,7 @@ use crate::sys::{
 
 use super::counters::{self, Counter};
 use super::device;
-use super::errors::{HcclRes, hccl_fail};
+use super::errors::{HcclRes, hccl_fail, para};
 use super::os;
 use super::registry::{HandleKind, Registry, lock, new_handle};
 use super::rendezvous::{Rendezvous, deadline};
@@ -81,10 +81,6 @@ struct Join {
 
 static ROOTS: Mutex<BTreeMap<u64, Arc<PendingRoot>>> = Mutex::new(BTreeMap::new());
 static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
-
-fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
-    hccl_fail(HcclResult::HCCL_E_PARA, msg)
-}
 
 /// `HcclGetRootInfo`: a fresh rendezvous, identified in the blob.
 pub(crate) fn get_root_info() -> HcclRootInfo {

@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
-    ACL_ERROR_RT_PARAM_INVALID, ACL_MEM_LOCATION_TYPE_DEVICE, aclrtPhysicalMemProp,
+    ACL_MEM_LOCATION_TYPE_DEVICE, aclrtPhysicalMemProp,
 };
 
 use super::GRANULARITY;
 use super::counters::{self, Counter};
 use super::device::{self, MAX_DEVICES};
-use super::errors::{AclResult, acl_fail};
+use super::errors::{AclResult, acl_fail, param};
 use super::os;
 use super::registry::{HandleKind, lock, new_handle};
 
@@ -122,10 +122,6 @@ static STATE: Mutex<State> = Mutex::new(State {
 
 fn state() -> MutexGuard<'static, State> {
     lock(&STATE)
-}
-
-fn param<T>(msg: impl Into<String>) -> AclResult<T> {
-    acl_fail(ACL_ERROR_RT_PARAM_INVALID, msg)
 }
 
 fn check_granular(what: &str, value: usize) -> AclResult {

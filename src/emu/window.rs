@@ -16,7 +16,7 @@ use crate::sys::HcclResult;
 use super::GRANULARITY;
 use super::comm::{self, Comm};
 use super::counters::{self, Counter};
-use super::errors::{Fail, HcclRes, hccl_fail};
+use super::errors::{Fail, HcclRes, hccl_fail, para};
 use super::memory::{self, Physical};
 use super::os;
 use super::registry::lock;
@@ -161,10 +161,6 @@ static WINDOWS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 /// Forgets the handle of `w` (the window itself goes when its last reference does).
 pub(crate) fn forget_window(w: &Window) {
     lock(&WINDOWS).remove(&w.handle());
-}
-
-fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
-    hccl_fail(HcclResult::HCCL_E_PARA, msg)
 }
 
 /// Turns a failed register / deregister exchange into HCCL's codes.
