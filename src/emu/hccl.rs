@@ -15,10 +15,11 @@ use crate::sys::{
     HcclRootInfo, aclrtStream,
 };
 
-use super::collective::{self, Kind, Request};
+use super::collective;
 use super::comm::{self, Comm};
 use super::entry::{CollectiveCall, Sequence, collective};
 use super::errors::{HcclRes, hccl_error_string, hccl_fail};
+use super::job::{Kind, Request};
 use super::window;
 
 /// Fails on a null pointer argument.

@@ -145,13 +145,16 @@ mod errors;
 mod exports;
 mod hccl;
 mod inject;
+mod job;
 mod launch;
 mod memory;
 mod os;
+mod primitives;
 mod reduce;
 mod registry;
 mod rendezvous;
 mod staged;
+mod steps;
 mod stream;
 mod symmetric;
 #[cfg(test)]

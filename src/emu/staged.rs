@@ -8,13 +8,15 @@
 
 use crate::sys::HcclResult;
 
-use super::collective::{Ctx, Job, Kind, copy, part};
 use super::errors::{HcclRes, hccl_fail};
+use super::job::{Job, Kind};
+use super::primitives::{copy, part};
 use super::reduce::reduce;
+use super::steps::Steps;
 
 /// Runs `job` through the staging buffers `staging[r]` (one per rank) of `cap` bytes each.
-pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {
-    let (r, n) = (ctx.rank, ctx.n);
+pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {
+    let (r, n) = (steps.rank, steps.n);
     let es = job.es;
     // Elements of one rank's (or one peer's) share that fit a staging buffer per chunk.
     let per = match job.kind {
@@ -33,7 +35,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
     while o < c {
         let l = per.min(c - o);
         if o > 0 {
-            ctx.barrier()?;
+            steps.barrier()?;
         }
         // SAFETY (every block below): the job's buffers are checked, pinned device memory (see
         // `Job`); the staging buffers are `cap` bytes or more each and kept mapped by this
@@ -43,13 +45,13 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
             Kind::AllReduce => {
                 // SAFETY: see above; `l * es <= cap`.
                 unsafe { copy(mine, job.send + o * es, l * es) };
-                ctx.barrier()?;
+                steps.barrier()?;
                 // Rank r reduces part r of every staging buffer into its own, in place.
                 let (lo, hi) = part(l, n, r);
                 let srcs: Vec<usize> = staging.iter().map(|s| s + lo * es).collect();
                 // SAFETY: see above; only rank r writes part r of its staging buffer.
                 unsafe { reduce(job.dtype, job.op, &[mine + lo * es], &srcs, hi - lo) };
-                ctx.barrier()?;
+                steps.barrier()?;
                 for (j, &s) in (0..n).zip(staging) {
                     let (lo, hi) = part(l, n, j);
                     // SAFETY: see above.
@@ -59,7 +61,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
             Kind::AllGather => {
                 // SAFETY: see above.
                 unsafe { copy(mine, job.send + o * es, l * es) };
-                ctx.barrier()?;
+                steps.barrier()?;
                 for (j, &s) in staging.iter().enumerate() {
                     // SAFETY: see above.
                     unsafe { copy(job.recv + (j * c + o) * es, s, l * es) };
@@ -70,7 +72,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
                     // SAFETY: see above; section j of `l` elements fits (`n * l * es <= cap`).
                     unsafe { copy(mine + j * l * es, job.send + (j * c + o) * es, l * es) };
                 }
-                ctx.barrier()?;
+                steps.barrier()?;
                 let section = r as usize * l * es;
                 if job.kind == Kind::ReduceScatter {
                     let srcs: Vec<usize> = staging.iter().map(|s| s + section).collect();
@@ -89,7 +91,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
                     // SAFETY: see above.
                     unsafe { copy(root, job.send + o * es, l * es) };
                 }
-                ctx.barrier()?;
+                steps.barrier()?;
                 if r != job.root {
                     // SAFETY: see above.
                     unsafe { copy(job.recv + o * es, root, l * es) };
