@@ -328,7 +328,7 @@ impl Comm {
         if let Some(h) = &*heap {
             return Ok(h.clone());
         }
-        let h = Arc::new(SymHeap::new(self.stride, self.n)?);
+        let h = Arc::new(SymHeap::new(self.handle, self.rank, self.n, self.stride)?);
         *heap = Some(h.clone());
         Ok(h)
     }

@@ -156,6 +156,7 @@ mod rendezvous;
 mod staged;
 mod steps;
 mod stream;
+mod sym_window;
 mod symmetric;
 #[cfg(test)]
 pub(crate) mod testutil;
