@@ -332,7 +332,8 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
 }
 
 impl Comm {
-    /// The next collective sequence number (host program order).
+    /// The next collective sequence number (host program order). Taken only where a
+    /// collective call is entered ([`super::entry`]), as is [`Comm::next_host_seq`].
     pub(crate) fn next_collective_seq(&self) -> u64 {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
     }
