@@ -9,12 +9,12 @@
 use std::ffi::{c_char, c_void};
 
 use crate::sys::{
-    ACL_ERROR_RT_PARAM_INVALID, aclrtDrvMemHandle, aclrtMemAttr, aclrtMemGranularityOptions,
-    aclrtMemcpyKind, aclrtPhysicalMemProp, aclrtStream,
+    aclrtDrvMemHandle, aclrtMemAttr, aclrtMemGranularityOptions, aclrtMemcpyKind,
+    aclrtPhysicalMemProp, aclrtStream,
 };
 
 use super::GRANULARITY;
-use super::errors::{AclResult, acl_fail, take_recent};
+use super::errors::{AclResult, param, take_recent};
 use super::{copy, device, memory, stream};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
@@ -22,9 +22,7 @@ use super::{copy, device, memory, stream};
 /// # Safety
 /// `out` is null or valid for writing one `T` (the C caller's contract).
 unsafe fn put<T>(out: *mut T, value: T, what: &str) -> AclResult {
-    if out.is_null() {
-        return acl_fail(ACL_ERROR_RT_PARAM_INVALID, format!("{what} is NULL"));
-    }
+    non_null(out, what)?;
     // SAFETY: non-null, and valid for writes by the caller's contract.
     unsafe { out.write(value) };
     Ok(())
@@ -33,7 +31,7 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> AclResult {
 /// Fails on a null pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
     if ptr.is_null() {
-        return acl_fail(ACL_ERROR_RT_PARAM_INVALID, format!("{what} is NULL"));
+        return param(format!("{what} is NULL"));
     }
     Ok(())
 }
@@ -226,10 +224,7 @@ pub(super) unsafe fn aclrtMemGetAllocationGranularity(
         aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
             | aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED
     ) {
-        return acl_fail(
-            ACL_ERROR_RT_PARAM_INVALID,
-            format!("unknown granularity option {}", option.0),
-        );
+        return param(format!("unknown granularity option {}", option.0));
     }
     // SAFETY: the caller's contract; checked inside `put`.
     unsafe { put(granularity, GRANULARITY, "granularity") }

@@ -12,7 +12,7 @@ use crate::sys::{
 
 use super::counters::{self, Counter};
 use super::device;
-use super::errors::{HcclRes, hccl_fail};
+use super::errors::{HcclRes, hccl_fail, para};
 use super::os;
 use super::registry::{HandleKind, Registry, lock, new_handle};
 use super::rendezvous::{Rendezvous, deadline};
@@ -81,10 +81,6 @@ struct Join {
 
 static ROOTS: Mutex<BTreeMap<u64, Arc<PendingRoot>>> = Mutex::new(BTreeMap::new());
 static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
-
-fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
-    hccl_fail(HcclResult::HCCL_E_PARA, msg)
-}
 
 /// `HcclGetRootInfo`: a fresh rendezvous, identified in the blob.
 pub(crate) fn get_root_info() -> HcclRootInfo {
@@ -162,6 +158,39 @@ fn join_timeout(exec: Duration) -> Duration {
     exec.max(MIN_JOIN_TIMEOUT)
 }
 
+/// The fields of a config the emulator uses.
+struct Settings {
+    /// How long a rendezvous waits for peers.
+    timeout: Duration,
+    /// The staging buffer's size in MiB.
+    buffer_mb: u32,
+    /// The symmetric heap's per-rank stride in bytes.
+    stride: usize,
+}
+
+/// What `config` asks for, on a communicator of `n` ranks.
+fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
+    let buffer_mb = match config.hcclBufferSize {
+        0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
+        mb => mb,
+    };
+    let stride = usize::try_from(config.hcclSymWinMaxMemSizePerRank)
+        .ok()
+        .and_then(|gb| gb.checked_mul(1 << 30))
+        .filter(|s| s.checked_mul(n as usize).is_some_and(|t| t <= 1 << 46));
+    let Some(stride) = stride else {
+        return para(format!(
+            "hcclSymWinMaxMemSizePerRank {} GiB x {n} ranks does not fit the address space",
+            config.hcclSymWinMaxMemSizePerRank
+        ));
+    };
+    Ok(Settings {
+        timeout: exec_timeout(config),
+        buffer_mb,
+        stride,
+    })
+}
+
 /// `HcclCommInitRootInfoConfig` (after the null checks): joins the group named by `root` as
 /// `rank` of `n` and waits until all ranks have joined.
 pub(crate) fn init(
@@ -179,32 +208,19 @@ pub(crate) fn init(
     if let Err(e) = device::current() {
         return hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg);
     }
-    let timeout = exec_timeout(config);
-    let buffer_mb = match config.hcclBufferSize {
-        0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
-        mb => mb,
-    };
-    let stride = usize::try_from(config.hcclSymWinMaxMemSizePerRank)
-        .ok()
-        .and_then(|gb| gb.checked_mul(1 << 30))
-        .filter(|s| s.checked_mul(n as usize).is_some_and(|t| t <= 1 << 46));
-    let Some(stride) = stride else {
-        return para(format!(
-            "hcclSymWinMaxMemSizePerRank {} GiB x {n} ranks does not fit the address space",
-            config.hcclSymWinMaxMemSizePerRank
-        ));
-    };
+    let settings = settings(config, n)?;
     let Some(id) = root_id(root) else {
         return para("rootInfo was not made by HcclGetRootInfo");
     };
     // Allocated before joining, so a failure here leaves the peers' group untouched.
+    let buffer_mb = settings.buffer_mb;
     let staging = os::anonymous(buffer_mb as usize * (1 << 20)).or_else(|e| {
         hccl_fail(
             HcclResult::HCCL_E_MEMORY,
             format!("cannot map the {buffer_mb} MiB staging buffer: {e}"),
         )
     })?;
-    let group = join(id, n, rank, join_timeout(timeout))?;
+    let group = join(id, n, rank, join_timeout(settings.timeout))?;
     let handle = new_handle(HandleKind::Comm);
     COMMS.insert(
         handle,
@@ -213,8 +229,8 @@ pub(crate) fn init(
             group,
             rank,
             n,
-            timeout,
-            stride,
+            timeout: settings.timeout,
+            stride: settings.stride,
             staging: Arc::new(staging),
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
@@ -316,7 +332,8 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
 }
 
 impl Comm {
-    /// The next collective sequence number (host program order).
+    /// The next collective sequence number (host program order). Taken only where a
+    /// collective call is entered ([`super::entry`]), as is [`Comm::next_host_seq`].
     pub(crate) fn next_collective_seq(&self) -> u64 {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
     }
@@ -332,7 +349,7 @@ impl Comm {
         if let Some(h) = &*heap {
             return Ok(h.clone());
         }
-        let h = Arc::new(SymHeap::new(self.stride, self.n)?);
+        let h = Arc::new(SymHeap::new(self.handle, self.rank, self.n, self.stride)?);
         *heap = Some(h.clone());
         Ok(h)
     }

@@ -4,9 +4,9 @@
 //! Device-side ranges are validated and pinned (see [`super::memory`]); host-side pointers are
 //! trusted, as in C.
 
-use crate::sys::{ACL_ERROR_RT_PARAM_INVALID, aclrtMemcpyKind};
+use crate::sys::aclrtMemcpyKind;
 
-use super::errors::{AclResult, acl_fail};
+use super::errors::{AclResult, param};
 use super::memory::{self, Pins};
 use super::stream;
 
@@ -34,10 +34,6 @@ impl Op {
             unsafe { std::ptr::write_bytes(self.dst as *mut u8, self.value, self.len) };
         }
     }
-}
-
-fn param<T>(msg: impl Into<String>) -> AclResult<T> {
-    acl_fail(ACL_ERROR_RT_PARAM_INVALID, msg)
 }
 
 /// Pins a device side of a copy.

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
 use std::sync::OnceLock;
 
-use crate::sys::{HcclResult, aclError};
+use crate::sys::{ACL_ERROR_RT_PARAM_INVALID, HcclResult, aclError};
 
 /// A failed call: the code the C function returns and the detail for `aclGetRecentErrMsg`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,16 @@ pub(crate) fn hccl_fail<T>(code: HcclResult, msg: impl Into<String>) -> HcclRes<
         code,
         msg: msg.into(),
     })
+}
+
+/// An `ACL_ERROR_RT_PARAM_INVALID` failure: an ACL call's argument is invalid.
+pub(crate) fn param<T>(msg: impl Into<String>) -> AclResult<T> {
+    acl_fail(ACL_ERROR_RT_PARAM_INVALID, msg)
+}
+
+/// An `HCCL_E_PARA` failure: an HCCL call's argument is invalid.
+pub(crate) fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
+    hccl_fail(HcclResult::HCCL_E_PARA, msg)
 }
 
 thread_local! {

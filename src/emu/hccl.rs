@@ -15,11 +15,12 @@ use crate::sys::{
     HcclRootInfo, aclrtStream,
 };
 
-use super::collective::{self, Kind, Request};
+use super::collective;
 use super::comm::{self, Comm};
 use super::entry::{CollectiveCall, Sequence, collective};
 use super::errors::{HcclRes, hccl_error_string, hccl_fail};
-use super::window;
+use super::job::{Kind, Request};
+use super::sym_window;
 
 /// Fails on a null pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> HcclRes {
@@ -187,7 +188,7 @@ pub(super) unsafe fn HcclCommSymWinRegister(
         move |c, seq| {
             non_null(addr, "addr")?;
             non_null(win_handle, "winHandle")?;
-            let h = window::register(c, seq, addr as usize, size, flag)?;
+            let h = sym_window::register(c, seq, addr as usize, size, flag)?;
             // SAFETY: the caller's contract; checked non-null above.
             unsafe { put(win_handle, h as HcclCommSymWindow, "winHandle") }
         },
@@ -199,9 +200,9 @@ pub(super) unsafe fn HcclCommSymWinDeregister(
     win_handle: HcclCommSymWindow,
 ) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
     let handle = win_handle as usize;
-    let owner = non_null(win_handle, "winHandle").and_then(|()| window::owner(handle));
+    let owner = non_null(win_handle, "winHandle").and_then(|()| sym_window::owner(handle));
     collective(owner, Sequence::Host, move |c, seq| {
-        window::deregister(c, seq, handle)
+        sym_window::deregister(c, seq, handle)
     })
 }
 
@@ -217,7 +218,7 @@ pub(super) unsafe fn HcclCommSymWinGet(
     non_null(ptr, "ptr")?;
     non_null(win_handle, "winHandle")?;
     non_null(offset, "offset")?;
-    let (h, off) = window::get(comm as usize, ptr as usize, size)?;
+    let (h, off) = sym_window::get(comm as usize, ptr as usize, size)?;
     // SAFETY: the caller's contract; both checked non-null above.
     unsafe {
         put(win_handle, h as HcclCommSymWindow, "winHandle")?;

@@ -41,10 +41,9 @@ static TABLE: Mutex<BTreeMap<&'static str, Pending>> = Mutex::new(BTreeMap::new(
 ///
 /// An injected failure of a collective call (`HcclAllReduce` & co., `HcclBarrier`,
 /// `HcclCommSymWinRegister`, `HcclCommSymWinDeregister`) on a live communicator consumes that
-/// rank's sequence number, like a call rejected by the emulator's own checks: the peers'
-/// matching calls then fail (they time out, or fail at once if the rank destroys its
-/// communicator) and the ranks' later calls stay paired. To make a collective step fail
-/// cleanly on every rank, inject it on every rank's call, or use a one-rank communicator.
+/// rank's sequence number, as a rejected call does (see the [emulator's choices](crate::emu)),
+/// so the peers' matching calls fail. To make a collective step fail cleanly on every rank,
+/// inject it on every rank's call, or use a one-rank communicator.
 ///
 /// This is a test hook: it exists so that tests can run every error and `Drop` path of the
 /// layers above; nothing in a real program should call it.

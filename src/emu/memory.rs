@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
-    ACL_ERROR_RT_PARAM_INVALID, ACL_MEM_LOCATION_TYPE_DEVICE, aclrtPhysicalMemProp,
+    ACL_MEM_LOCATION_TYPE_DEVICE, aclrtPhysicalMemProp,
 };
 
 use super::GRANULARITY;
 use super::counters::{self, Counter};
 use super::device::{self, MAX_DEVICES};
-use super::errors::{AclResult, acl_fail};
+use super::errors::{AclResult, acl_fail, param};
 use super::os;
 use super::registry::{HandleKind, lock, new_handle};
 
@@ -124,10 +124,6 @@ fn state() -> MutexGuard<'static, State> {
     lock(&STATE)
 }
 
-fn param<T>(msg: impl Into<String>) -> AclResult<T> {
-    acl_fail(ACL_ERROR_RT_PARAM_INVALID, msg)
-}
-
 fn check_granular(what: &str, value: usize) -> AclResult {
     if value == 0 || value % GRANULARITY != 0 {
         return param(format!(
@@ -149,6 +145,79 @@ impl State {
     fn region_at(&self, addr: usize) -> Option<(usize, &Region)> {
         let (&start, r) = self.regions.range(..=addr).next_back()?;
         (r.end > addr).then_some((start, r))
+    }
+
+    /// Fails unless `size` more bytes fit `device`'s memory limit.
+    fn check_limit(&self, device: u32, size: usize) -> AclResult {
+        let limit = device::memory_limit();
+        let used = self.used[device as usize];
+        if used.saturating_add(size as u64) > limit {
+            return acl_fail(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!(
+                    "device {device} out of memory: asked for {size} bytes, {} of {limit} free \
+                     (emu::set_device_memory_limit)",
+                    limit.saturating_sub(used)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The physical allocation `handle`, if `[addr, addr + size)` may map its bytes
+    /// `[offset, offset + size)`: they exist, and the range lies inside one reservation and
+    /// overlaps no mapping.
+    fn mappable(
+        &mut self,
+        addr: usize,
+        size: usize,
+        offset: usize,
+        handle: usize,
+    ) -> AclResult<Arc<Physical>> {
+        let Some(e) = self.physicals.get(&handle) else {
+            return acl_fail(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                format!("{handle:#x} is not a live physical allocation"),
+            );
+        };
+        let phys = e.phys.clone();
+        if offset.checked_add(size).is_none_or(|end| end > phys.size) {
+            return param(format!(
+                "offset {offset} + size {size} exceeds the physical allocation ({} bytes)",
+                phys.size
+            ));
+        }
+        if self.reservation_holding(addr, size).is_none() {
+            return param(format!(
+                "[{addr:#x}, +{size:#x}) is not inside one reservation"
+            ));
+        }
+        if let Some((&start, r)) = self.regions.range(..addr + size).next_back() {
+            if r.end > addr {
+                return param(format!(
+                    "[{addr:#x}, +{size:#x}) overlaps the mapping at {start:#x}"
+                ));
+            }
+        }
+        Ok(phys)
+    }
+
+    /// Records a new user mapping, counted in its reservation and physical allocation.
+    fn add_mapping(&mut self, mapping: Mapping) {
+        let (addr, size, handle) = (mapping.base, mapping.size, mapping.phys.handle);
+        self.regions.insert(
+            addr,
+            Region {
+                end: addr + size,
+                owner: Owner::User(Arc::new(mapping)),
+            },
+        );
+        if let Some(r) = self.reservation_holding(addr, size) {
+            r.mappings += 1;
+        }
+        if let Some(e) = self.physicals.get_mut(&handle) {
+            e.mappings += 1;
+        }
     }
 
     /// Pins every region of `[addr, addr + len)`, which must be wholly mapped (possibly by
@@ -244,34 +313,9 @@ pub(crate) fn malloc_physical(
     if flags != 0 {
         return param(format!("flags {flags} is not 0"));
     }
-    if prop.location.r#type != ACL_MEM_LOCATION_TYPE_DEVICE {
-        return param(format!(
-            "location type {} is not ACL_MEM_LOCATION_TYPE_DEVICE",
-            prop.location.r#type
-        ));
-    }
-    let device = i32::try_from(prop.location.id)
-        .map_err(|_| ())
-        .and_then(|id| device::check_id(id).map_err(|_| ()));
-    let Ok(device) = device else {
-        return param(format!(
-            "location id {} is not a device (0..{MAX_DEVICES})",
-            prop.location.id
-        ));
-    };
+    let device = location_device(prop)?;
     let mut st = state();
-    let limit = device::memory_limit();
-    let used = st.used[device as usize];
-    if used.saturating_add(size as u64) > limit {
-        return acl_fail(
-            ACL_ERROR_RT_MEMORY_ALLOCATION,
-            format!(
-                "device {device} out of memory: asked for {size} bytes, {} of {limit} free \
-                 (emu::set_device_memory_limit)",
-                limit.saturating_sub(used)
-            ),
-        );
-    }
+    st.check_limit(device, size)?;
     let fd = os::memfd(size).or_else(|e| {
         acl_fail(
             ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -296,6 +340,25 @@ pub(crate) fn malloc_physical(
     st.used[device as usize] += size as u64;
     counters::inc(Counter::PhysicalAllocations);
     Ok(handle)
+}
+
+/// The device whose memory `prop` asks for (its location must be a device).
+fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<u32> {
+    if prop.location.r#type != ACL_MEM_LOCATION_TYPE_DEVICE {
+        return param(format!(
+            "location type {} is not ACL_MEM_LOCATION_TYPE_DEVICE",
+            prop.location.r#type
+        ));
+    }
+    let device = i32::try_from(prop.location.id)
+        .map_err(|_| ())
+        .and_then(|id| device::check_id(id).map_err(|_| ()));
+    device.or_else(|()| {
+        param(format!(
+            "location id {} is not a device (0..{MAX_DEVICES})",
+            prop.location.id
+        ))
+    })
 }
 
 /// `aclrtFreePhysical`.
@@ -331,6 +394,30 @@ pub(crate) fn free_physical(handle: usize) -> AclResult {
 
 /// `aclrtMapMem`.
 pub(crate) fn map(addr: usize, size: usize, offset: usize, handle: usize, flags: u64) -> AclResult {
+    check_map_args(addr, size, offset, flags)?;
+    let mut st = state();
+    let phys = st.mappable(addr, size, offset, handle)?;
+    // SAFETY: the range lies inside a live user reservation and no mapping overlaps it
+    // (checked under the lock, which is still held), so nothing else uses these addresses.
+    unsafe { os::map_fixed(addr, size, phys.fd(), offset) }.or_else(|e| {
+        acl_fail(
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            format!("mmap at {addr:#x}: {e}"),
+        )
+    })?;
+    st.add_mapping(Mapping {
+        base: addr,
+        size,
+        offset,
+        phys,
+    });
+    counters::inc(Counter::Mappings);
+    Ok(())
+}
+
+/// The checks of `aclrtMapMem`'s arguments on their own: no flags, a granular size, an
+/// aligned address and offset.
+fn check_map_args(addr: usize, size: usize, offset: usize, flags: u64) -> AclResult {
     if flags != 0 {
         return param(format!("flags {flags} is not 0"));
     }
@@ -345,60 +432,6 @@ pub(crate) fn map(addr: usize, size: usize, offset: usize, handle: usize, flags:
             "offset {offset} is not a multiple of the granularity"
         ));
     }
-    let mut st = state();
-    let Some(e) = st.physicals.get(&handle) else {
-        return acl_fail(
-            ACL_ERROR_RT_INVALID_HANDLE,
-            format!("{handle:#x} is not a live physical allocation"),
-        );
-    };
-    let phys = e.phys.clone();
-    if offset.checked_add(size).is_none_or(|end| end > phys.size) {
-        return param(format!(
-            "offset {offset} + size {size} exceeds the physical allocation ({} bytes)",
-            phys.size
-        ));
-    }
-    if st.reservation_holding(addr, size).is_none() {
-        return param(format!(
-            "[{addr:#x}, +{size:#x}) is not inside one reservation"
-        ));
-    }
-    if let Some((&start, r)) = st.regions.range(..addr + size).next_back() {
-        if r.end > addr {
-            return param(format!(
-                "[{addr:#x}, +{size:#x}) overlaps the mapping at {start:#x}"
-            ));
-        }
-    }
-    // SAFETY: the range lies inside a live user reservation (checked above, under the lock)
-    // and no mapping overlaps it, so nothing else uses these addresses.
-    unsafe { os::map_fixed(addr, size, phys.fd(), offset) }.or_else(|e| {
-        acl_fail(
-            ACL_ERROR_RT_INTERNAL_ERROR,
-            format!("mmap at {addr:#x}: {e}"),
-        )
-    })?;
-    let mapping = Arc::new(Mapping {
-        base: addr,
-        size,
-        offset,
-        phys,
-    });
-    st.regions.insert(
-        addr,
-        Region {
-            end: addr + size,
-            owner: Owner::User(mapping),
-        },
-    );
-    if let Some(r) = st.reservation_holding(addr, size) {
-        r.mappings += 1;
-    }
-    if let Some(e) = st.physicals.get_mut(&handle) {
-        e.mappings += 1;
-    }
-    counters::inc(Counter::Mappings);
     Ok(())
 }
 

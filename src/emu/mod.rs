@@ -135,6 +135,17 @@
 //! name the new one (as with any pointer-valued handle). Unused root infos are kept until
 //! the process ends (a few bytes each).
 
+// The modules, each using only modules listed before it (test modules aside), so none
+// depends on itself through others:
+// - errors, registry, os, counters, reduce, primitives: leaves;
+// - device, inject, rendezvous, memory, stream, copy: devices, failure injection, the ranks'
+//   meeting point, device memory, streams, copies;
+// - window: symmetric heaps, windows and window handles; comm: communicators, which own them;
+// - entry: entering an emulated C function (where a collective call takes its sequence number);
+// - job (a checked collective), steps (its rendezvous steps), staged and symmetric (the two
+//   algorithms), collective (queuing and running one); sym_window (registering, deregistering
+//   and finding windows);
+// - acl, hccl: the C functions' bodies; exports: the C functions and tables over them; launch.
 mod acl;
 mod collective;
 mod comm;
@@ -146,14 +157,18 @@ mod errors;
 mod exports;
 mod hccl;
 mod inject;
+mod job;
 mod launch;
 mod memory;
 mod os;
+mod primitives;
 mod reduce;
 mod registry;
 mod rendezvous;
 mod staged;
+mod steps;
 mod stream;
+mod sym_window;
 mod symmetric;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -110,59 +110,16 @@ impl Rendezvous {
         let me = rank as usize;
         let deadline = deadline(timeout);
         let mut guard = lock(&self.state);
-        let slot = guard.slots.entry(key).or_insert_with(|| Slot {
-            values: vec![None; self.n],
-            arrived: 0,
-            departed: 0,
-            complete: false,
-        });
-        if slot.values[me].is_some() {
-            return Err(RvError::Duplicate);
-        }
-        slot.values[me] = Some(Arc::new(value));
-        slot.arrived += 1;
-        if slot.arrived == self.n {
-            slot.complete = true;
+        if guard.deposit(key, me, Arc::new(value), self.n)? {
             self.cv.notify_all();
         }
         loop {
-            let State { slots, gone } = &mut *guard;
-            let slot = slots
-                .get_mut(&key)
-                .expect("a slot lives until every rank left it");
-            if slot.complete {
-                let values: Option<Vec<T>> = slot
-                    .values
-                    .iter()
-                    .map(|v| v.as_ref().and_then(|v| v.downcast_ref::<T>()).cloned())
-                    .collect();
-                slot.departed += 1;
-                if slot.departed == self.n {
-                    slots.remove(&key);
-                }
-                return values.ok_or(RvError::Mismatch);
+            if let Some(values) = guard.depart(key, self.n) {
+                return values;
             }
-            let missing: Vec<u32> = (0..self.n)
-                .filter(|&r| slot.values[r].is_none())
-                .map(|r| r as u32)
-                .collect();
-            let left: Vec<u32> = missing
-                .iter()
-                .copied()
-                .filter(|&r| never_comes(gone[r as usize], key))
-                .collect();
             let now = Instant::now();
-            if !left.is_empty() || now >= deadline {
-                slot.values[me] = None;
-                slot.arrived -= 1;
-                if slot.arrived == 0 {
-                    slots.remove(&key);
-                }
-                return Err(if left.is_empty() {
-                    RvError::Timeout { missing }
-                } else {
-                    RvError::Gone { ranks: left }
-                });
+            if let Some(failure) = guard.give_up(key, me, now >= deadline) {
+                return Err(failure);
             }
             guard = self
                 .cv
@@ -170,6 +127,80 @@ impl Rendezvous {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+}
+
+impl State {
+    /// Deposits rank `me`'s `value` under `key` (in a slot for `n` ranks); whether the slot is
+    /// complete now.
+    fn deposit(&mut self, key: Key, me: usize, value: Value, n: usize) -> Result<bool, RvError> {
+        let slot = self.slots.entry(key).or_insert_with(|| Slot {
+            values: vec![None; n],
+            arrived: 0,
+            departed: 0,
+            complete: false,
+        });
+        if slot.values[me].is_some() {
+            return Err(RvError::Duplicate);
+        }
+        slot.values[me] = Some(value);
+        slot.arrived += 1;
+        slot.complete = slot.arrived == n;
+        Ok(slot.complete)
+    }
+
+    /// Once the slot under `key` is complete: every rank's value as a `T` (or
+    /// [`RvError::Mismatch`] when some rank's is not one), and this rank is done with the slot
+    /// (the last of the `n` to leave removes it).
+    fn depart<T: Any + Clone>(&mut self, key: Key, n: usize) -> Option<Result<Vec<T>, RvError>> {
+        let slot = self
+            .slots
+            .get_mut(&key)
+            .expect("a slot lives until every rank left it");
+        if !slot.complete {
+            return None;
+        }
+        let values: Option<Vec<T>> = slot
+            .values
+            .iter()
+            .map(|v| v.as_ref().and_then(|v| v.downcast_ref::<T>()).cloned())
+            .collect();
+        slot.departed += 1;
+        if slot.departed == n {
+            self.slots.remove(&key);
+        }
+        Some(values.ok_or(RvError::Mismatch))
+    }
+
+    /// When waiting on under `key` is pointless (a missing rank left and will never come, or
+    /// `timed_out`): withdraws rank `me`'s value and says why.
+    fn give_up(&mut self, key: Key, me: usize, timed_out: bool) -> Option<RvError> {
+        let State { slots, gone } = self;
+        let slot = slots
+            .get_mut(&key)
+            .expect("a slot lives until every rank left it");
+        let missing: Vec<u32> = (0..slot.values.len())
+            .filter(|&r| slot.values[r].is_none())
+            .map(|r| r as u32)
+            .collect();
+        let left: Vec<u32> = missing
+            .iter()
+            .copied()
+            .filter(|&r| never_comes(gone[r as usize], key))
+            .collect();
+        if left.is_empty() && !timed_out {
+            return None;
+        }
+        slot.values[me] = None;
+        slot.arrived -= 1;
+        if slot.arrived == 0 {
+            slots.remove(&key);
+        }
+        Some(if left.is_empty() {
+            RvError::Timeout { missing }
+        } else {
+            RvError::Gone { ranks: left }
+        })
     }
 }
 

@@ -8,18 +8,46 @@
 
 use crate::sys::HcclResult;
 
-use super::collective::{Ctx, Job, Kind, copy, part};
 use super::errors::{HcclRes, hccl_fail};
+use super::job::{Job, Kind};
+use super::primitives::{copy, part};
 use super::reduce::reduce;
+use super::steps::Steps;
 
 /// Runs `job` through the staging buffers `staging[r]` (one per rank) of `cap` bytes each.
-pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {
-    let (r, n) = (ctx.rank, ctx.n);
-    let es = job.es;
-    // Elements of one rank's (or one peer's) share that fit a staging buffer per chunk.
+pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {
+    let per = chunk_len(job, steps.n, cap)?;
+    let mine = staging[steps.rank as usize];
+    let mut start = 0;
+    while start < job.count {
+        let len = per.min(job.count - start);
+        if start > 0 {
+            steps.barrier()?;
+        }
+        let chunk = Chunk {
+            job,
+            staging,
+            mine,
+            start,
+            len,
+        };
+        match job.kind {
+            Kind::AllReduce => chunk.all_reduce(steps)?,
+            Kind::AllGather => chunk.all_gather(steps)?,
+            Kind::ReduceScatter | Kind::AlltoAll => chunk.to_every_peer(steps)?,
+            Kind::Broadcast => chunk.broadcast(steps)?,
+            Kind::Barrier => {}
+        }
+        start += len;
+    }
+    Ok(())
+}
+
+/// Elements of one rank's (or one peer's) share that fit `cap`-byte staging buffers per chunk.
+fn chunk_len(job: &Job, n: u32, cap: usize) -> HcclRes<usize> {
     let per = match job.kind {
-        Kind::ReduceScatter | Kind::AlltoAll => cap / (es * n as usize),
-        _ => cap / es,
+        Kind::ReduceScatter | Kind::AlltoAll => cap / (job.es * n as usize),
+        _ => cap / job.es,
     };
     if per == 0 && job.kind != Kind::Barrier {
         return hccl_fail(
@@ -27,77 +55,112 @@ pub(crate) fn run(ctx: &mut Ctx<'_>, job: &Job, staging: &[usize], cap: usize) -
             format!("a {cap}-byte staging buffer cannot hold one element per rank"),
         );
     }
-    let mine = staging[r as usize];
-    let c = job.count;
-    let mut o = 0;
-    while o < c {
-        let l = per.min(c - o);
-        if o > 0 {
-            ctx.barrier()?;
-        }
-        // SAFETY (every block below): the job's buffers are checked, pinned device memory (see
-        // `Job`); the staging buffers are `cap` bytes or more each and kept mapped by this
-        // task (it holds every rank's buffer); the barriers order every write before the
-        // reads of it, and no two ranks write the same bytes in one phase.
-        match job.kind {
-            Kind::AllReduce => {
-                // SAFETY: see above; `l * es <= cap`.
-                unsafe { copy(mine, job.send + o * es, l * es) };
-                ctx.barrier()?;
-                // Rank r reduces part r of every staging buffer into its own, in place.
-                let (lo, hi) = part(l, n, r);
-                let srcs: Vec<usize> = staging.iter().map(|s| s + lo * es).collect();
-                // SAFETY: see above; only rank r writes part r of its staging buffer.
-                unsafe { reduce(job.dtype, job.op, &[mine + lo * es], &srcs, hi - lo) };
-                ctx.barrier()?;
-                for (j, &s) in (0..n).zip(staging) {
-                    let (lo, hi) = part(l, n, j);
-                    // SAFETY: see above.
-                    unsafe { copy(job.recv + (o + lo) * es, s + lo * es, (hi - lo) * es) };
-                }
-            }
-            Kind::AllGather => {
-                // SAFETY: see above.
-                unsafe { copy(mine, job.send + o * es, l * es) };
-                ctx.barrier()?;
-                for (j, &s) in staging.iter().enumerate() {
-                    // SAFETY: see above.
-                    unsafe { copy(job.recv + (j * c + o) * es, s, l * es) };
-                }
-            }
-            Kind::ReduceScatter | Kind::AlltoAll => {
-                for j in 0..n as usize {
-                    // SAFETY: see above; section j of `l` elements fits (`n * l * es <= cap`).
-                    unsafe { copy(mine + j * l * es, job.send + (j * c + o) * es, l * es) };
-                }
-                ctx.barrier()?;
-                let section = r as usize * l * es;
-                if job.kind == Kind::ReduceScatter {
-                    let srcs: Vec<usize> = staging.iter().map(|s| s + section).collect();
-                    // SAFETY: see above.
-                    unsafe { reduce(job.dtype, job.op, &[job.recv + o * es], &srcs, l) };
-                } else {
-                    for (j, &s) in staging.iter().enumerate() {
-                        // SAFETY: see above.
-                        unsafe { copy(job.recv + (j * c + o) * es, s + section, l * es) };
-                    }
-                }
-            }
-            Kind::Broadcast => {
-                let root = staging[job.root as usize];
-                if r == job.root {
-                    // SAFETY: see above.
-                    unsafe { copy(root, job.send + o * es, l * es) };
-                }
-                ctx.barrier()?;
-                if r != job.root {
-                    // SAFETY: see above.
-                    unsafe { copy(job.recv + o * es, root, l * es) };
-                }
-            }
-            Kind::Barrier => {}
-        }
-        o += l;
+    Ok(per)
+}
+
+/// Elements `[start, start + len)` of a job's buffer (or of each rank's share of it), moved
+/// through the staging buffers.
+///
+/// Every copy and reduction of a chunk is sound for the same reasons: the job's buffers are
+/// checked, pinned device memory (see [`Job`]); the staging buffers are large enough for a
+/// chunk ([`chunk_len`]) and kept mapped by this task (it holds every rank's buffer); the
+/// barriers order every write before the reads of it, and no two ranks write the same bytes
+/// in one phase.
+#[derive(Clone, Copy)]
+struct Chunk<'a> {
+    job: &'a Job,
+    /// Every rank's staging buffer, in rank order.
+    staging: &'a [usize],
+    /// This rank's staging buffer.
+    mine: usize,
+    start: usize,
+    len: usize,
+}
+
+impl Chunk<'_> {
+    /// Where this chunk of block `j` of the input is (block 0 of a one-block input).
+    fn input(&self, j: usize) -> usize {
+        self.job.send + (j * self.job.count + self.start) * self.job.es
     }
-    Ok(())
+
+    /// Where this chunk of block `j` of the output is (block 0 of a one-block output).
+    fn output(&self, j: usize) -> usize {
+        self.job.recv + (j * self.job.count + self.start) * self.job.es
+    }
+
+    /// Bytes of this chunk of one block.
+    fn bytes(&self) -> usize {
+        self.len * self.job.es
+    }
+
+    /// Every rank stages its input; rank r reduces part r of every staging buffer into its
+    /// own, in place; then every rank copies each part out of the rank that reduced it.
+    fn all_reduce(self, steps: &mut Steps<'_>) -> HcclRes {
+        let (job, es, n) = (self.job, self.job.es, steps.n);
+        // SAFETY: see `Chunk`.
+        unsafe { copy(self.mine, self.input(0), self.bytes()) };
+        steps.barrier()?;
+        let (lo, hi) = part(self.len, n, steps.rank);
+        let srcs: Vec<usize> = self.staging.iter().map(|s| s + lo * es).collect();
+        // SAFETY: see `Chunk`; only rank r writes part r of its staging buffer.
+        unsafe { reduce(job.dtype, job.op, &[self.mine + lo * es], &srcs, hi - lo) };
+        steps.barrier()?;
+        for (j, &s) in (0..n).zip(self.staging) {
+            let (lo, hi) = part(self.len, n, j);
+            // SAFETY: see `Chunk`.
+            unsafe { copy(self.output(0) + lo * es, s + lo * es, (hi - lo) * es) };
+        }
+        Ok(())
+    }
+
+    /// Every rank stages its input, then copies every rank's into its block of the output.
+    fn all_gather(self, steps: &mut Steps<'_>) -> HcclRes {
+        // SAFETY: see `Chunk`.
+        unsafe { copy(self.mine, self.input(0), self.bytes()) };
+        steps.barrier()?;
+        for (j, &s) in self.staging.iter().enumerate() {
+            // SAFETY: see `Chunk`.
+            unsafe { copy(self.output(j), s, self.bytes()) };
+        }
+        Ok(())
+    }
+
+    /// ReduceScatter and AlltoAll: every rank stages this chunk of its block for each peer in
+    /// that peer's section, then reduces (ReduceScatter) or gathers (AlltoAll) its own section
+    /// of every staging buffer.
+    fn to_every_peer(self, steps: &mut Steps<'_>) -> HcclRes {
+        let (job, bytes) = (self.job, self.bytes());
+        for j in 0..steps.n as usize {
+            // SAFETY: see `Chunk`; section j fits (`n * bytes <= cap`).
+            unsafe { copy(self.mine + j * bytes, self.input(j), bytes) };
+        }
+        steps.barrier()?;
+        let section = steps.rank as usize * bytes;
+        if job.kind == Kind::ReduceScatter {
+            let srcs: Vec<usize> = self.staging.iter().map(|s| s + section).collect();
+            // SAFETY: see `Chunk`.
+            unsafe { reduce(job.dtype, job.op, &[self.output(0)], &srcs, self.len) };
+        } else {
+            for (j, &s) in self.staging.iter().enumerate() {
+                // SAFETY: see `Chunk`.
+                unsafe { copy(self.output(j), s + section, bytes) };
+            }
+        }
+        Ok(())
+    }
+
+    /// The root stages its input; every other rank copies it out of the root's buffer.
+    fn broadcast(self, steps: &mut Steps<'_>) -> HcclRes {
+        let root = self.job.root;
+        if steps.rank == root {
+            // SAFETY: see `Chunk`.
+            unsafe { copy(self.staging[root as usize], self.input(0), self.bytes()) };
+        }
+        steps.barrier()?;
+        if steps.rank != root {
+            // SAFETY: see `Chunk`.
+            unsafe { copy(self.output(0), self.staging[root as usize], self.bytes()) };
+        }
+        Ok(())
+    }
 }

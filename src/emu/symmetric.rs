@@ -3,13 +3,15 @@
 //! writes) its peers' buffers directly through its own heap, at
 //! `heapBase + stride * peer + slot + offset`: zero copy.
 
-use super::collective::{Ctx, Job, Kind, SymBuf, copy, part};
+use super::job::{Job, Kind, SymBuf};
+use super::primitives::{copy, part};
 use super::reduce::reduce;
+use super::steps::Steps;
 
 /// Runs `job`, whose input is `input` and output `output` on every rank, between the
 /// collective's entry and exit rendezvous.
-pub(crate) fn run(ctx: &Ctx<'_>, job: &Job, input: &SymBuf, output: &SymBuf) {
-    let (r, n) = (ctx.rank, ctx.n);
+pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf) {
+    let (r, n) = (steps.rank, steps.n);
     let (es, c) = (job.es, job.count);
     // Where rank k's input is visible to this rank: its own through its own mapping.
     let src = |k: u32| if k == r { job.send } else { input.peer(k) };

@@ -1,39 +1,43 @@
 //! Symmetric windows, as on Atlas A3: each rank's heap reserves `stride * rankSize` of address
-//! space, and registering a window maps every rank's physical memory at
-//! `heapBase + stride * r + slot` in every rank's heap (the same memfd pages, mapped again),
-//! so peers' memory really is visible at the same offset.
+//! space, and a window maps every rank's physical memory at `heapBase + stride * r + slot` in
+//! every rank's heap (the same memfd pages, mapped again), so peers' memory really is visible
+//! at the same offset.
 //!
-//! Register and deregister are collective host calls: the ranks meet in a rendezvous, compare
-//! what they were given, and fail identically when it differs.
+//! This module holds the heap, the window (which maps its peers when made and unmaps them when
+//! dropped) and the registry of live window handles. The collective calls that make, find and
+//! remove windows are in [`super::sym_window`]; the tests below run them through the C API.
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::sys::HcclResult;
 
 use super::GRANULARITY;
-use super::comm::{self, Comm};
 use super::counters::{self, Counter};
-use super::errors::{Fail, HcclRes, hccl_fail};
+use super::errors::{HcclRes, hccl_fail};
 use super::memory::{self, Physical};
 use super::os;
 use super::registry::lock;
-use super::rendezvous::{Key, RvError};
 
-/// One rank's symmetric heap: `stride * n` bytes of reserved address space, and the
-/// deterministic first-fit allocator of window slots inside one stride.
+/// One rank's symmetric heap on one communicator: `stride * n` bytes of reserved address
+/// space, and the deterministic first-fit allocator of window slots inside one stride.
 pub(crate) struct SymHeap {
     space: os::Space,
-    stride: usize,
+    /// Bytes per rank.
+    pub(crate) stride: usize,
+    /// The communicator handle it belongs to, the rank it belongs to, and the rank count.
+    comm: usize,
+    rank: u32,
+    n: u32,
     /// Allocated slots: offset -> size (granularity multiples).
     slots: Mutex<BTreeMap<usize, usize>>,
 }
 
 impl SymHeap {
-    /// Reserves the heap of `n` ranks of `stride` bytes.
-    pub(crate) fn new(stride: usize, n: u32) -> HcclRes<Self> {
+    /// Reserves the heap of rank `rank` of communicator `comm`: `n` ranks of `stride` bytes.
+    pub(crate) fn new(comm: usize, rank: u32, n: u32, stride: usize) -> HcclRes<Self> {
         let len = stride * n as usize;
         let space = os::reserve(len.max(GRANULARITY), GRANULARITY).or_else(|e| {
             hccl_fail(
@@ -45,6 +49,9 @@ impl SymHeap {
         Ok(SymHeap {
             space,
             stride,
+            comm,
+            rank,
+            n,
             slots: Mutex::new(BTreeMap::new()),
         })
     }
@@ -56,7 +63,7 @@ impl SymHeap {
 
     /// First fit: the lowest offset with `size` free bytes. Deterministic, so ranks making the
     /// same calls in the same order get the same slots.
-    fn alloc(&self, size: usize) -> Option<usize> {
+    pub(crate) fn alloc(&self, size: usize) -> Option<usize> {
         let mut slots = lock(&self.slots);
         let mut cursor = 0;
         for (&off, &len) in slots.iter() {
@@ -71,11 +78,13 @@ impl SymHeap {
         })
     }
 
-    fn used(&self) -> usize {
+    /// Bytes of one stride in allocated slots.
+    pub(crate) fn used(&self) -> usize {
         lock(&self.slots).values().sum()
     }
 
-    fn free(&self, slot: usize) {
+    /// Gives back the slot at `slot`.
+    pub(crate) fn free(&self, slot: usize) {
         lock(&self.slots).remove(&slot);
     }
 }
@@ -109,8 +118,6 @@ const DESC_MAGIC: u64 = u64::from_le_bytes(*b"symwin\0\0");
 /// One rank's registered window.
 pub(crate) struct Window {
     desc: Box<WindowDesc>,
-    /// The communicator handle it belongs to.
-    comm: usize,
     heap: Arc<SymHeap>,
     /// Offset of the window in every rank's stride (identical on all ranks).
     pub(crate) slot: usize,
@@ -118,13 +125,64 @@ pub(crate) struct Window {
     pub(crate) size: usize,
     /// Where the user mapped the allocation on this rank.
     pub(crate) user_base: usize,
-    phys: usize,
-    n: u32,
+    /// The `aclrtDrvMemHandle` of the allocation.
+    pub(crate) phys: usize,
     /// Registrations of this allocation on this rank not yet deregistered.
-    refs: AtomicU32,
+    pub(crate) refs: AtomicU32,
 }
 
 impl Window {
+    /// Makes the window over `phys` (mapped at `user_base` on this rank) in `slot` of `heap`,
+    /// and maps every rank's allocation (`peers`, in rank order) into this rank's heap.
+    pub(crate) fn create<'a>(
+        heap: Arc<SymHeap>,
+        slot: usize,
+        phys: &Physical,
+        user_base: usize,
+        peers: impl IntoIterator<Item = Option<&'a Physical>>,
+    ) -> HcclRes<Arc<Window>> {
+        let size = phys.size;
+        let desc = Box::new(WindowDesc {
+            magic: DESC_MAGIC,
+            heap_base: heap.addr(0, 0, 0) as u64,
+            stride: heap.stride as u64,
+            slot: slot as u64,
+            size: size as u64,
+            user_base: user_base as u64,
+            rank: heap.rank,
+            rank_size: heap.n,
+        });
+        memory::attach_window(phys.handle, user_base);
+        counters::inc(Counter::Windows);
+        // From here on, dropping the window undoes everything.
+        let w = Arc::new(Window {
+            desc,
+            heap,
+            slot,
+            size,
+            user_base,
+            phys: phys.handle,
+            refs: AtomicU32::new(1),
+        });
+        for (r, peer) in peers.into_iter().enumerate() {
+            let Some(peer) = peer else {
+                return hccl_fail(HcclResult::HCCL_E_INTERNAL, "a peer sent no memory handle");
+            };
+            let at = w.peer_addr(r as u32, 0);
+            // SAFETY: [at, at + size) is this window's slot of rank r, inside this rank's heap
+            // reservation; the slot was free, so nothing else maps or uses it.
+            unsafe { os::map_fixed(at, size, peer.fd(), 0) }.or_else(|e| {
+                hccl_fail(
+                    HcclResult::HCCL_E_MEMORY,
+                    format!("mapping rank {r}'s memory at {at:#x}: {e}"),
+                )
+            })?;
+            let owner: Weak<dyn Any + Send + Sync> = Arc::downgrade(&w) as Weak<Window>;
+            memory::add_window_region(at, size, owner);
+        }
+        Ok(w)
+    }
+
     /// The `HcclCommSymWindow` value.
     pub(crate) fn handle(&self) -> usize {
         (&raw const *self.desc) as usize
@@ -139,7 +197,7 @@ impl Window {
 impl Drop for Window {
     fn drop(&mut self) {
         let mut unmapped = true;
-        for r in 0..self.n {
+        for r in 0..self.heap.n {
             let at = self.peer_addr(r, 0);
             memory::remove_window_region(at);
             // SAFETY: the range is this window's slot of rank r inside the heap reservation;
@@ -155,380 +213,32 @@ impl Drop for Window {
     }
 }
 
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("comm", &format_args!("{:#x}", self.heap.comm))
+            .field("slot", &self.slot)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Live window handles -> their communicator handle.
 static WINDOWS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+
+/// Records the handle of `w`, which then names it (until [`forget_window`]).
+pub(crate) fn remember_window(w: &Window) {
+    lock(&WINDOWS).insert(w.handle(), w.heap.comm);
+}
 
 /// Forgets the handle of `w` (the window itself goes when its last reference does).
 pub(crate) fn forget_window(w: &Window) {
     lock(&WINDOWS).remove(&w.handle());
 }
 
-fn para<T>(msg: impl Into<String>) -> HcclRes<T> {
-    hccl_fail(HcclResult::HCCL_E_PARA, msg)
-}
-
-/// Turns a failed register / deregister exchange into HCCL's codes.
-fn exchange_error(e: RvError, comm: &Comm, call: &str) -> Fail<HcclResult> {
-    match e {
-        RvError::Timeout { missing } => Fail {
-            code: HcclResult::HCCL_E_TCP_TRANSFER,
-            msg: format!(
-                "rank {} waited {:.1} s for ranks {missing:?} to call {call}",
-                comm.rank,
-                comm.timeout.as_secs_f64()
-            ),
-        },
-        RvError::Gone { ranks } => Fail {
-            code: HcclResult::HCCL_E_TCP_TRANSFER,
-            msg: format!(
-                "rank {}: ranks {ranks:?} destroyed their communicator and will never call {call}",
-                comm.rank
-            ),
-        },
-        RvError::Mismatch | RvError::Duplicate => Fail {
-            code: HcclResult::HCCL_E_INTERNAL,
-            msg: format!("ranks made different collective calls where {call} was expected"),
-        },
-    }
-}
-
-/// A registration checked locally, before the ranks meet.
-enum Prep {
-    /// The allocation is already registered on this communicator: count it again.
-    Existing(Arc<Window>),
-    /// A new window in `slot` of the heap.
-    New {
-        heap: Arc<SymHeap>,
-        slot: usize,
-        phys: Arc<Physical>,
-        user_base: usize,
-    },
-}
-
-/// What each rank tells the others at registration.
-#[derive(Clone)]
-struct RegVote {
-    slot: usize,
-    user_size: u64,
-    size: usize,
-    new: bool,
-    /// The shareable handle (new windows only).
-    phys: Option<Arc<Physical>>,
-}
-
-/// The local checks of `HcclCommSymWinRegister`, in the reference's order.
-fn prepare(comm: &Comm, addr: usize, size: u64) -> HcclRes<Prep> {
-    let Some(m) = memory::mapping_at(addr) else {
-        return para(format!(
-            "addr {addr:#x} is not in memory mapped with aclrtReserveMemAddress + \
-             aclrtMallocPhysical + aclrtMapMem"
-        ));
-    };
-    let end = (m.base + m.size) as u64;
-    if (addr as u64).checked_add(size).is_none_or(|e| e > end) {
-        return para(format!(
-            "[{addr:#x}, +{size}) runs past the end of its mapping at {end:#x}"
-        ));
-    }
-    if m.offset != 0 || m.size != m.phys.size {
-        return para(format!(
-            "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
-             window covers the whole allocation, so map all of it at one address",
-            m.base,
-            m.offset,
-            m.offset + m.size,
-            m.phys.size
-        ));
-    }
-    let existing = lock(&comm.windows)
-        .iter()
-        .find(|w| w.phys == m.phys.handle)
-        .cloned();
-    if let Some(w) = existing {
-        if w.user_base != m.base {
-            return para(format!(
-                "this physical allocation is already registered at {:#x}, not {:#x}",
-                w.user_base, m.base
-            ));
-        }
-        return Ok(Prep::Existing(w));
-    }
-    let win_size = m.phys.size;
-    if win_size > comm.stride {
-        return hccl_fail(
-            HcclResult::HCCL_E_MEMORY,
-            format!(
-                "a {win_size}-byte window does not fit the per-rank stride of {} bytes \
-                 (raise hcclSymWinMaxMemSizePerRank)",
-                comm.stride
-            ),
-        );
-    }
-    let heap = comm.heap()?;
-    let Some(slot) = heap.alloc(win_size) else {
-        return hccl_fail(
-            HcclResult::HCCL_E_MEMORY,
-            format!(
-                "no room for a {win_size}-byte window: {} of the {}-byte per-rank stride in use \
-                 (raise hcclSymWinMaxMemSizePerRank)",
-                heap.used(),
-                comm.stride
-            ),
-        );
-    };
-    Ok(Prep::New {
-        heap,
-        slot,
-        phys: m.phys.clone(),
-        user_base: m.base,
-    })
-}
-
-/// `HcclCommSymWinRegister` (after the null checks) as the `seq`-th collective host call of
-/// `comm`. Collective. The caller took `seq` before any check that may reject the call, so a
-/// rejected call consumes it too: peers that did call fail on it (timeout, or at once once
-/// this rank is gone), and later calls stay matched.
-pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
-    if size == 0 {
-        return para("size is 0");
-    }
-    if flag != 1 {
-        return para(format!("flag is {flag}, must be 1"));
-    }
-    let prep = prepare(comm, addr, size)?;
-    let mine = match &prep {
-        Prep::Existing(w) => RegVote {
-            slot: w.slot,
-            user_size: size,
-            size: w.size,
-            new: false,
-            phys: None,
-        },
-        Prep::New { slot, phys, .. } => RegVote {
-            slot: *slot,
-            user_size: size,
-            size: phys.size,
-            new: true,
-            phys: Some(phys.clone()),
-        },
-    };
-    let undo = |prep: &Prep| {
-        if let Prep::New { heap, slot, .. } = prep {
-            heap.free(*slot);
-        }
-    };
-    let rv = &comm.group.rv;
-    let key = |step| Key::Host { seq, step };
-    let votes = match rv.exchange(key(0), comm.rank, mine.clone(), comm.timeout) {
-        Ok(v) => v,
-        Err(e) => {
-            undo(&prep);
-            return Err(exchange_error(e, comm, "HcclCommSymWinRegister"));
-        }
-    };
-    if votes.iter().any(|v| {
-        (v.slot, v.user_size, v.size, v.new) != (mine.slot, mine.user_size, mine.size, mine.new)
-    }) {
-        undo(&prep);
-        let desc: Vec<String> = votes
-            .iter()
-            .enumerate()
-            .map(|(r, v)| {
-                format!(
-                    "rank {r}: size {} (allocation {} bytes), slot {:#x}{}",
-                    v.user_size,
-                    v.size,
-                    v.slot,
-                    if v.new { "" } else { ", already registered" }
-                )
-            })
-            .collect();
-        return hccl_fail(
-            HcclResult::HCCL_E_INTERNAL,
-            format!("ranks registered different windows: {}", desc.join("; ")),
-        );
-    }
-    let window = match prep {
-        Prep::Existing(w) => {
-            w.refs.fetch_add(1, Ordering::Relaxed);
-            w
-        }
-        Prep::New {
-            heap,
-            slot,
-            phys,
-            user_base,
-        } => {
-            let w = create(comm, heap, slot, &phys, user_base, &votes);
-            // Every rank must have mapped every peer before anyone uses the window.
-            let mapped = w.as_ref().map(drop).map_err(|f| f.msg.clone());
-            let all = rv
-                .exchange(key(1), comm.rank, mapped, comm.timeout)
-                .map_err(|e| exchange_error(e, comm, "HcclCommSymWinRegister"))?;
-            if let Some((r, Err(msg))) = all.iter().enumerate().find(|(_, m)| m.is_err()) {
-                return hccl_fail(
-                    HcclResult::HCCL_E_INTERNAL,
-                    format!("rank {r} could not map the window: {msg}"),
-                );
-            }
-            let w = w?;
-            lock(&comm.windows).push(w.clone());
-            lock(&WINDOWS).insert(w.handle(), comm.handle);
-            w
-        }
-    };
-    counters::inc(Counter::Registrations);
-    Ok(window.handle())
-}
-
-/// Makes the window and maps every rank's allocation into this rank's heap.
-fn create(
-    comm: &Comm,
-    heap: Arc<SymHeap>,
-    slot: usize,
-    phys: &Physical,
-    user_base: usize,
-    votes: &[RegVote],
-) -> HcclRes<Arc<Window>> {
-    let size = phys.size;
-    let desc = Box::new(WindowDesc {
-        magic: DESC_MAGIC,
-        heap_base: heap.addr(0, 0, 0) as u64,
-        stride: heap.stride as u64,
-        slot: slot as u64,
-        size: size as u64,
-        user_base: user_base as u64,
-        rank: comm.rank,
-        rank_size: comm.n,
-    });
-    memory::attach_window(phys.handle, user_base);
-    counters::inc(Counter::Windows);
-    // From here on, dropping the window undoes everything.
-    let w = Arc::new(Window {
-        desc,
-        comm: comm.handle,
-        heap,
-        slot,
-        size,
-        user_base,
-        phys: phys.handle,
-        n: comm.n,
-        refs: AtomicU32::new(1),
-    });
-    for (r, vote) in votes.iter().enumerate() {
-        let Some(peer) = &vote.phys else {
-            return hccl_fail(HcclResult::HCCL_E_INTERNAL, "a peer sent no memory handle");
-        };
-        let at = w.peer_addr(r as u32, 0);
-        // SAFETY: [at, at + size) is this window's slot of rank r, inside this rank's heap
-        // reservation; the slot was free, so nothing else maps or uses it.
-        unsafe { os::map_fixed(at, size, peer.fd(), 0) }.or_else(|e| {
-            hccl_fail(
-                HcclResult::HCCL_E_MEMORY,
-                format!("mapping rank {r}'s memory at {at:#x}: {e}"),
-            )
-        })?;
-        let owner: Weak<dyn Any + Send + Sync> = Arc::downgrade(&w) as Weak<Window>;
-        memory::add_window_region(at, size, owner);
-    }
-    Ok(w)
-}
-
-/// What each rank tells the others at deregistration.
-#[derive(Clone, PartialEq, Eq)]
-struct DeregVote {
-    slot: usize,
-    last: bool,
-    in_use: bool,
-}
-
-/// The live communicator window `handle` belongs to (`HCCL_E_PARA` for a handle that is not a
-/// live window).
-pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
-    let Some(comm) = lock(&WINDOWS).get(&handle).copied() else {
-        return para(format!("{handle:#x} is not a live window"));
-    };
-    comm::lookup(comm)
-}
-
-/// `HcclCommSymWinDeregister` of window `handle` of `comm`, with the call's sequence number.
-/// Collective; never frees user memory.
-pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
-    let Some(w) = lock(&comm.windows)
-        .iter()
-        .find(|w| w.handle() == handle)
-        .cloned()
-    else {
-        return para(format!("{handle:#x} is not a live window"));
-    };
-    let last = w.refs.load(Ordering::Relaxed) == 1;
-    // References: the communicator's list, `w`, and one per piece of queued work.
-    let in_use = last && Arc::strong_count(&w) > 2;
-    let mine = DeregVote {
-        slot: w.slot,
-        last,
-        in_use,
-    };
-    let votes = comm
-        .group
-        .rv
-        .exchange(Key::Host { seq, step: 0 }, comm.rank, mine, comm.timeout)
-        .map_err(|e| exchange_error(e, comm, "HcclCommSymWinDeregister"))?;
-    if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {
-        return hccl_fail(
-            HcclResult::HCCL_E_INTERNAL,
-            "ranks deregistered different windows",
-        );
-    }
-    let busy: Vec<usize> = (0..votes.len()).filter(|&r| votes[r].in_use).collect();
-    if !busy.is_empty() {
-        return hccl_fail(
-            HcclResult::HCCL_E_AGAIN,
-            format!(
-                "the window is still used by queued stream work on ranks {busy:?}: \
-                 synchronize the streams, then deregister again"
-            ),
-        );
-    }
-    if last {
-        lock(&comm.windows).retain(|x| x.handle() != handle);
-        forget_window(&w);
-    } else {
-        w.refs.fetch_sub(1, Ordering::Relaxed);
-    }
-    // With `last`, this is the final reference: the window unmaps itself here.
-    drop(w);
-    Ok(())
-}
-
-/// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and
-/// the offset of `ptr` in it.
-pub(crate) fn get(comm: usize, ptr: usize, size: usize) -> HcclRes<(usize, usize)> {
-    if size == 0 {
-        return para("size is 0");
-    }
-    let comm = comm::lookup(comm)?;
-    match comm.find_window(ptr, size) {
-        Some((w, offset)) => Ok((w.handle(), offset)),
-        None if comm.n == 1 => hccl_fail(
-            HcclResult::HCCL_E_NOT_FOUND,
-            "a one-rank communicator has no symmetric windows to find",
-        ),
-        None => hccl_fail(
-            HcclResult::HCCL_E_NOT_FOUND,
-            format!("[{ptr:#x}, +{size}) is not wholly inside one registered window"),
-        ),
-    }
-}
-
-impl std::fmt::Debug for Window {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Window")
-            .field("comm", &format_args!("{:#x}", self.comm))
-            .field("slot", &self.slot)
-            .field("size", &self.size)
-            .finish_non_exhaustive()
-    }
+/// The communicator handle of the live window `handle`.
+pub(crate) fn window_comm(handle: usize) -> Option<usize> {
+    lock(&WINDOWS).get(&handle).copied()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::super::testutil::{
     test_config,
 };
 use super::super::{GRANULARITY as G, inject_failure, test_lock};
-use super::Kind;
+use crate::emu::job::Kind;
 use crate::sys::*;
 
 const PARA: HcclResult = HcclResult::HCCL_E_PARA;

@@ -1,0 +1,348 @@
+//! A collective call as the C entry point received it ([`Request`]), the synchronous checks
+//! made when it is called ([`check`]), and what they produce: the checked [`Job`] that the
+//! algorithms run, with its buffers pinned and, when both are in windows, located there.
+
+use std::sync::Arc;
+
+use crate::sys::{HcclDataType, HcclReduceOp, HcclResult};
+
+use super::comm::Comm;
+use super::errors::{HcclRes, hccl_fail, para};
+use super::memory::{self, Pins};
+use super::reduce::{DType, Op};
+use super::window::Window;
+
+/// Which collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AlltoAll,
+    Broadcast,
+    Barrier,
+}
+
+impl Kind {
+    /// The C function's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::AllReduce => "HcclAllReduce",
+            Kind::AllGather => "HcclAllGather",
+            Kind::ReduceScatter => "HcclReduceScatter",
+            Kind::AlltoAll => "HcclAlltoAll",
+            Kind::Broadcast => "HcclBroadcast",
+            Kind::Barrier => "HcclBarrier",
+        }
+    }
+
+    fn reduces(self) -> bool {
+        matches!(self, Kind::AllReduce | Kind::ReduceScatter)
+    }
+
+    /// HCCL looks both buffers up with `HcclCommSymWinGet` for these four only.
+    fn may_be_symmetric(self) -> bool {
+        matches!(
+            self,
+            Kind::AllReduce | Kind::AllGather | Kind::ReduceScatter | Kind::AlltoAll
+        )
+    }
+}
+
+/// A collective call as the C entry point received it.
+pub(crate) struct Request {
+    pub(crate) kind: Kind,
+    pub(crate) send: usize,
+    pub(crate) recv: usize,
+    /// Elements: per rank for AllGather (send) and ReduceScatter (recv), per peer for
+    /// AlltoAll (send), the whole buffer otherwise.
+    pub(crate) count: u64,
+    pub(crate) dtype: HcclDataType,
+    /// AlltoAll's receive count and type (the same as `count` / `dtype` otherwise).
+    pub(crate) recv_count: u64,
+    pub(crate) recv_dtype: HcclDataType,
+    pub(crate) op: HcclReduceOp,
+    pub(crate) root: u32,
+    pub(crate) stream: usize,
+}
+
+/// What every rank's call must agree on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Signature {
+    kind: Kind,
+    count: u64,
+    dtype: HcclDataType,
+    op: HcclReduceOp,
+    root: u32,
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}(count {}, type {}",
+            self.kind.name(),
+            self.count,
+            self.dtype.0
+        )?;
+        if self.kind.reduces() {
+            write!(f, ", op {}", self.op.0)?;
+        }
+        if self.kind == Kind::Broadcast {
+            write!(f, ", root {}", self.root)?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Where a symmetric buffer is: `(window slot, canonical offset in the window, in place)`.
+pub(crate) type Place = (usize, usize, bool);
+
+/// A symmetric buffer: its window (kept alive by the task) and where it sits in it.
+///
+/// Rank `k`'s buffer is at `offset + k * step`: `step` is 0 except for the side of an in-place
+/// AllGather (input) or ReduceScatter (output) that lies at the rank's own block of the other
+/// buffer, where the per-rank offsets differ by design. `offset` is then the canonical (rank
+/// 0) offset, which is what ranks compare.
+pub(crate) struct SymBuf {
+    pub(crate) window: Arc<Window>,
+    pub(crate) offset: usize,
+    pub(crate) step: usize,
+}
+
+impl SymBuf {
+    /// Where rank `k`'s buffer is visible in this rank's heap.
+    pub(crate) fn peer(&self, k: u32) -> usize {
+        self.window
+            .peer_addr(k, self.offset + k as usize * self.step)
+    }
+
+    /// What ranks compare to know they are symmetric.
+    pub(crate) fn place(&self) -> Place {
+        (self.window.slot, self.offset, self.step != 0)
+    }
+}
+
+/// How a job moves its data.
+pub(crate) enum Path {
+    /// Through the ranks' staging buffers.
+    Staged,
+    /// Directly between the ranks' windows.
+    Symmetric { input: SymBuf, output: SymBuf },
+}
+
+/// A checked collective: what the algorithms need. Only made by [`check`], so its buffers are
+/// inside mapped device memory, pinned for the job's lifetime, aligned for reductions, and
+/// either disjoint or in one of the in-place layouts the collective allows.
+pub(crate) struct Job {
+    pub(crate) kind: Kind,
+    pub(crate) send: usize,
+    pub(crate) recv: usize,
+    /// Elements, as in [`Request::count`].
+    pub(crate) count: usize,
+    /// Bytes per element.
+    pub(crate) es: usize,
+    pub(crate) dtype: DType,
+    pub(crate) op: Op,
+    pub(crate) root: u32,
+    pub(crate) sig: Signature,
+    pub(crate) path: Path,
+    _pins: Pins,
+}
+
+/// The byte ranges a collective reads (`[send, +in_len)`) and writes (`[recv, +out_len)`).
+#[derive(Clone, Copy)]
+struct Buffers {
+    send: usize,
+    in_len: usize,
+    recv: usize,
+    out_len: usize,
+}
+
+impl Job {
+    /// A barrier: nothing to move, so nothing to check or pin; it takes the staged path.
+    fn barrier(sig: Signature) -> Job {
+        Job {
+            kind: Kind::Barrier,
+            send: 0,
+            recv: 0,
+            count: 0,
+            es: 1,
+            dtype: DType::I8,
+            op: Op::Sum,
+            root: 0,
+            sig,
+            path: Path::Staged,
+            _pins: Pins::default(),
+        }
+    }
+}
+
+/// The synchronous argument checks; `None` for a collective with nothing to move.
+pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
+    let kind = req.kind;
+    let sig = Signature {
+        kind,
+        count: req.count,
+        dtype: req.dtype,
+        op: req.op,
+        root: req.root,
+    };
+    if kind == Kind::Barrier {
+        return Ok(Some(Job::barrier(sig)));
+    }
+    let (dtype, op) = check_operation(comm, req)?;
+    if req.count == 0 {
+        return Ok(None);
+    }
+    if req.send == 0 || req.recv == 0 {
+        return hccl_fail(HcclResult::HCCL_E_PTR, "sendBuf / recvBuf is NULL");
+    }
+    let es = dtype.size();
+    let Some((count, bufs)) = Buffers::of(kind, req, es, comm.n) else {
+        return para(format!("count {} overflows", req.count));
+    };
+    let pins = bufs.pin()?;
+    let in_place = bufs.check_layout(kind, es, comm.rank)?;
+    let path = choose_path(comm, kind, &bufs, in_place);
+    Ok(Some(Job {
+        kind,
+        send: bufs.send,
+        recv: bufs.recv,
+        count,
+        es,
+        dtype,
+        op,
+        root: req.root,
+        sig,
+        path,
+        _pins: pins,
+    }))
+}
+
+/// The checks of what the call asks for, before any buffer is looked at: the element type,
+/// the reduction, AlltoAll's receive side and Broadcast's root.
+fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
+    let Some(dtype) = DType::from_hccl(req.dtype) else {
+        return para(format!("data type {} is not supported", req.dtype.0));
+    };
+    let op = if req.kind.reduces() {
+        match Op::from_hccl(req.op) {
+            Some(op) => op,
+            None => return para(format!("reduce op {} is not supported", req.op.0)),
+        }
+    } else {
+        Op::Sum
+    };
+    if req.recv_count != req.count || req.recv_dtype != req.dtype {
+        return para(format!(
+            "sendCount {} / sendType {} must equal recvCount {} / recvType {}",
+            req.count, req.dtype.0, req.recv_count, req.recv_dtype.0
+        ));
+    }
+    if req.kind == Kind::Broadcast && req.root >= comm.n {
+        return para(format!(
+            "root {} is not below rankSize {}",
+            req.root, comm.n
+        ));
+    }
+    Ok((dtype, op))
+}
+
+impl Buffers {
+    /// The element count and byte ranges of `req` with `es`-byte elements on `n` ranks, or
+    /// `None` when they overflow.
+    fn of(kind: Kind, req: &Request, es: usize, n: u32) -> Option<(usize, Buffers)> {
+        let count = usize::try_from(req.count).ok()?;
+        let one = count.checked_mul(es)?;
+        let all = one.checked_mul(n as usize)?;
+        let (in_len, out_len) = match kind {
+            Kind::AllReduce | Kind::Broadcast => (one, one),
+            Kind::AllGather => (one, all),
+            Kind::ReduceScatter => (all, one),
+            Kind::AlltoAll => (all, all),
+            Kind::Barrier => (0, 0),
+        };
+        let bufs = Buffers {
+            send: req.send,
+            in_len,
+            recv: req.recv,
+            out_len,
+        };
+        Some((count, bufs))
+    }
+
+    /// Pins both ranges, which must be wholly in mapped device memory.
+    fn pin(&self) -> HcclRes<Pins> {
+        let pin = |what: &str, addr, len| {
+            memory::pin_range(addr, len).or_else(|e| para(format!("{what}: {e}")))
+        };
+        let mut pins = pin("sendBuf", self.send, self.in_len)?;
+        pins.extend(pin("recvBuf", self.recv, self.out_len)?);
+        Ok(pins)
+    }
+
+    /// Checks that a reduction's buffers are aligned to its `es`-byte elements and that the
+    /// buffers are disjoint or in the in-place layout of `kind` on rank `rank`; whether they
+    /// are in place.
+    fn check_layout(&self, kind: Kind, es: usize, rank: u32) -> HcclRes<bool> {
+        let Buffers {
+            send,
+            in_len,
+            recv,
+            out_len,
+        } = *self;
+        if kind.reduces() && (send % es != 0 || recv % es != 0) {
+            return para(format!(
+                "sendBuf {send:#x} / recvBuf {recv:#x} are not aligned to the {es}-byte element"
+            ));
+        }
+        let disjoint = send + in_len <= recv || recv + out_len <= send;
+        let in_place = match kind {
+            Kind::AllReduce | Kind::Broadcast => send == recv,
+            Kind::AllGather => send == recv + rank as usize * in_len,
+            Kind::ReduceScatter => recv == send + rank as usize * out_len,
+            Kind::AlltoAll | Kind::Barrier => false,
+        };
+        if !disjoint && !in_place {
+            return para(format!(
+                "sendBuf [{send:#x}, +{in_len}) and recvBuf [{recv:#x}, +{out_len}) overlap in a \
+                 way {} does not allow",
+                kind.name()
+            ));
+        }
+        Ok(in_place)
+    }
+}
+
+/// The symmetric path when `kind` may use windows and both buffers lie in windows of `comm`
+/// (what HCCL finds with `HcclCommSymWinGet`), the staged path otherwise.
+fn choose_path(comm: &Comm, kind: Kind, bufs: &Buffers, in_place: bool) -> Path {
+    if !kind.may_be_symmetric() {
+        return Path::Staged;
+    }
+    let (Some((iw, ioff)), Some((ow, ooff))) = (
+        comm.find_window(bufs.send, bufs.in_len),
+        comm.find_window(bufs.recv, bufs.out_len),
+    ) else {
+        return Path::Staged;
+    };
+    // In place, this rank's side lies `rank` blocks into the other buffer.
+    let mine = comm.rank as usize;
+    let (in_step, out_step) = match kind {
+        Kind::AllGather if in_place => (bufs.in_len, 0),
+        Kind::ReduceScatter if in_place => (0, bufs.out_len),
+        _ => (0, 0),
+    };
+    let input = SymBuf {
+        window: iw,
+        offset: ioff - mine * in_step,
+        step: in_step,
+    };
+    let output = SymBuf {
+        window: ow,
+        offset: ooff - mine * out_step,
+        step: out_step,
+    };
+    Path::Symmetric { input, output }
+}
