@@ -8,13 +8,11 @@
 
 use std::ffi::{c_char, c_void};
 
-use crate::sys::{
-    aclrtDrvMemHandle, aclrtMemAttr, aclrtMemGranularityOptions, aclrtMemcpyKind,
-    aclrtPhysicalMemProp, aclrtStream,
-};
+use crate::sys::{aclrtDrvMemHandle, aclrtMemGranularityOptions, aclrtStream};
 
 use super::GRANULARITY;
 use super::errors::{AclResult, param, take_recent};
+use super::exports as args;
 use super::{copy, device, memory, stream};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
@@ -38,202 +36,167 @@ fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
 
 /// `aclInit`: always succeeds, also when called again (the emulator needs no initialisation;
 /// it does not return `ACL_ERROR_REPEAT_INITIALIZE`).
-pub(super) unsafe fn aclInit(_config_path: *const c_char) -> AclResult {
+pub(super) unsafe fn aclInit(_: args::aclInit) -> AclResult {
     Ok(())
 }
 
 /// `aclFinalize`: succeeds; live objects stay usable.
-pub(super) unsafe fn aclFinalize() -> AclResult {
+pub(super) unsafe fn aclFinalize(_: args::aclFinalize) -> AclResult {
     Ok(())
 }
 
 /// `aclrtSetDevice`: binds the calling thread to device `device_id` (0..64).
-pub(super) unsafe fn aclrtSetDevice(device_id: i32) -> AclResult {
-    device::set(device_id)
+pub(super) unsafe fn aclrtSetDevice(a: args::aclrtSetDevice) -> AclResult {
+    device::set(a.deviceId)
 }
 
 /// `aclrtGetDevice`: the calling thread's device; `ACL_ERROR_RT_CONTEXT_NULL` (107002) when
 /// none is set.
-pub(super) unsafe fn aclrtGetDevice(device_id: *mut i32) -> AclResult {
-    non_null(device_id, "deviceId")?;
+pub(super) unsafe fn aclrtGetDevice(a: args::aclrtGetDevice) -> AclResult {
+    non_null(a.deviceId, "deviceId")?;
     let id = device::current()?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(device_id, id as i32, "deviceId") }
+    unsafe { put(a.deviceId, id as i32, "deviceId") }
 }
 
 /// `aclrtResetDevice`: unbinds the calling thread if it is bound to `device_id`.
-pub(super) unsafe fn aclrtResetDevice(device_id: i32) -> AclResult {
-    device::reset(device_id)
+pub(super) unsafe fn aclrtResetDevice(a: args::aclrtResetDevice) -> AclResult {
+    device::reset(a.deviceId)
 }
 
 /// `aclrtCreateStream`: a stream with its own thread; needs a current device.
-pub(super) unsafe fn aclrtCreateStream(stream: *mut aclrtStream) -> AclResult {
-    non_null(stream, "stream")?;
+pub(super) unsafe fn aclrtCreateStream(a: args::aclrtCreateStream) -> AclResult {
+    non_null(a.stream, "stream")?;
     let handle = stream::create()?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(stream, handle as aclrtStream, "stream") }
+    unsafe { put(a.stream, handle as aclrtStream, "stream") }
 }
 
 /// `aclrtDestroyStream`: runs the queued work, then stops the stream's thread.
-pub(super) unsafe fn aclrtDestroyStream(stream: aclrtStream) -> AclResult {
-    stream::destroy(stream as usize)
+pub(super) unsafe fn aclrtDestroyStream(a: args::aclrtDestroyStream) -> AclResult {
+    stream::destroy(a.stream as usize)
 }
 
 /// `aclrtSynchronizeStream`: waits for the queued work; returns and clears a task failure
 /// (`ACL_ERROR_RT_INTERNAL_ERROR` for a failed collective, detail in `aclGetRecentErrMsg`).
-pub(super) unsafe fn aclrtSynchronizeStream(stream: aclrtStream) -> AclResult {
-    stream::synchronize(stream as usize)
+pub(super) unsafe fn aclrtSynchronizeStream(a: args::aclrtSynchronizeStream) -> AclResult {
+    stream::synchronize(a.stream as usize)
 }
 
 /// `aclrtMemcpy`: a synchronous copy on the calling thread.
-pub(super) unsafe fn aclrtMemcpy(
-    dst: *mut c_void,
-    dest_max: usize,
-    src: *const c_void,
-    count: usize,
-    kind: aclrtMemcpyKind,
-) -> AclResult {
-    copy::memcpy(dst as usize, dest_max, src as usize, count, kind)
+pub(super) unsafe fn aclrtMemcpy(a: args::aclrtMemcpy) -> AclResult {
+    copy::memcpy(a.dst as usize, a.destMax, a.src as usize, a.count, a.kind)
 }
 
 /// `aclrtMemcpyAsync`: a copy queued on `stream`.
-pub(super) unsafe fn aclrtMemcpyAsync(
-    dst: *mut c_void,
-    dest_max: usize,
-    src: *const c_void,
-    count: usize,
-    kind: aclrtMemcpyKind,
-    stream: aclrtStream,
-) -> AclResult {
+pub(super) unsafe fn aclrtMemcpyAsync(a: args::aclrtMemcpyAsync) -> AclResult {
     copy::memcpy_async(
-        dst as usize,
-        dest_max,
-        src as usize,
-        count,
-        kind,
-        stream as usize,
+        a.dst as usize,
+        a.destMax,
+        a.src as usize,
+        a.count,
+        a.kind,
+        a.stream as usize,
     )
 }
 
 /// `aclrtMemset`: fills device memory with the byte `value`, on the calling thread.
-pub(super) unsafe fn aclrtMemset(
-    dev_ptr: *mut c_void,
-    max_count: usize,
-    value: i32,
-    count: usize,
-) -> AclResult {
-    copy::memset(dev_ptr as usize, max_count, value, count)
+pub(super) unsafe fn aclrtMemset(a: args::aclrtMemset) -> AclResult {
+    copy::memset(a.devPtr as usize, a.maxCount, a.value, a.count)
 }
 
 /// `aclrtMemsetAsync`: a fill queued on `stream`.
-pub(super) unsafe fn aclrtMemsetAsync(
-    dev_ptr: *mut c_void,
-    max_count: usize,
-    value: i32,
-    count: usize,
-    stream: aclrtStream,
-) -> AclResult {
-    copy::memset_async(dev_ptr as usize, max_count, value, count, stream as usize)
+pub(super) unsafe fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
+    copy::memset_async(
+        a.devPtr as usize,
+        a.maxCount,
+        a.value,
+        a.count,
+        a.stream as usize,
+    )
 }
 
 /// `aclrtGetMemInfo`: free and total physical memory of the current device (any attribute).
-pub(super) unsafe fn aclrtGetMemInfo(
-    _attr: aclrtMemAttr,
-    free: *mut usize,
-    total: *mut usize,
-) -> AclResult {
-    non_null(free, "free")?;
-    non_null(total, "total")?;
+pub(super) unsafe fn aclrtGetMemInfo(a: args::aclrtGetMemInfo) -> AclResult {
+    non_null(a.free, "free")?;
+    non_null(a.total, "total")?;
     let (f, t) = memory::mem_info(device::current()?);
     let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     // SAFETY: the caller's contract; both checked non-null above.
     unsafe {
-        put(free, clamp(f), "free")?;
-        put(total, clamp(t), "total")
+        put(a.free, clamp(f), "free")?;
+        put(a.total, clamp(t), "total")
     }
 }
 
 /// `aclrtReserveMemAddress`: reserves device address space (host `mmap` PROT_NONE). `size`
 /// must be a non-zero multiple of 2 MiB, `alignment` 0 or a power of two, `expectPtr` NULL,
 /// `flags` 0 or 1.
-pub(super) unsafe fn aclrtReserveMemAddress(
-    vir_ptr: *mut *mut c_void,
-    size: usize,
-    alignment: usize,
-    expect_ptr: *mut c_void,
-    flags: u64,
-) -> AclResult {
-    non_null(vir_ptr, "virPtr")?;
-    let addr = memory::reserve(size, alignment, expect_ptr as usize, flags)?;
+pub(super) unsafe fn aclrtReserveMemAddress(a: args::aclrtReserveMemAddress) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    let addr = memory::reserve(a.size, a.alignment, a.expectPtr as usize, a.flags)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(vir_ptr, addr as *mut c_void, "virPtr") }
+    unsafe { put(a.virPtr, addr as *mut c_void, "virPtr") }
 }
 
 /// `aclrtReleaseMemAddress`: releases a reservation that has no mappings left.
-pub(super) unsafe fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) -> AclResult {
-    memory::release(vir_ptr as usize)
+pub(super) unsafe fn aclrtReleaseMemAddress(a: args::aclrtReleaseMemAddress) -> AclResult {
+    memory::release(a.virPtr as usize)
 }
 
 /// `aclrtMallocPhysical`: a memfd of `size` bytes on the device named by `prop`.
-pub(super) unsafe fn aclrtMallocPhysical(
-    handle: *mut aclrtDrvMemHandle,
-    size: usize,
-    prop: *const aclrtPhysicalMemProp,
-    flags: u64,
-) -> AclResult {
-    non_null(handle, "handle")?;
-    non_null(prop, "prop")?;
+pub(super) unsafe fn aclrtMallocPhysical(a: args::aclrtMallocPhysical) -> AclResult {
+    non_null(a.handle, "handle")?;
+    non_null(a.prop, "prop")?;
     // SAFETY: non-null, and points to a property struct by the caller's contract.
-    let prop = unsafe { prop.read_unaligned() };
-    let h = memory::malloc_physical(size, &prop, flags)?;
+    let prop = unsafe { a.prop.read_unaligned() };
+    let h = memory::malloc_physical(a.size, &prop, a.flags)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(handle, h as aclrtDrvMemHandle, "handle") }
+    unsafe { put(a.handle, h as aclrtDrvMemHandle, "handle") }
 }
 
 /// `aclrtFreePhysical`: fails while the allocation is mapped or registered in a window.
-pub(super) unsafe fn aclrtFreePhysical(handle: aclrtDrvMemHandle) -> AclResult {
-    memory::free_physical(handle as usize)
+pub(super) unsafe fn aclrtFreePhysical(a: args::aclrtFreePhysical) -> AclResult {
+    memory::free_physical(a.handle as usize)
 }
 
 /// `aclrtMapMem`: maps `[offset, offset + size)` of `handle` at `vir_ptr`, inside a
 /// reservation and over nothing already mapped.
-pub(super) unsafe fn aclrtMapMem(
-    vir_ptr: *mut c_void,
-    size: usize,
-    offset: usize,
-    handle: aclrtDrvMemHandle,
-    flags: u64,
-) -> AclResult {
-    memory::map(vir_ptr as usize, size, offset, handle as usize, flags)
+pub(super) unsafe fn aclrtMapMem(a: args::aclrtMapMem) -> AclResult {
+    memory::map(
+        a.virPtr as usize,
+        a.size,
+        a.offset,
+        a.handle as usize,
+        a.flags,
+    )
 }
 
 /// `aclrtUnmapMem`: `vir_ptr` must be the start of a mapping no queued work still uses.
-pub(super) unsafe fn aclrtUnmapMem(vir_ptr: *mut c_void) -> AclResult {
-    memory::unmap(vir_ptr as usize)
+pub(super) unsafe fn aclrtUnmapMem(a: args::aclrtUnmapMem) -> AclResult {
+    memory::unmap(a.virPtr as usize)
 }
 
 /// `aclrtMemGetAllocationGranularity`: 2 MiB for both options.
 pub(super) unsafe fn aclrtMemGetAllocationGranularity(
-    prop: *mut aclrtPhysicalMemProp,
-    option: aclrtMemGranularityOptions,
-    granularity: *mut usize,
+    a: args::aclrtMemGetAllocationGranularity,
 ) -> AclResult {
-    non_null(prop, "prop")?;
+    non_null(a.prop, "prop")?;
     if !matches!(
-        option,
+        a.option,
         aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
             | aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED
     ) {
-        return param(format!("unknown granularity option {}", option.0));
+        return param(format!("unknown a.granularity a.option {}", a.option.0));
     }
     // SAFETY: the caller's contract; checked inside `put`.
-    unsafe { put(granularity, GRANULARITY, "granularity") }
+    unsafe { put(a.granularity, GRANULARITY, "granularity") }
 }
 
 /// `aclGetRecentErrMsg`: the calling thread's most recent error message (from any emulated
 /// ACL or HCCL call, or copied from a failed stream task by `aclrtSynchronizeStream`), or
 /// NULL when there is none. Reading clears it; the string stays valid until the next call on
 /// the same thread.
-pub(super) unsafe fn aclGetRecentErrMsg() -> *const c_char {
+pub(super) unsafe fn aclGetRecentErrMsg(_: args::aclGetRecentErrMsg) -> *const c_char {
     take_recent()
 }

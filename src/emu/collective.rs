@@ -60,8 +60,8 @@ fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
 
 /// `HcclAllReduce` & co., once the call has taken its sequence number `seq`: checks
 /// synchronously, then queues the work on the stream.
-pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, req: &Request) -> HcclRes {
-    let stream = stream::lookup(req.stream).map_err(stream_error)?;
+pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) -> HcclRes {
+    let stream = stream::lookup(stream).map_err(stream_error)?;
     let Some(job) = job::check(comm, req)? else {
         return Ok(());
     };
@@ -73,7 +73,7 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, req: &Request) -> HcclRes {
                 code: ACL_ERROR_RT_INTERNAL_ERROR,
                 msg: format!(
                     "{} (collective #{seq} on rank {}) failed with {}: {}",
-                    job.kind.name(),
+                    job.sig.kind.name(),
                     comm.rank,
                     f.code,
                     f.msg

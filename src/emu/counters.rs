@@ -101,49 +101,49 @@ pub fn counters() -> Counters {
 /// # Errors
 /// A description of what is left.
 pub fn check_released() -> Result<(), String> {
-    let mut left = Vec::new();
+    let thread_name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
+    let stream_threads = || {
+        proc_entries("task", |t| std::fs::read(t.join("comm")).ok())
+            .map(|names| names.iter().filter(|n| n.starts_with(thread_name)).count())
+    };
+    // A joined thread wakes its joiner a moment before the kernel drops it from /proc, so a
+    // stream destroyed just now may still be listed: give exiting threads a second.
+    let mut threads = stream_threads()?;
+    for _ in 0..100 {
+        if threads == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        threads = stream_threads()?;
+    }
+    let memfd = MEMFD_NAME.to_string_lossy();
+    let memfds = proc_entries("fd", |fd| std::fs::read_link(fd).ok())?
+        .iter()
+        .filter(|target| target.to_string_lossy().contains(&*memfd))
+        .count();
     let live = counters().live();
+    let mut left = Vec::new();
     if live != Counters::default() {
         left.push(format!("live objects: {live:?}"));
     }
-    let threads = stream_threads_after_exit()?;
     if threads > 0 {
         left.push(format!("{threads} stream threads running"));
     }
-    let memfd = MEMFD_NAME.to_string_lossy();
-    let memfds = std::fs::read_dir("/proc/self/fd")
-        .map_err(|e| format!("cannot read /proc/self/fd: {e}"))?
-        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().contains(&*memfd))
-        .count();
     if memfds > 0 {
         left.push(format!("{memfds} memfds open"));
     }
-    if left.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("the emulator still holds {}", left.join(", ")))
+    match left.is_empty() {
+        true => Ok(()),
+        false => Err(format!("the emulator still holds {}", left.join(", "))),
     }
 }
 
-/// How many stream threads `/proc` lists, once those that are exiting are gone: a joined
-/// thread wakes its joiner before the kernel drops it from `/proc/self/task`, so a stream
-/// destroyed a moment ago may still be listed for a few microseconds.
-fn stream_threads_after_exit() -> Result<usize, String> {
-    let name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
-    let count = || -> Result<usize, String> {
-        Ok(std::fs::read_dir("/proc/self/task")
-            .map_err(|e| format!("cannot read /proc/self/task: {e}"))?
-            .filter_map(|t| std::fs::read(t.ok()?.path().join("comm")).ok())
-            .filter(|comm| comm.starts_with(name))
-            .count())
-    };
-    for _ in 0..100 {
-        let n = count()?;
-        if n == 0 {
-            return Ok(0);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    count()
+/// `read` of every entry of `/proc/self/<dir>` that it can read.
+fn proc_entries<T>(
+    dir: &str,
+    read: impl Fn(&std::path::Path) -> Option<T>,
+) -> Result<Vec<T>, String> {
+    let entries = std::fs::read_dir(format!("/proc/self/{dir}"))
+        .map_err(|e| format!("cannot read /proc/self/{dir}: {e}"))?;
+    Ok(entries.filter_map(|e| read(&e.ok()?.path())).collect())
 }

@@ -80,32 +80,32 @@ pub(crate) enum Sequence {
     Host,
 }
 
+/// What a collective call does once it has its communicator and sequence number.
+type Rest = Box<dyn FnOnce(&Arc<Comm>, u64) -> HcclRes>;
+
 /// A collective call: its communicator (or why there is none) and the rest of its body, which
 /// gets the communicator and the call's sequence number.
-pub(crate) struct CollectiveCall<F> {
+pub(crate) struct CollectiveCall {
     comm: HcclRes<Arc<Comm>>,
     sequence: Sequence,
-    rest: F,
+    rest: Rest,
 }
 
 /// The body of a collective C function: `comm` is the communicator the call names (looked up
 /// without side effects), `rest` does everything after the sequence number is taken.
-pub(crate) fn collective<F>(
+pub(crate) fn collective(
     comm: HcclRes<Arc<Comm>>,
     sequence: Sequence,
-    rest: F,
-) -> CollectiveCall<F>
-where
-    F: FnOnce(&Arc<Comm>, u64) -> HcclRes,
-{
+    rest: impl FnOnce(&Arc<Comm>, u64) -> HcclRes + 'static,
+) -> CollectiveCall {
     CollectiveCall {
         comm,
         sequence,
-        rest,
+        rest: Box::new(rest),
     }
 }
 
-impl<F: FnOnce(&Arc<Comm>, u64) -> HcclRes> Body for CollectiveCall<F> {
+impl Body for CollectiveCall {
     type Ret = HcclResult;
     fn enter(name: &'static str, make: impl FnOnce() -> Self) -> HcclResult {
         let injection = inject::take(name);

@@ -1,7 +1,8 @@
 //! The emulator's C functions and its filled tables, generated from the one list in `sys`.
 //!
-//! For every function of the list this expands to an `extern "C"` function of the same name
-//! and prototype that runs the body of that name in [`super::hccl`] or [`super::acl`] through
+//! For every function of the list this expands to a struct of its arguments (named as in
+//! CANN's headers) and an `extern "C"` function of the same name and prototype that runs the
+//! body of that name in [`super::hccl`] or [`super::acl`], given those arguments, through
 //! [`Body::enter`] (injected failures, panics caught, the recent error message), and a table
 //! fill naming each of them. With the `emulator-c-exports` feature the functions carry their C
 //! names (`#[no_mangle]`), for a `cdylib` that can stand in for `libhccl.so` / `libascendcl.so`.
@@ -32,12 +33,18 @@ macro_rules! emulate {
         }
     };
     (@shim $bodies:ident $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {
+        /// The C function's arguments, named as in CANN's headers: what its body receives.
+        #[allow(non_camel_case_types, non_snake_case, dead_code, reason = "C names; the emulator ignores some arguments")]
+        pub(super) struct $name {
+            $(pub(super) $arg: $ty,)*
+        }
+
         #[cfg_attr(feature = "emulator-c-exports", unsafe(no_mangle))]
         #[allow(non_snake_case)]
         unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             Body::enter(stringify!($name), move || {
                 // SAFETY: the C caller's contract is the body's contract.
-                unsafe { super::$bodies::$name($($arg),*) }
+                unsafe { super::$bodies::$name($name { $($arg),* }) }
             })
         }
     };

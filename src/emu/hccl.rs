@@ -8,7 +8,6 @@
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_void};
-use std::sync::Arc;
 
 use crate::sys::{
     HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp, HcclResult,
@@ -16,10 +15,12 @@ use crate::sys::{
 };
 
 use super::collective;
-use super::comm::{self, Comm};
+use super::comm;
 use super::entry::{CollectiveCall, Sequence, collective};
 use super::errors::{HcclRes, hccl_error_string, hccl_fail};
-use super::job::{Kind, Request};
+use super::exports as args;
+use super::job::Kind::{self, AllGather, AllReduce, AlltoAll, Barrier, Broadcast, ReduceScatter};
+use super::job::{Request, Signature};
 use super::sym_window;
 
 /// Fails on a null pointer argument.
@@ -41,48 +42,45 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> HcclRes {
     Ok(())
 }
 
-/// The body of a collective on a stream: `request` is queued once the call's sequence number
-/// is taken.
-fn stream_collective(
-    comm: HcclComm,
-    request: Request,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    collective(
-        comm::lookup(comm as usize),
-        Sequence::Stream,
-        move |c, seq| collective::enqueue(c, seq, &request),
-    )
+/// The body of a collective on a stream: `request` is checked and queued once the call's
+/// sequence number is taken.
+fn queue(comm: HcclComm, stream: aclrtStream, request: Request) -> CollectiveCall {
+    let comm = comm::lookup(comm as usize);
+    collective(comm, Sequence::Stream, move |c, seq| {
+        collective::enqueue(c, seq, stream as usize, &request)
+    })
 }
 
 /// A request with the fields most collectives share (no reduction, root 0, receive count and
 /// type equal to the send ones).
 fn request(
     kind: Kind,
-    send: usize,
-    recv: usize,
+    send: *const c_void,
+    recv: *const c_void,
     count: u64,
     dtype: HcclDataType,
-    stream: aclrtStream,
 ) -> Request {
+    let op = HcclReduceOp::HCCL_REDUCE_SUM;
     Request {
-        kind,
-        send,
-        recv,
-        count,
-        dtype,
+        sig: Signature {
+            kind,
+            count,
+            dtype,
+            op,
+            root: 0,
+        },
+        send: send as usize,
+        recv: recv as usize,
         recv_count: count,
         recv_dtype: dtype,
-        op: HcclReduceOp::HCCL_REDUCE_SUM,
-        root: 0,
-        stream: stream as usize,
     }
 }
 
 /// `HcclGetRootInfo`: a fresh rendezvous identity for `HcclCommInitRootInfo*`.
-pub(super) unsafe fn HcclGetRootInfo(root_info: *mut HcclRootInfo) -> HcclRes {
-    non_null(root_info, "rootInfo")?;
+pub(super) unsafe fn HcclGetRootInfo(a: args::HcclGetRootInfo) -> HcclRes {
+    non_null(a.rootInfo, "rootInfo")?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(root_info, comm::get_root_info(), "rootInfo") }
+    unsafe { put(a.rootInfo, comm::get_root_info(), "rootInfo") }
 }
 
 /// The shared body of both init calls.
@@ -114,213 +112,128 @@ unsafe fn init(
 }
 
 /// `HcclCommInitRootInfo`: `HcclCommInitRootInfoConfig` with the default config.
-pub(super) unsafe fn HcclCommInitRootInfo(
-    n_ranks: u32,
-    root_info: *const HcclRootInfo,
-    rank: u32,
-    comm: *mut HcclComm,
-) -> HcclRes {
+pub(super) unsafe fn HcclCommInitRootInfo(a: args::HcclCommInitRootInfo) -> HcclRes {
     // SAFETY: forwarded caller's contract.
-    unsafe { init(n_ranks, root_info, rank, None, comm) }
+    unsafe { init(a.nRanks, a.rootInfo, a.rank, None, a.comm) }
 }
 
 /// `HcclCommInitRootInfoConfig`: joins as `rank` of `n_ranks` and blocks until every rank has
 /// joined (or the exec timeout passes: `HCCL_E_TIMEOUT`). The calling thread needs a device
 /// (`HCCL_E_RUNTIME` otherwise).
-pub(super) unsafe fn HcclCommInitRootInfoConfig(
-    n_ranks: u32,
-    root_info: *const HcclRootInfo,
-    rank: u32,
-    config: *const HcclCommConfig,
-    comm: *mut HcclComm,
-) -> HcclRes {
+pub(super) unsafe fn HcclCommInitRootInfoConfig(a: args::HcclCommInitRootInfoConfig) -> HcclRes {
     // SAFETY: forwarded caller's contract.
-    unsafe { init(n_ranks, root_info, rank, Some(config), comm) }
+    unsafe { init(a.nRanks, a.rootInfo, a.rank, Some(a.config), a.comm) }
 }
 
 /// `HcclCommDestroy`: local; deregisters this rank's remaining windows without a rendezvous.
-pub(super) unsafe fn HcclCommDestroy(comm: HcclComm) -> HcclRes {
-    comm::destroy(comm as usize)
+pub(super) unsafe fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
+    comm::destroy(a.comm as usize)
 }
 
 /// `HcclGetRankSize`.
-pub(super) unsafe fn HcclGetRankSize(comm: HcclComm, rank_size: *mut u32) -> HcclRes {
-    let c = comm::lookup(comm as usize)?;
+pub(super) unsafe fn HcclGetRankSize(a: args::HcclGetRankSize) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
     // SAFETY: the caller's contract; checked inside `put`.
-    unsafe { put(rank_size, c.n, "rankSize") }
+    unsafe { put(a.rankSize, c.n, "rankSize") }
 }
 
 /// `HcclGetRankId`.
-pub(super) unsafe fn HcclGetRankId(comm: HcclComm, rank: *mut u32) -> HcclRes {
-    let c = comm::lookup(comm as usize)?;
+pub(super) unsafe fn HcclGetRankId(a: args::HcclGetRankId) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
     // SAFETY: the caller's contract; checked inside `put`.
-    unsafe { put(rank, c.rank, "rank") }
+    unsafe { put(a.rank, c.rank, "rank") }
 }
 
 /// `HcclGetErrorString`: a static string describing the code, as libhccl's.
-pub(super) unsafe fn HcclGetErrorString(code: HcclResult) -> *const c_char {
-    hccl_error_string(code).as_ptr()
+pub(super) unsafe fn HcclGetErrorString(a: args::HcclGetErrorString) -> *const c_char {
+    hccl_error_string(a.code).as_ptr()
 }
 
 /// `HcclGetCommAsyncError`: the first collective failure since the last call (read and
 /// clear), `HCCL_SUCCESS` when there was none.
-pub(super) unsafe fn HcclGetCommAsyncError(
-    comm: HcclComm,
-    async_error: *mut HcclResult,
-) -> HcclRes {
-    non_null(async_error, "asyncError")?;
-    let c = comm::lookup(comm as usize)?;
+pub(super) unsafe fn HcclGetCommAsyncError(a: args::HcclGetCommAsyncError) -> HcclRes {
+    non_null(a.asyncError, "asyncError")?;
+    let c = comm::lookup(a.comm as usize)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(async_error, c.take_async_error(), "asyncError") }
+    unsafe { put(a.asyncError, c.take_async_error(), "asyncError") }
 }
 
 /// `HcclCommSymWinRegister`: collective; see the module docs of `emu` for the rules.
-pub(super) unsafe fn HcclCommSymWinRegister(
-    comm: HcclComm,
-    addr: *mut c_void,
-    size: u64,
-    win_handle: *mut HcclCommSymWindow,
-    flag: u32,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
+pub(super) unsafe fn HcclCommSymWinRegister(a: args::HcclCommSymWinRegister) -> CollectiveCall {
     collective(
-        comm::lookup(comm as usize),
+        comm::lookup(a.comm as usize),
         Sequence::Host,
         move |c, seq| {
-            non_null(addr, "addr")?;
-            non_null(win_handle, "winHandle")?;
-            let h = sym_window::register(c, seq, addr as usize, size, flag)?;
+            non_null(a.addr, "addr")?;
+            non_null(a.winHandle, "winHandle")?;
+            let h = sym_window::register(c, seq, a.addr as usize, a.size, a.flag)?;
             // SAFETY: the caller's contract; checked non-null above.
-            unsafe { put(win_handle, h as HcclCommSymWindow, "winHandle") }
+            unsafe { put(a.winHandle, h as HcclCommSymWindow, "winHandle") }
         },
     )
 }
 
 /// `HcclCommSymWinDeregister`: collective; never frees the user's memory.
-pub(super) unsafe fn HcclCommSymWinDeregister(
-    win_handle: HcclCommSymWindow,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let handle = win_handle as usize;
-    let owner = non_null(win_handle, "winHandle").and_then(|()| sym_window::owner(handle));
+pub(super) unsafe fn HcclCommSymWinDeregister(a: args::HcclCommSymWinDeregister) -> CollectiveCall {
+    let handle = a.winHandle as usize;
+    let owner = non_null(a.winHandle, "winHandle").and_then(|()| sym_window::owner(handle));
     collective(owner, Sequence::Host, move |c, seq| {
         sym_window::deregister(c, seq, handle)
     })
 }
 
 /// `HcclCommSymWinGet`: the window holding `[ptr, ptr + size)` and the offset of `ptr`.
-pub(super) unsafe fn HcclCommSymWinGet(
-    comm: HcclComm,
-    ptr: *mut c_void,
-    size: usize,
-    win_handle: *mut HcclCommSymWindow,
-    offset: *mut usize,
-) -> HcclRes {
-    non_null(comm, "comm")?;
-    non_null(ptr, "ptr")?;
-    non_null(win_handle, "winHandle")?;
-    non_null(offset, "offset")?;
-    let (h, off) = sym_window::get(comm as usize, ptr as usize, size)?;
+pub(super) unsafe fn HcclCommSymWinGet(a: args::HcclCommSymWinGet) -> HcclRes {
+    non_null(a.comm, "comm")?;
+    non_null(a.ptr, "ptr")?;
+    non_null(a.winHandle, "winHandle")?;
+    non_null(a.offset, "offset")?;
+    let (h, off) = sym_window::get(a.comm as usize, a.ptr as usize, a.size)?;
     // SAFETY: the caller's contract; both checked non-null above.
     unsafe {
-        put(win_handle, h as HcclCommSymWindow, "winHandle")?;
-        put(offset, off, "offset")
+        put(a.winHandle, h as HcclCommSymWindow, "winHandle")?;
+        put(a.offset, off, "offset")
     }
 }
 
 /// `HcclBarrier`: a rendezvous of every rank's stream.
-pub(super) unsafe fn HcclBarrier(
-    comm: HcclComm,
-    stream: aclrtStream,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let dtype = HcclDataType::HCCL_DATA_TYPE_INT8;
-    stream_collective(comm, request(Kind::Barrier, 0, 0, 0, dtype, stream))
+pub(super) unsafe fn HcclBarrier(a: args::HcclBarrier) -> CollectiveCall {
+    let null = std::ptr::null();
+    let req = request(Barrier, null, null, 0, HcclDataType::HCCL_DATA_TYPE_INT8);
+    queue(a.comm, a.stream, req)
 }
 
 /// `HcclAllReduce`: `count` elements, reduced with `op` in rank order.
-pub(super) unsafe fn HcclAllReduce(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    count: u64,
-    data_type: HcclDataType,
-    op: HcclReduceOp,
-    comm: HcclComm,
-    stream: aclrtStream,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let (send, recv) = (send_buf as usize, recv_buf as usize);
-    let req = request(Kind::AllReduce, send, recv, count, data_type, stream);
-    stream_collective(comm, Request { op, ..req })
+pub(super) unsafe fn HcclAllReduce(a: args::HcclAllReduce) -> CollectiveCall {
+    let mut req = request(AllReduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
+    req.sig.op = a.op;
+    queue(a.comm, a.stream, req)
 }
 
-/// `HcclAllGather`: `send_count` elements per rank.
-pub(super) unsafe fn HcclAllGather(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    send_count: u64,
-    data_type: HcclDataType,
-    comm: HcclComm,
-    stream: aclrtStream,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let (send, recv) = (send_buf as usize, recv_buf as usize);
-    let req = request(Kind::AllGather, send, recv, send_count, data_type, stream);
-    stream_collective(comm, req)
+/// `HcclAllGather`: `sendCount` elements per rank.
+pub(super) unsafe fn HcclAllGather(a: args::HcclAllGather) -> CollectiveCall {
+    let req = request(AllGather, a.sendBuf, a.recvBuf, a.sendCount, a.dataType);
+    queue(a.comm, a.stream, req)
 }
 
-/// `HcclReduceScatter`: `recv_count` elements per rank.
-pub(super) unsafe fn HcclReduceScatter(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    recv_count: u64,
-    data_type: HcclDataType,
-    op: HcclReduceOp,
-    comm: HcclComm,
-    stream: aclrtStream,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let (send, recv) = (send_buf as usize, recv_buf as usize);
-    let req = request(
-        Kind::ReduceScatter,
-        send,
-        recv,
-        recv_count,
-        data_type,
-        stream,
-    );
-    stream_collective(comm, Request { op, ..req })
+/// `HcclReduceScatter`: `recvCount` elements per rank.
+pub(super) unsafe fn HcclReduceScatter(a: args::HcclReduceScatter) -> CollectiveCall {
+    let mut req = request(ReduceScatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
+    req.sig.op = a.op;
+    queue(a.comm, a.stream, req)
 }
 
-/// `HcclAlltoAll`: `send_count` elements to each peer. The emulator needs
-/// `send_count == recv_count` and `send_type == recv_type` (`HCCL_E_PARA` otherwise).
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(super) unsafe fn HcclAlltoAll(
-    send_buf: *const c_void,
-    send_count: u64,
-    send_type: HcclDataType,
-    recv_buf: *const c_void,
-    recv_count: u64,
-    recv_type: HcclDataType,
-    comm: HcclComm,
-    stream: aclrtStream,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let (send, recv) = (send_buf as usize, recv_buf as usize);
-    let req = request(Kind::AlltoAll, send, recv, send_count, send_type, stream);
-    stream_collective(
-        comm,
-        Request {
-            recv_count,
-            recv_dtype: recv_type,
-            ..req
-        },
-    )
+/// `HcclAlltoAll`: `sendCount` elements to each peer. The emulator needs
+/// `sendCount == recvCount` and `sendType == recvType` (`HCCL_E_PARA` otherwise).
+pub(super) unsafe fn HcclAlltoAll(a: args::HcclAlltoAll) -> CollectiveCall {
+    let mut req = request(AlltoAll, a.sendBuf, a.recvBuf, a.sendCount, a.sendType);
+    (req.recv_count, req.recv_dtype) = (a.recvCount, a.recvType);
+    queue(a.comm, a.stream, req)
 }
 
 /// `HcclBroadcast`: `count` elements from `root` to every rank (always the staged path).
-pub(super) unsafe fn HcclBroadcast(
-    buf: *mut c_void,
-    count: u64,
-    data_type: HcclDataType,
-    root: u32,
-    comm: HcclComm,
-    stream: aclrtStream,
-) -> CollectiveCall<impl FnOnce(&Arc<Comm>, u64) -> HcclRes> {
-    let buf = buf as usize;
-    let req = request(Kind::Broadcast, buf, buf, count, data_type, stream);
-    stream_collective(comm, Request { root, ..req })
+pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
+    let mut req = request(Broadcast, a.buf, a.buf, a.count, a.dataType);
+    req.sig.root = a.root;
+    queue(a.comm, a.stream, req)
 }

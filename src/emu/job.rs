@@ -51,29 +51,25 @@ impl Kind {
 
 /// A collective call as the C entry point received it.
 pub(crate) struct Request {
-    pub(crate) kind: Kind,
+    /// What every rank's call must agree on.
+    pub(crate) sig: Signature,
     pub(crate) send: usize,
     pub(crate) recv: usize,
-    /// Elements: per rank for AllGather (send) and ReduceScatter (recv), per peer for
-    /// AlltoAll (send), the whole buffer otherwise.
-    pub(crate) count: u64,
-    pub(crate) dtype: HcclDataType,
     /// AlltoAll's receive count and type (the same as `count` / `dtype` otherwise).
     pub(crate) recv_count: u64,
     pub(crate) recv_dtype: HcclDataType,
-    pub(crate) op: HcclReduceOp,
-    pub(crate) root: u32,
-    pub(crate) stream: usize,
 }
 
 /// What every rank's call must agree on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Signature {
-    kind: Kind,
-    count: u64,
-    dtype: HcclDataType,
-    op: HcclReduceOp,
-    root: u32,
+    pub(crate) kind: Kind,
+    /// Elements: per rank for AllGather (send) and ReduceScatter (recv), per peer for
+    /// AlltoAll (send), the whole buffer otherwise.
+    pub(crate) count: u64,
+    pub(crate) dtype: HcclDataType,
+    pub(crate) op: HcclReduceOp,
+    pub(crate) root: u32,
 }
 
 impl std::fmt::Display for Signature {
@@ -135,17 +131,16 @@ pub(crate) enum Path {
 /// inside mapped device memory, pinned for the job's lifetime, aligned for reductions, and
 /// either disjoint or in one of the in-place layouts the collective allows.
 pub(crate) struct Job {
-    pub(crate) kind: Kind,
+    /// The call as every rank made it (kind, root, ...).
+    pub(crate) sig: Signature,
     pub(crate) send: usize,
     pub(crate) recv: usize,
-    /// Elements, as in [`Request::count`].
+    /// Elements, as in [`Signature::count`].
     pub(crate) count: usize,
     /// Bytes per element.
     pub(crate) es: usize,
     pub(crate) dtype: DType,
     pub(crate) op: Op,
-    pub(crate) root: u32,
-    pub(crate) sig: Signature,
     pub(crate) path: Path,
     _pins: Pins,
 }
@@ -163,15 +158,13 @@ impl Job {
     /// A barrier: nothing to move, so nothing to check or pin; it takes the staged path.
     fn barrier(sig: Signature) -> Job {
         Job {
-            kind: Kind::Barrier,
+            sig,
             send: 0,
             recv: 0,
             count: 0,
             es: 1,
             dtype: DType::I8,
             op: Op::Sum,
-            root: 0,
-            sig,
             path: Path::Staged,
             _pins: Pins::default(),
         }
@@ -180,19 +173,12 @@ impl Job {
 
 /// The synchronous argument checks; `None` for a collective with nothing to move.
 pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
-    let kind = req.kind;
-    let sig = Signature {
-        kind,
-        count: req.count,
-        dtype: req.dtype,
-        op: req.op,
-        root: req.root,
-    };
+    let (sig, kind) = (req.sig, req.sig.kind);
     if kind == Kind::Barrier {
         return Ok(Some(Job::barrier(sig)));
     }
     let (dtype, op) = check_operation(comm, req)?;
-    if req.count == 0 {
+    if sig.count == 0 {
         return Ok(None);
     }
     if req.send == 0 || req.recv == 0 {
@@ -200,21 +186,19 @@ pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
     }
     let es = dtype.size();
     let Some((count, bufs)) = Buffers::of(kind, req, es, comm.n) else {
-        return para(format!("count {} overflows", req.count));
+        return para(format!("count {} overflows", sig.count));
     };
     let pins = bufs.pin()?;
     let in_place = bufs.check_layout(kind, es, comm.rank)?;
     let path = choose_path(comm, kind, &bufs, in_place);
     Ok(Some(Job {
-        kind,
+        sig,
         send: bufs.send,
         recv: bufs.recv,
         count,
         es,
         dtype,
         op,
-        root: req.root,
-        sig,
         path,
         _pins: pins,
     }))
@@ -223,27 +207,27 @@ pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
 /// The checks of what the call asks for, before any buffer is looked at: the element type,
 /// the reduction, AlltoAll's receive side and Broadcast's root.
 fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
-    let Some(dtype) = DType::from_hccl(req.dtype) else {
-        return para(format!("data type {} is not supported", req.dtype.0));
+    let Some(dtype) = DType::from_hccl(req.sig.dtype) else {
+        return para(format!("data type {} is not supported", req.sig.dtype.0));
     };
-    let op = if req.kind.reduces() {
-        match Op::from_hccl(req.op) {
+    let op = if req.sig.kind.reduces() {
+        match Op::from_hccl(req.sig.op) {
             Some(op) => op,
-            None => return para(format!("reduce op {} is not supported", req.op.0)),
+            None => return para(format!("reduce op {} is not supported", req.sig.op.0)),
         }
     } else {
         Op::Sum
     };
-    if req.recv_count != req.count || req.recv_dtype != req.dtype {
+    if req.recv_count != req.sig.count || req.recv_dtype != req.sig.dtype {
         return para(format!(
             "sendCount {} / sendType {} must equal recvCount {} / recvType {}",
-            req.count, req.dtype.0, req.recv_count, req.recv_dtype.0
+            req.sig.count, req.sig.dtype.0, req.recv_count, req.recv_dtype.0
         ));
     }
-    if req.kind == Kind::Broadcast && req.root >= comm.n {
+    if req.sig.kind == Kind::Broadcast && req.sig.root >= comm.n {
         return para(format!(
             "root {} is not below rankSize {}",
-            req.root, comm.n
+            req.sig.root, comm.n
         ));
     }
     Ok((dtype, op))
@@ -253,7 +237,7 @@ impl Buffers {
     /// The element count and byte ranges of `req` with `es`-byte elements on `n` ranks, or
     /// `None` when they overflow.
     fn of(kind: Kind, req: &Request, es: usize, n: u32) -> Option<(usize, Buffers)> {
-        let count = usize::try_from(req.count).ok()?;
+        let count = usize::try_from(req.sig.count).ok()?;
         let one = count.checked_mul(es)?;
         let all = one.checked_mul(n as usize)?;
         let (in_len, out_len) = match kind {

@@ -31,7 +31,7 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
             start,
             len,
         };
-        match job.kind {
+        match job.sig.kind {
             Kind::AllReduce => chunk.all_reduce(steps)?,
             Kind::AllGather => chunk.all_gather(steps)?,
             Kind::ReduceScatter | Kind::AlltoAll => chunk.to_every_peer(steps)?,
@@ -45,11 +45,11 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
 
 /// Elements of one rank's (or one peer's) share that fit `cap`-byte staging buffers per chunk.
 fn chunk_len(job: &Job, n: u32, cap: usize) -> HcclRes<usize> {
-    let per = match job.kind {
+    let per = match job.sig.kind {
         Kind::ReduceScatter | Kind::AlltoAll => cap / (job.es * n as usize),
         _ => cap / job.es,
     };
-    if per == 0 && job.kind != Kind::Barrier {
+    if per == 0 && job.sig.kind != Kind::Barrier {
         return hccl_fail(
             HcclResult::HCCL_E_MEMORY,
             format!("a {cap}-byte staging buffer cannot hold one element per rank"),
@@ -136,7 +136,7 @@ impl Chunk<'_> {
         }
         steps.barrier()?;
         let section = steps.rank as usize * bytes;
-        if job.kind == Kind::ReduceScatter {
+        if job.sig.kind == Kind::ReduceScatter {
             let srcs: Vec<usize> = self.staging.iter().map(|s| s + section).collect();
             // SAFETY: see `Chunk`.
             unsafe { reduce(job.dtype, job.op, &[self.output(0)], &srcs, self.len) };
@@ -151,7 +151,7 @@ impl Chunk<'_> {
 
     /// The root stages its input; every other rank copies it out of the root's buffer.
     fn broadcast(self, steps: &mut Steps<'_>) -> HcclRes {
-        let root = self.job.root;
+        let root = self.job.sig.root;
         if steps.rank == root {
             // SAFETY: see `Chunk`.
             unsafe { copy(self.staging[root as usize], self.input(0), self.bytes()) };

@@ -21,7 +21,7 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
     // entry rendezvous means every rank's earlier stream work is done, each rank writes only
     // bytes no other rank reads in this collective, and the exit rendezvous keeps every rank
     // here until all are done.
-    match job.kind {
+    match job.sig.kind {
         Kind::AllReduce => {
             // Rank r reduces part r of every input, once, and writes the result straight into
             // every rank's output: a reduce-scatter whose all-gather is a remote write, so no
