@@ -5,6 +5,7 @@ mod allocator;
 pub mod emu;
 mod error;
 pub mod heap;
+pub mod launcher;
 mod pool;
 pub mod runtime;
 mod sym_box;

@@ -6,6 +6,7 @@
 //! (`symheap::emu`, behind the default `emulator` feature). Nothing here knows which:
 //! everything above this module works the same on both.
 
+pub(crate) mod bootstrap;
 mod collective;
 mod comm;
 mod copy;
@@ -24,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use crate::sys::{ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
 use crate::{Error, Result};
 
+pub use bootstrap::Placement;
 pub use collective::ReduceOp;
 pub use comm::{Comm, CommConfig, RootInfo};
 pub use element::Element;

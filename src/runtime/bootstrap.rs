@@ -1,0 +1,339 @@
+//! Joining a communicator from the environment, as every launcher sets it up: one process per
+//! device, the root info passed through a file.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{Comm, CommConfig, RootInfo, Runtime};
+use crate::sys::HCCL_ROOT_INFO_BYTES;
+use crate::{Error, Result};
+
+/// The variables [`Comm::from_env`] reads, each value from the first one that is set.
+const RANK: [&str; 3] = ["SYMHEAP_RANK", "RANK", "OMPI_COMM_WORLD_RANK"];
+const WORLD_SIZE: [&str; 3] = ["SYMHEAP_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"];
+const DEVICE: [&str; 3] = ["SYMHEAP_DEVICE", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"];
+/// The root-info file.
+pub(crate) const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
+
+/// How long ranks other than 0 wait for the root-info file when the config sets no exec
+/// timeout, and at least in any case: processes of one job may start seconds apart.
+const MIN_WAIT: Duration = Duration::from_secs(30);
+const DEFAULT_WAIT: Duration = Duration::from_secs(120);
+
+/// Where this process sits in its job, read from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// This process's rank.
+    pub rank: u32,
+    /// The number of ranks.
+    pub world_size: u32,
+    /// The device this rank uses.
+    pub device: u32,
+    /// The root-info file rank 0 publishes and the others read.
+    pub root_info: PathBuf,
+}
+
+impl Placement {
+    /// Reads the placement from the process environment; see [`Comm::from_env`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the variables that are missing, malformed or
+    /// inconsistent.
+    pub fn from_env() -> Result<Placement> {
+        Placement::from_vars(|name| std::env::var_os(name))
+    }
+
+    /// [`Placement::from_env`] over any source of variables (for tests).
+    fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Placement> {
+        let rank = number(&var, &RANK)?;
+        let world = number(&var, &WORLD_SIZE)?;
+        let (Some((rank_var, rank)), Some((world_var, world_size))) = (rank, world) else {
+            return Err(Error::invalid(format!(
+                "the rank and world size are not set: set {} and {} (or torchrun's or Open \
+                 MPI's variables: {}, {})",
+                RANK[0],
+                WORLD_SIZE[0],
+                RANK[1..].join(" / "),
+                WORLD_SIZE[1..].join(" / ")
+            )));
+        };
+        if world_size == 0 {
+            return Err(Error::invalid(format!("{world_var} is 0")));
+        }
+        if rank >= world_size {
+            return Err(Error::invalid(format!(
+                "{rank_var}={rank} is not below {world_var}={world_size}"
+            )));
+        }
+        let device = number(&var, &DEVICE)?.map_or(rank, |(_, device)| device);
+        let root_info = var(ROOT_INFO)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{ROOT_INFO} is not set: it names the file through which rank 0 passes the \
+                     root info to the other ranks (symheap-run sets it)"
+                ))
+            })?;
+        Ok(Placement {
+            rank,
+            world_size,
+            device,
+            root_info,
+        })
+    }
+}
+
+/// The first of `names` that is set, parsed as a `u32`: `None` when none is set.
+fn number(
+    var: &impl Fn(&str) -> Option<OsString>,
+    names: &[&'static str],
+) -> Result<Option<(&'static str, u32)>> {
+    let Some((name, value)) = names
+        .iter()
+        .find_map(|&name| Some((name, var(name).filter(|v| !v.is_empty())?)))
+    else {
+        return Ok(None);
+    };
+    let parsed = value.to_str().and_then(|v| v.trim().parse::<u32>().ok());
+    match parsed {
+        Some(n) => Ok(Some((name, n))),
+        None => Err(Error::invalid(format!(
+            "{name}={} is not a non-negative integer",
+            value.to_string_lossy()
+        ))),
+    }
+}
+
+impl Comm {
+    /// Joins the communicator of this process's job, as launchers describe it in the
+    /// environment: the same on real hardware and on the emulator.
+    ///
+    /// Reads `SYMHEAP_RANK`, `SYMHEAP_WORLD_SIZE`, `SYMHEAP_DEVICE` (default: the rank) and
+    /// `SYMHEAP_ROOT_INFO`, each falling back, when unset, to torchrun's `RANK` / `WORLD_SIZE` /
+    /// `LOCAL_RANK` and then to Open MPI's `OMPI_COMM_WORLD_RANK` / `OMPI_COMM_WORLD_SIZE` /
+    /// `OMPI_COMM_WORLD_LOCAL_RANK`. Then it binds the thread to the device, and rank 0
+    /// creates the root info and publishes it in the `SYMHEAP_ROOT_INFO` file (written beside
+    /// it and renamed, so readers never see half a file), while the other ranks wait for the
+    /// file (for the config's exec timeout, 120 s when unset, and at least 30 s), and every
+    /// rank calls [`Comm::init`].
+    ///
+    /// The file must be fresh for each job: rank 0 refuses to overwrite one that exists, since
+    /// another rank might already have read it (`symheap-run` makes a new one per run). On a
+    /// filesystem that every node shares, the same file bootstraps several nodes on real HCCL.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the variables that are missing, malformed or
+    /// inconsistent (a rank not below the world size), a root-info file that exists already
+    /// (rank 0), cannot be written or read, or did not appear in time; the runtime's errors of
+    /// `aclrtSetDevice`, `HcclGetRootInfo` and communicator initialisation.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use symheap::{Comm, CommConfig, Runtime};
+    ///
+    /// // Started by `symheap-run -n 4 ./worker`, torchrun or mpirun.
+    /// let rt = Runtime::load()?;
+    /// let comm = Comm::from_env(&rt, CommConfig::new())?;
+    /// println!("rank {} of {}", comm.rank(), comm.size());
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    pub fn from_env(rt: &Runtime, config: CommConfig) -> Result<Comm> {
+        let placement = Placement::from_env()?;
+        rt.set_device(placement.device)?;
+        let root = if placement.rank == 0 {
+            let root = RootInfo::new(rt)?;
+            root.publish(&placement.root_info)?;
+            root
+        } else {
+            RootInfo::wait_for(&placement.root_info, root_info_wait(&config))?
+        };
+        Comm::init(rt, placement.world_size, &root, placement.rank, &config)
+    }
+}
+
+/// How long ranks wait for rank 0's file.
+fn root_info_wait(config: &CommConfig) -> Duration {
+    match u64::try_from(config.as_raw().hcclExecTimeOut) {
+        Ok(secs) if secs > 0 => Duration::from_secs(secs).max(MIN_WAIT),
+        _ => DEFAULT_WAIT,
+    }
+}
+
+impl RootInfo {
+    /// Writes the root info to `path` for the other ranks ([`RootInfo::wait_for`]): to a
+    /// temporary file beside it first, then linked into place, so a reader never sees half a
+    /// file and an existing file is never replaced (another rank may have read it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `path` exists or cannot be written.
+    pub fn publish(&self, path: &Path) -> Result<()> {
+        let io = |what: &str, e: std::io::Error| {
+            Error::invalid(format!(
+                "{ROOT_INFO}: cannot {what} {}: {e}",
+                path.display()
+            ))
+        };
+        if path.exists() {
+            return Err(Error::invalid(format!(
+                "{ROOT_INFO}: {} exists already; another rank may have read it, so each job \
+                 needs a fresh path (remove it, or let symheap-run choose one)",
+                path.display()
+            )));
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        std::fs::write(&tmp, self.as_bytes()).map_err(|e| io("write beside", e))?;
+        // A hard link fails if `path` exists, unlike rename: two ranks 0 cannot both publish.
+        let linked = std::fs::hard_link(&tmp, path).map_err(|e| io("publish", e));
+        let _ = std::fs::remove_file(&tmp);
+        linked
+    }
+
+    /// Waits until `path` holds a whole root info ([`RootInfo::publish`]), at most `wait`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the file does not appear in time, cannot be read or is
+    /// not a root info.
+    pub fn wait_for(path: &Path, wait: Duration) -> Result<RootInfo> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match std::fs::read(path) {
+                Ok(bytes) if bytes.len() == HCCL_ROOT_INFO_BYTES => {
+                    return RootInfo::from_bytes(&bytes);
+                }
+                Ok(bytes) => {
+                    return Err(Error::invalid(format!(
+                        "{ROOT_INFO}: {} holds {} bytes, not a root info ({HCCL_ROOT_INFO_BYTES})",
+                        path.display(),
+                        bytes.len()
+                    )));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(Error::invalid(format!(
+                        "{ROOT_INFO}: cannot read {}: {e}",
+                        path.display()
+                    )));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::invalid(format!(
+                    "{ROOT_INFO}: rank 0 did not publish {} within {:.0} s",
+                    path.display(),
+                    wait.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn placement(vars: &[(&str, &str)]) -> Result<Placement> {
+        let vars: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        Placement::from_vars(|name| vars.get(name).cloned())
+    }
+
+    fn error(vars: &[(&str, &str)]) -> String {
+        placement(vars).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn symheap_variables_come_first_then_torchrun_then_open_mpi() {
+        let p = placement(&[
+            ("SYMHEAP_RANK", "1"),
+            ("RANK", "2"),
+            ("WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "3"),
+            ("SYMHEAP_ROOT_INFO", "/tmp/x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            p,
+            Placement {
+                rank: 1,
+                world_size: 4,
+                device: 3,
+                root_info: PathBuf::from("/tmp/x"),
+            }
+        );
+        let p = placement(&[
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "3"),
+            ("SYMHEAP_ROOT_INFO", "/tmp/x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (p.rank, p.world_size, p.device),
+            (2, 3, 2),
+            "device defaults to the rank"
+        );
+    }
+
+    #[test]
+    fn missing_malformed_and_inconsistent_variables_are_named() {
+        let root = ("SYMHEAP_ROOT_INFO", "/tmp/x");
+        let text = error(&[root]);
+        assert!(
+            text.contains("SYMHEAP_RANK") && text.contains("OMPI_COMM_WORLD_SIZE"),
+            "{text}"
+        );
+        let text = error(&[("SYMHEAP_RANK", "0"), root]);
+        assert!(text.contains("SYMHEAP_WORLD_SIZE"), "{text}");
+        let text = error(&[("SYMHEAP_RANK", "one"), ("SYMHEAP_WORLD_SIZE", "2"), root]);
+        assert!(text.contains("SYMHEAP_RANK=one"), "{text}");
+        let text = error(&[("SYMHEAP_RANK", "-1"), ("SYMHEAP_WORLD_SIZE", "2"), root]);
+        assert!(text.contains("SYMHEAP_RANK=-1"), "{text}");
+        let text = error(&[("RANK", "4"), ("WORLD_SIZE", "4"), root]);
+        assert!(text.contains("RANK=4 is not below WORLD_SIZE=4"), "{text}");
+        let text = error(&[("SYMHEAP_RANK", "0"), ("SYMHEAP_WORLD_SIZE", "0"), root]);
+        assert!(text.contains("SYMHEAP_WORLD_SIZE is 0"), "{text}");
+        let text = error(&[
+            ("SYMHEAP_RANK", "0"),
+            ("SYMHEAP_WORLD_SIZE", "2"),
+            ("SYMHEAP_DEVICE", "x"),
+            root,
+        ]);
+        assert!(text.contains("SYMHEAP_DEVICE=x"), "{text}");
+        let text = error(&[("SYMHEAP_RANK", "0"), ("SYMHEAP_WORLD_SIZE", "2")]);
+        assert!(text.contains("SYMHEAP_ROOT_INFO is not set"), "{text}");
+    }
+
+    #[test]
+    fn the_root_info_file_is_published_once_and_read_whole() {
+        let dir = std::env::temp_dir().join(format!("symheap-bootstrap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("root-info");
+        let root = RootInfo::from_bytes(&[7u8; HCCL_ROOT_INFO_BYTES]).unwrap();
+        let reader = {
+            let path = path.clone();
+            std::thread::spawn(move || RootInfo::wait_for(&path, Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        root.publish(&path).unwrap();
+        let read = reader.join().unwrap().unwrap();
+        assert_eq!(read.as_bytes(), root.as_bytes());
+        let again = root.publish(&path).unwrap_err().to_string();
+        assert!(again.contains("exists already"), "{again}");
+        std::fs::write(&path, b"short").unwrap();
+        let bad = RootInfo::wait_for(&path, Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("holds 5 bytes"), "{bad}");
+        let late = RootInfo::wait_for(&dir.join("never"), Duration::from_millis(30)).unwrap_err();
+        assert!(late.to_string().contains("did not publish"), "{late}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
