@@ -20,7 +20,7 @@ fn fill<T: Elem>(v: i64) -> Vec<T> {
 
 /// Every rank's input is made of blocks of one value; the expected outputs follow from
 /// `n` and the rank alone (small integers, exact in every type).
-fn every_wrapper<T: Elem>(
+pub(crate) fn every_wrapper<T: Elem>(
     comm: &Comm,
     stream: &Stream,
     inb: &DeviceBuf,

@@ -13,7 +13,7 @@ use crate::harness::{DeviceBuf, EmuSession};
 
 /// Builds `alloc-tests/emu-cdylib` (in its own target directory, so the outer cargo's lock is
 /// never contended) and returns the path of the shared library.
-fn build_emulator_cdylib() -> PathBuf {
+pub(crate) fn build_emulator_cdylib() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target_dir = root.join("target").join("emu-cdylib");
     let mut cmd = Command::new(env!("CARGO"));

@@ -5,5 +5,6 @@ mod dlopen;
 mod harness;
 mod heap;
 mod pool;
+mod processes;
 mod runtime;
 mod support;

@@ -15,7 +15,11 @@ type Placement = Option<(usize, u64, u64)>;
 /// A random program of allocs (large enough to grow the pool and hit its limit), frees,
 /// collectives and synchronisations; returns every allocation's placement and checks
 /// `window_get` against every live allocation after every step.
-fn random_program(pool: &SymPool, seed: u64, steps: usize) -> symheap::Result<Vec<Placement>> {
+pub(crate) fn random_program(
+    pool: &SymPool,
+    seed: u64,
+    steps: usize,
+) -> symheap::Result<Vec<Placement>> {
     let mut rng = Rng::new(seed);
     let mut live: Vec<SymVec<f32>> = Vec::new();
     let mut windows = Vec::new();

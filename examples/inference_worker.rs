@@ -1,9 +1,16 @@
-//! The main job: a tensor-parallel decode loop on four emulated ranks, every activation
+//! The main job: a tensor-parallel decode loop on four emulated ranks, one process per device
+//! as real deployments run (`--threads`: four threads of one process), every activation
 //! allocated from one symmetric pool and freed each step.
 //!
 //! ```sh
-//! cargo run --release --example inference_worker
+//! cargo run --release --example inference_worker              # 4 processes
+//! cargo run --release --example inference_worker -- --threads # 4 threads
 //! ```
+//!
+//! Started plainly, the program re-runs itself through the launcher as four processes
+//! ([`Job::this_program`]), each of which joins with [`Comm::from_env`]; on an Atlas A3 node
+//! the same binary, built against [`Runtime::load`] instead of the emulator, runs under
+//! `symheap-run -n 16`, torchrun or mpirun.
 //!
 //! Each step runs a small transformer-style MLP block (column-parallel matmul, GELU,
 //! row-parallel matmul, AllReduce), appends to a KV cache that grows with the sequence, projects
@@ -13,8 +20,9 @@
 
 use std::time::Instant;
 
+use symheap::launcher::{self, Job};
 use symheap::runtime::{Comm, ReduceOp, Stream, Window};
-use symheap::{Element, PoolConfig, Result, SymPool, SymVec, emu};
+use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, SymPool, SymVec, emu};
 
 const RANKS: u32 = 4;
 const STEPS: usize = 300;
@@ -229,42 +237,92 @@ fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
     Ok((STEPS as f64 / start.elapsed().as_secs_f64(), history))
 }
 
-fn main() -> Result<()> {
-    println!(
-        "symheap inference worker: {RANKS} emulated ranks, {STEPS} decode steps, batch {BATCH}, hidden {HIDDEN}"
-    );
-    let pooled = emu::launch(RANKS, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
-        let at_start = pool.stats().registrations;
-        let backend = Pooled(pool);
-        let (rate, tokens) = decode(&backend, comm)?;
-        let stats = backend.0.stats();
-        Ok((rate, tokens, at_start, stats))
-    })?;
-    let naive = emu::launch(RANKS, |comm| {
-        let backend = PerTensor {
-            comm: comm.clone(),
-            stream: Stream::new(comm.runtime())?,
-        };
-        decode(&backend, comm)
-    })?;
-    let (rate, tokens, at_start, stats) = &pooled[0];
-    assert!(
-        pooled.iter().all(|p| p.1 == *tokens),
-        "ranks disagree on the tokens"
-    );
+/// What one rank measured.
+struct Report {
+    pooled_rate: f64,
+    naive_rate: f64,
+    tokens: Vec<usize>,
+    registrations_at_start: u64,
+    stats: symheap::PoolStats,
+}
+
+/// One rank's whole job: the pooled loop, then the window-per-tensor loop, then a check that
+/// every rank computed the same tokens.
+fn rank_main(comm: &Comm) -> Result<Report> {
+    let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
+    let registrations_at_start = pool.stats().registrations;
+    let backend = Pooled(pool);
+    let (pooled_rate, tokens) = decode(&backend, comm)?;
+    let stats = backend.0.stats();
+    let naive = PerTensor {
+        comm: comm.clone(),
+        stream: Stream::new(comm.runtime())?,
+    };
+    let (naive_rate, naive_tokens) = decode(&naive, comm)?;
     assert_eq!(
-        naive[0].1, *tokens,
+        naive_tokens, tokens,
         "the naive loop computed different tokens"
     );
-    println!("pool stats (rank 0): {stats:#?}");
-    let added = stats.registrations - at_start;
+    // Every rank's tokens, gathered: they must agree.
+    let pool = &backend.0;
+    let digest = tokens
+        .iter()
+        .fold(0u64, |h, &t| h.wrapping_mul(31).wrapping_add(t as u64));
+    let mine = SymVec::from_host(pool, &[digest])?;
+    let mut all = SymVec::<u64>::zeroed(pool, comm.size() as usize)?;
+    pool.all_gather(&mine, &mut all)?;
+    assert!(
+        all.to_host()?.iter().all(|&d| d == digest),
+        "ranks disagree on the tokens"
+    );
+    Ok(Report {
+        pooled_rate,
+        naive_rate,
+        tokens,
+        registrations_at_start,
+        stats,
+    })
+}
+
+fn print_report(r: &Report) {
+    println!("pool stats (rank 0): {:#?}", r.stats);
+    let added = r.stats.registrations - r.registrations_at_start;
+    let at_start = r.registrations_at_start;
     println!("registrations: {at_start} at start, {added} added in {STEPS} steps");
     assert_eq!(added, 0, "the hot path registered a window");
-    println!("first tokens: {:?}", &tokens[..8.min(tokens.len())]);
-    let naive_rate = naive[0].0;
-    println!("pooled:                 {rate:>10.1} steps/s");
-    println!("window per tensor:      {naive_rate:>10.1} steps/s");
-    println!("speed-up:               {:>10.1}x", rate / naive_rate);
+    println!("first tokens: {:?}", &r.tokens[..8.min(r.tokens.len())]);
+    println!("pooled:                 {:>10.1} steps/s", r.pooled_rate);
+    println!("window per tensor:      {:>10.1} steps/s", r.naive_rate);
+    println!(
+        "speed-up:               {:>10.1}x",
+        r.pooled_rate / r.naive_rate
+    );
+}
+
+fn main() -> Result<()> {
+    let shape = format!("{STEPS} decode steps, batch {BATCH}, hidden {HIDDEN}");
+    if std::env::args().any(|a| a == "--threads") {
+        // All ranks as threads of this process.
+        println!("symheap inference worker: {RANKS} emulated ranks as threads, {shape}");
+        let reports = emu::launch(RANKS, rank_main)?;
+        print_report(&reports[0]);
+        return Ok(());
+    }
+    if !launcher::in_a_rank() {
+        // One process per device, as real deployments run: this program again, as each rank.
+        println!("symheap inference worker: {RANKS} emulated ranks as processes, {shape}");
+        let outcome = Job::this_program(RANKS)?.run()?;
+        if !outcome.success() {
+            eprintln!("{}", outcome.summary());
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+    let rt = Runtime::emulated()?;
+    let comm = Comm::from_env(&rt, CommConfig::new())?;
+    let report = rank_main(&comm)?;
+    if comm.rank() == 0 {
+        print_report(&report);
+    }
     Ok(())
 }

@@ -3,16 +3,18 @@
 //! call with its peers', then the symmetric or the staged algorithm, then an exit barrier so no
 //! rank moves on while a peer may still read its memory.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclResult};
+use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclReduceOp, HcclResult};
 
 use super::comm::Comm;
 use super::counters::{self, Counter};
 use super::errors::{Fail, HcclRes, para};
-use super::job::{self, Job, Path, Place, Request, Signature};
+use super::job::{self, Job, Kind, Path, Place, Request, Signature};
 use super::steps::Steps;
 use super::stream::{self, TaskFailure};
+use super::wire::{Reader, Wire, Writer};
 use super::{os, staged, symmetric};
 
 #[cfg(test)]
@@ -38,14 +40,53 @@ impl Route {
 }
 
 /// What each rank brings to a collective's first rendezvous.
-#[derive(Clone)]
 struct Arrival {
     sig: Signature,
     route: Route,
-    /// The rank's staging buffer, kept alive by every peer's task until that task ends, so a
-    /// rank that gives up (times out) and destroys its communicator cannot unmap a buffer a
-    /// slower peer still reads.
-    staging: Arc<os::Space>,
+}
+
+impl Wire for Arrival {
+    const TAG: u8 = 10;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        let s = &self.sig;
+        w.u8(s.kind as u8).u64(s.count).u32(s.dtype.0 as u32);
+        w.u32(s.op.0 as u32).u32(s.root);
+        let place = |w: &mut Writer, (slot, offset, in_place): Place| {
+            w.u64(slot as u64).u64(offset as u64).u8(u8::from(in_place));
+        };
+        match self.route {
+            Route::Staged => {
+                w.u8(0);
+            }
+            Route::Symmetric { input, output } => {
+                place(w.u8(1), input);
+                place(w, output);
+            }
+        }
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let sig = Signature {
+            kind: Kind::from_u8(r.u8()?)?,
+            count: r.u64()?,
+            dtype: HcclDataType(r.u32()? as i32),
+            op: HcclReduceOp(r.u32()? as i32),
+            root: r.u32()?,
+        };
+        let route = match r.u8()? {
+            0 => Route::Staged,
+            _ => {
+                let mut place = || -> Option<Place> {
+                    Some((r.u64()? as usize, r.u64()? as usize, r.u8()? != 0))
+                };
+                let input = place()?;
+                Route::Symmetric {
+                    input,
+                    output: place()?,
+                }
+            }
+        };
+        Some(Arrival { sig, route })
+    }
 }
 
 /// Converts an ACL stream lookup failure into HCCL's codes.
@@ -91,13 +132,18 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
     let all = steps.exchange(Arrival {
         sig: job.sig,
         route,
-        staging: comm.staging.clone(),
     })?;
     compare_arrivals(&all, job.sig, route, seq)?;
     match &job.path {
         Path::Staged => {
-            let staging: Vec<usize> = all.iter().map(|a| a.staging.addr()).collect();
-            let cap = all.iter().map(|a| a.staging.len()).min().unwrap_or(0);
+            let staging: Vec<usize> = comm.group.staging.iter().map(os::Space::addr).collect();
+            let cap = comm
+                .group
+                .staging
+                .iter()
+                .map(os::Space::len)
+                .min()
+                .unwrap_or(0);
             counters::inc(Counter::StagedCollectives);
             staged::run(&mut steps, job, &staging, cap)?;
         }

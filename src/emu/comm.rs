@@ -1,10 +1,10 @@
 //! Communicators: root info, the rendezvous that forms a group, per-rank communicator state,
 //! and the configuration fields the emulator uses.
 
-use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::sys::{
     HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_COMM_DEFAULT_U32, HcclCommConfig, HcclResult, HcclRootInfo,
@@ -12,10 +12,11 @@ use crate::sys::{
 
 use super::counters::{self, Counter};
 use super::device;
-use super::errors::{HcclRes, hccl_fail, para};
+use super::errors::{Fail, HcclRes, hccl_fail, para};
+use super::hub;
 use super::os;
 use super::registry::{HandleKind, Registry, lock, new_handle};
-use super::rendezvous::{Rendezvous, deadline};
+use super::rendezvous::{JoinError, Rendezvous};
 use super::window::{SymHeap, Window, forget_window};
 
 /// The execution timeout when the config leaves it unset (`hcclExecTimeOut` <= 0).
@@ -33,10 +34,15 @@ const DEFAULT_BUFFER_MB: u32 = 200;
 /// Marks a root info blob as the emulator's.
 const ROOT_MAGIC: &[u8; 16] = b"symheap-emu-root";
 
-/// The state the ranks of one communicator share.
+/// What one rank holds of its communicator's group. Queued collectives keep it alive, so a
+/// rank that destroys its communicator still meets its peers for work it queued before.
 pub(crate) struct Group {
     /// Where the ranks meet for collectives and collective host calls.
     pub(crate) rv: Rendezvous,
+    /// Every rank's staging buffer (the non-symmetric path's `hcclBufferSize` MiB), mapped
+    /// here from the memfds the ranks shared when they joined, in rank order. Pages are
+    /// allocated when first touched.
+    pub(crate) staging: Vec<os::Space>,
 }
 
 /// One rank's communicator (what an `HcclComm` handle names).
@@ -50,9 +56,6 @@ pub(crate) struct Comm {
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
     pub(crate) stride: usize,
-    /// The staging buffer of the non-symmetric path (`hcclBufferSize` MiB); its pages are
-    /// allocated when first touched. Shared: peers' collectives hold it while they read it.
-    pub(crate) staging: Arc<os::Space>,
     coll_seq: AtomicU64,
     host_seq: AtomicU64,
     /// The symmetric heap, reserved at the first window registration.
@@ -65,44 +68,53 @@ pub(crate) struct Comm {
 
 static COMMS: Registry<Comm> = Registry::new();
 
-/// A root info blob that ranks have not all joined yet.
-struct PendingRoot {
-    join: Mutex<Join>,
-    cv: Condvar,
-}
-
-#[derive(Default)]
-struct Join {
-    n: u32,
-    joined: Vec<bool>,
-    count: u32,
-    group: Option<Arc<Group>>,
-}
-
-static ROOTS: Mutex<BTreeMap<u64, Arc<PendingRoot>>> = Mutex::new(BTreeMap::new());
 static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
 
-/// `HcclGetRootInfo`: a fresh rendezvous, identified in the blob.
-pub(crate) fn get_root_info() -> HcclRootInfo {
-    let id = NEXT_ROOT.fetch_add(1, Ordering::Relaxed);
-    lock(&ROOTS).insert(
-        id,
-        Arc::new(PendingRoot {
-            join: Mutex::new(Join::default()),
-            cv: Condvar::new(),
-        }),
-    );
-    let mut info = HcclRootInfo::default();
-    let bytes = ROOT_MAGIC.iter().copied().chain(id.to_le_bytes());
-    for (dst, b) in info.internal.iter_mut().zip(bytes) {
-        *dst = b as std::ffi::c_char;
-    }
-    info
+/// What a root info names: the hub's abstract socket and the session key it expects.
+struct Root {
+    name: String,
+    session: [u8; 16],
 }
 
-fn root_id(info: &HcclRootInfo) -> Option<u64> {
-    let bytes: Vec<u8> = info.internal[..24].iter().map(|&c| c as u8).collect();
-    (bytes[..16] == ROOT_MAGIC[..]).then(|| u64::from_le_bytes(bytes[16..24].try_into().unwrap()))
+/// `HcclGetRootInfo`: starts the hub of a fresh rendezvous in this process and names it in
+/// the blob: `ROOT_MAGIC`, the 16-byte session key, the socket name's length and the name.
+pub(crate) fn get_root_info() -> HcclRes<HcclRootInfo> {
+    let fail = |e: std::io::Error| Fail {
+        code: HcclResult::HCCL_E_SYSCALL,
+        msg: format!("cannot start the rendezvous: {e}"),
+    };
+    let session = os::random_bytes().map_err(fail)?;
+    let name = format!(
+        "symheap-emu-{:x}-{:x}-{:x}",
+        std::process::id(),
+        NEXT_ROOT.fetch_add(1, Ordering::Relaxed),
+        u64::from_le_bytes(session[..8].try_into().unwrap_or_default()),
+    );
+    hub::start(&name, session).map_err(fail)?;
+    let mut info = HcclRootInfo::default();
+    let len = [name.len() as u8];
+    let bytes = ROOT_MAGIC
+        .iter()
+        .chain(&session)
+        .chain(&len)
+        .chain(name.as_bytes());
+    for (dst, &b) in info.internal.iter_mut().zip(bytes) {
+        *dst = b as std::ffi::c_char;
+    }
+    Ok(info)
+}
+
+/// The rendezvous a root info names, if it is the emulator's.
+fn parse_root(info: &HcclRootInfo) -> Option<Root> {
+    let bytes: Vec<u8> = info.internal.iter().map(|&c| c as u8).collect();
+    let rest = bytes.strip_prefix(&ROOT_MAGIC[..])?;
+    let (session, rest) = rest.split_at(16);
+    let (&len, rest) = rest.split_first()?;
+    let name = std::str::from_utf8(rest.get(..len as usize)?).ok()?;
+    Some(Root {
+        name: name.to_owned(),
+        session: session.try_into().ok()?,
+    })
 }
 
 /// Reads a config the way HCCL does: the header must carry the magic word; fields are taken
@@ -209,18 +221,24 @@ pub(crate) fn init(
         return hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg);
     }
     let settings = settings(config, n)?;
-    let Some(id) = root_id(root) else {
+    let Some(root) = parse_root(root) else {
         return para("rootInfo was not made by HcclGetRootInfo");
     };
-    // Allocated before joining, so a failure here leaves the peers' group untouched.
+    // Made before joining, so a failure here leaves the peers' group untouched.
     let buffer_mb = settings.buffer_mb;
-    let staging = os::anonymous(buffer_mb as usize * (1 << 20)).or_else(|e| {
-        hccl_fail(
-            HcclResult::HCCL_E_MEMORY,
-            format!("cannot map the {buffer_mb} MiB staging buffer: {e}"),
-        )
-    })?;
-    let group = join(id, n, rank, join_timeout(settings.timeout))?;
+    let memory_error = |e: std::io::Error| Fail {
+        code: HcclResult::HCCL_E_MEMORY,
+        msg: format!("cannot make the {buffer_mb} MiB staging buffer: {e}"),
+    };
+    let staging = os::memfd(buffer_mb as usize * (1 << 20)).map_err(memory_error)?;
+    let timeout = join_timeout(settings.timeout);
+    let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout)?;
+    let staging = stagings
+        .iter()
+        .map(|fd| os::map_shared(fd.as_fd(), buffer_mb as usize * (1 << 20)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(memory_error)?;
+    let group = Arc::new(Group { rv, staging });
     let handle = new_handle(HandleKind::Comm);
     COMMS.insert(
         handle,
@@ -231,7 +249,6 @@ pub(crate) fn init(
             n,
             timeout: settings.timeout,
             stride: settings.stride,
-            staging: Arc::new(staging),
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
             heap: Mutex::new(None),
@@ -243,58 +260,25 @@ pub(crate) fn init(
     Ok(handle)
 }
 
-/// Joins root `id` and waits for the other ranks.
-fn join(id: u64, n: u32, rank: u32, timeout: Duration) -> HcclRes<Arc<Group>> {
-    let Some(pending) = lock(&ROOTS).get(&id).cloned() else {
-        return para(
-            "rootInfo is unknown or was already used by a communicator whose ranks all joined",
-        );
-    };
-    let deadline = deadline(timeout);
-    let mut st = lock(&pending.join);
-    if st.count == 0 {
-        st.n = n;
-        st.joined = vec![false; n as usize];
-    } else if st.n != n {
-        return para(format!(
-            "nRanks {n} differs from the {} of other ranks",
-            st.n
-        ));
-    }
-    if st.joined[rank as usize] {
-        return para(format!("rank {rank} has already joined this rootInfo"));
-    }
-    st.joined[rank as usize] = true;
-    st.count += 1;
-    if st.count == n {
-        st.group = Some(Arc::new(Group {
-            rv: Rendezvous::new(n),
-        }));
-        lock(&ROOTS).remove(&id);
-        pending.cv.notify_all();
-    }
-    loop {
-        if let Some(group) = &st.group {
-            return Ok(group.clone());
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let missing: Vec<usize> = (0..n as usize).filter(|&r| !st.joined[r]).collect();
-            st.joined[rank as usize] = false;
-            st.count -= 1;
-            return hccl_fail(
-                HcclResult::HCCL_E_TIMEOUT,
-                format!(
-                    "rank {rank} waited {:.1} s for ranks {missing:?} to join",
-                    timeout.as_secs_f64()
-                ),
-            );
-        }
-        st = pending
-            .cv
-            .wait_timeout(st, deadline - now)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+/// Joins `root` as `rank` of `n`, sharing this rank's `staging` memfd, and waits up to
+/// `timeout` for the other ranks: the rendezvous and every rank's staging memfd.
+fn join(
+    root: &Root,
+    n: u32,
+    rank: u32,
+    staging: BorrowedFd<'_>,
+    timeout: Duration,
+) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
+    match Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout) {
+        Ok(joined) => Ok(joined),
+        Err(JoinError::Refused(why)) => para(why),
+        Err(JoinError::Timeout { missing }) => hccl_fail(
+            HcclResult::HCCL_E_TIMEOUT,
+            format!(
+                "rank {rank} waited {:.1} s for ranks {missing:?} to join",
+                timeout.as_secs_f64()
+            ),
+        ),
     }
 }
 
@@ -318,9 +302,7 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
         return para(format!("{handle:#x} is not a live communicator"));
     };
     // Peers waiting for this rank, now or later, fail at once instead of timing out.
-    comm.group
-        .rv
-        .leave(comm.rank, comm.coll_seq.load(Ordering::Relaxed));
+    comm.group.rv.leave(comm.coll_seq.load(Ordering::Relaxed));
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);
@@ -391,6 +373,7 @@ mod tests {
     };
     use super::super::{counters, test_lock};
     use crate::sys::*;
+    use std::os::fd::AsFd;
 
     const PARA: HcclResult = HcclResult::HCCL_E_PARA;
     const PTR: HcclResult = HcclResult::HCCL_E_PTR;
@@ -452,7 +435,7 @@ mod tests {
             let mut other = null_mut();
             assert_eq!(init(1, &root, 0, &cfg, &mut other), PARA);
             // The default-config variant works the same way.
-            let root2 = super::get_root_info();
+            let root2 = super::get_root_info().unwrap();
             hok((h.HcclCommInitRootInfo)(1, &root2, 0, &mut other));
             hok((h.HcclCommDestroy)(other));
             hok((h.HcclCommDestroy)(comm));
@@ -494,10 +477,9 @@ mod tests {
                 }
             });
             // Wait until rank 0 has joined (and is waiting for rank 1).
-            let id = super::root_id(&root).unwrap();
-            let pending = super::lock(&super::ROOTS).get(&id).cloned().unwrap();
-            while super::lock(&pending.join).count == 0 {
-                std::thread::yield_now();
+            let session = super::parse_root(&root).unwrap().session;
+            while super::hub::tests_hook::hellos(&session) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
             }
             let mut comm = null_mut();
             // SAFETY: valid pointers.
@@ -524,14 +506,16 @@ mod tests {
         // with a shorter one.
         assert_eq!(super::join_timeout(Duration::from_secs(1)).as_secs(), 30);
         assert_eq!(super::join_timeout(Duration::from_secs(90)).as_secs(), 90);
-        let id = super::root_id(&root()).unwrap();
+        let root = super::parse_root(&root()).unwrap();
+        let staging = super::os::memfd(4096).unwrap();
         let start = Instant::now();
-        let err = super::join(id, 2, 0, Duration::from_millis(200))
+        let err = super::join(&root, 2, 0, staging.as_fd(), Duration::from_millis(200))
             .err()
             .unwrap();
         assert_eq!(err.code, HcclResult::HCCL_E_TIMEOUT);
         assert!(err.msg.contains("[1]"), "{}", err.msg);
         assert!(start.elapsed().as_secs_f64() < 5.0);
+        drop(staging);
         assert_clean();
     }
 

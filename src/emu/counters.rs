@@ -96,26 +96,32 @@ pub fn counters() -> Counters {
 }
 
 /// Checks that the emulator holds nothing (a test hook): every live count of [`counters`] is
-/// zero, no stream thread runs and no memfd of a physical allocation is open in this process.
+/// zero, no stream thread runs and no memfd the emulator made is open in
+/// this process. What is on its way out gets a second: a joined thread wakes its joiner a
+/// moment before the kernel drops it from `/proc`, and the rendezvous host closes what a
+/// departed rank shared when it notices the departure.
 ///
 /// # Errors
 /// A description of what is left.
 pub fn check_released() -> Result<(), String> {
-    let thread_name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
-    let stream_threads = || {
-        proc_entries("task", |t| std::fs::read(t.join("comm")).ok())
-            .map(|names| names.iter().filter(|n| n.starts_with(thread_name)).count())
-    };
-    // A joined thread wakes its joiner a moment before the kernel drops it from /proc, so a
-    // stream destroyed just now may still be listed: give exiting threads a second.
-    let mut threads = stream_threads()?;
+    let mut left = what_is_left()?;
     for _ in 0..100 {
-        if threads == 0 {
-            break;
+        if left.is_empty() {
+            return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
-        threads = stream_threads()?;
+        left = what_is_left()?;
     }
+    Err(format!("the emulator still holds {}", left.join(", ")))
+}
+
+/// What the emulator holds now, one description per kind.
+fn what_is_left() -> Result<Vec<String>, String> {
+    let name = &STREAM_THREAD_PREFIX.as_bytes()[..15];
+    let threads = proc_entries("task", |t| std::fs::read(t.join("comm")).ok())?
+        .iter()
+        .filter(|comm| comm.starts_with(name))
+        .count();
     let memfd = MEMFD_NAME.to_string_lossy();
     let memfds = proc_entries("fd", |fd| std::fs::read_link(fd).ok())?
         .iter()
@@ -132,10 +138,7 @@ pub fn check_released() -> Result<(), String> {
     if memfds > 0 {
         left.push(format!("{memfds} memfds open"));
     }
-    match left.is_empty() {
-        true => Ok(()),
-        false => Err(format!("the emulator still holds {}", left.join(", "))),
-    }
+    Ok(left)
 }
 
 /// `read` of every entry of `/proc/self/<dir>` that it can read.

@@ -80,7 +80,7 @@ fn request(
 pub(super) unsafe fn HcclGetRootInfo(a: args::HcclGetRootInfo) -> HcclRes {
     non_null(a.rootInfo, "rootInfo")?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.rootInfo, comm::get_root_info(), "rootInfo") }
+    unsafe { put(a.rootInfo, comm::get_root_info()?, "rootInfo") }
 }
 
 /// The shared body of both init calls.

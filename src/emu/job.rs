@@ -24,6 +24,21 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The kind `v` (`kind as u8`) stands for.
+    pub(crate) fn from_u8(v: u8) -> Option<Kind> {
+        use Kind::*;
+        [
+            AllReduce,
+            AllGather,
+            ReduceScatter,
+            AlltoAll,
+            Broadcast,
+            Barrier,
+        ]
+        .get(usize::from(v))
+        .copied()
+    }
+
     /// The C function's name.
     pub(crate) fn name(self) -> &'static str {
         match self {

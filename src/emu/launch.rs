@@ -11,7 +11,7 @@ use crate::{Error, Result};
 
 impl Runtime {
     /// The emulator built into this crate (`symheap::emu`): HCCL and ACL over host memory,
-    /// threads as ranks, device memory host-addressable. A thin convenience over
+    /// ranks as threads or processes, device memory host-addressable. A thin convenience over
     /// [`Runtime::from_tables`] with [`hccl_api`] and [`acl_api`]; only with the default
     /// `emulator` feature.
     ///

@@ -1,5 +1,6 @@
 //! An emulator of the CANN C ABI (`libhccl.so` + `libascendcl.so`) over host memory, with
-//! threads as ranks.
+//! ranks as processes (one per device, as every real deployment runs), as threads of one
+//! process, or a mix of both.
 //!
 //! It implements the same C functions and fills the same [`crate::sys::HcclApi`] /
 //! [`crate::sys::AclApi`] tables as the real libraries ([`hccl_api`], [`acl_api`]), so
@@ -31,12 +32,23 @@
 //!   arbitrary host memory.
 //! - **Streams** are threads with a FIFO queue: async calls enqueue and return, and
 //!   `aclrtSynchronizeStream` waits, so a host read before synchronizing can see stale data.
-//! - **Communicators**: `HcclGetRootInfo` names a rendezvous; each rank's init joins it and
-//!   blocks until all have. Ranks meet again, keyed by sequence numbers taken in host program
-//!   order, for window registration and for every collective.
+//! - **Communicators**: `HcclGetRootInfo` starts a rendezvous host (a thread of the calling
+//!   process, listening on an abstract Unix socket) and returns bytes naming it and a random
+//!   session key; any thread of any process on the machine that gets those bytes (from a
+//!   file, MPI, a key-value store) can join as a rank, and init blocks until all have. Each
+//!   rank then meets its peers through the host, keyed by sequence numbers taken in host
+//!   program order, for window registration and for every collective. Memory travels as
+//!   memfds over the socket (`SCM_RIGHTS`): each rank's staging buffer at init, each rank's
+//!   physical allocation at window registration.
+//! - **Lost ranks**: the host notices at once when a rank's connection closes without
+//!   `HcclCommDestroy` (its process exited, crashed or was killed): every step that waits for
+//!   it fails on every rank with an error naming it, and so does every later one. Nothing
+//!   outlives the processes: abstract sockets vanish with their last descriptor, memfds and
+//!   mappings with the processes that hold them.
 //! - **Symmetric windows** work like the A3 ones: each rank reserves `stride * rankSize`, and
 //!   registering maps every rank's memfd at `heapBase + stride * r + slot` in every rank's
-//!   heap (the same pages mapped again), so peers' memory is really visible there.
+//!   heap (the same pages mapped again, in every process), so peers' memory is really visible
+//!   there.
 //! - **Collectives** are checked when called, then run on the stream thread: the ranks
 //!   rendezvous, compare their calls, and either read and write each other's windows through
 //!   the heap (symmetric path, when both buffers are in windows at the same offsets on every
@@ -88,7 +100,17 @@
 //!   exec timeout but at least 30 s (rank threads may start late on a loaded machine);
 //!   `hcclBufferSize` unset or 0 means 200 MiB, mapped so untouched pages cost nothing;
 //!   `hcclSymWinMaxMemSizePerRank` is the heap stride in GiB (`stride * nRanks` must fit in
-//!   64 TiB). A root info is used up once all its ranks joined.
+//!   64 TiB). A root info is used up once all its ranks joined. Its bytes are
+//!   `"symheap-emu-root"`, the 16-byte session key, the socket name's length and the name; a
+//!   root info whose host cannot be reached (its process is gone) or whose key does not match
+//!   is `HCCL_E_PARA`.
+//! - The process that called `HcclGetRootInfo` hosts the rendezvous (the real library's
+//!   root rank listens the same way): it need not stay inside any call, but it must outlive the
+//!   communicator. If it goes, every later step of every rank fails with the codes of a
+//!   timeout and a message saying so. A root info that is never used keeps its host thread
+//!   and socket until the process ends.
+//! - Device ids name devices machine-wide, so a process may use any of them; the memory
+//!   limit of [`set_device_memory_limit`] is counted per process.
 //! - `HcclCommDestroy` is local: it deregisters this rank's windows without a rendezvous and
 //!   forgets the handle; the heap and staging buffer go when queued work no longer uses them.
 //!   It also marks the rank as gone in its group: a peer waiting for it in a register /
@@ -96,7 +118,8 @@
 //!   `HCCL_E_TIMEOUT` (the codes of a timeout, with a message saying the rank destroyed its
 //!   communicator), and so does every later such call of a peer. Collectives the rank queued
 //!   before destroying still meet their peers. A peer that is alive but absent still makes
-//!   the others wait for the exec timeout.
+//!   the others wait for the exec timeout. A rank lost without `HcclCommDestroy` (see *Lost
+//!   ranks*) fails its peers the same way, at once, with a message naming it.
 //! - `HcclGetErrorString` returns libhccl's descriptions (`"parameter error"` for
 //!   `HCCL_E_PARA`, see [`crate::sys::HcclResult::description`]); for a code libhccl does not
 //!   describe it returns `"unknown error"` (libhccl itself answers `"unknow error"` at or above
@@ -156,6 +179,7 @@ mod entry;
 mod errors;
 mod exports;
 mod hccl;
+mod hub;
 mod inject;
 mod job;
 mod launch;
@@ -173,6 +197,7 @@ mod symmetric;
 #[cfg(test)]
 pub(crate) mod testutil;
 mod window;
+mod wire;
 
 pub use counters::{Counters, check_released, counters};
 pub use device::set_device_memory_limit;

@@ -11,8 +11,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// An owned range of address space, unmapped on drop.
 ///
-/// Made either as a PROT_NONE reservation ([`reserve`]) or as ordinary read/write anonymous
-/// memory ([`anonymous`]). Fixed mappings placed inside a reservation are removed with it.
+/// Made either as a PROT_NONE reservation ([`reserve`]) or as a shared mapping of a memfd
+/// ([`map_shared`]). Fixed mappings placed inside a reservation are removed with it.
 #[derive(Debug)]
 pub(crate) struct Space {
     addr: usize,
@@ -33,7 +33,7 @@ impl Space {
 
 impl Drop for Space {
     fn drop(&mut self) {
-        // SAFETY: the range was mapped by `reserve` or `anonymous` and is owned by this value
+        // SAFETY: the range was mapped by `reserve` or `map_shared` and is owned by this value
         // alone; nothing refers to it once its owner is dropped.
         unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
     }
@@ -60,13 +60,6 @@ pub(crate) fn reserve(len: usize, align: usize) -> io::Result<Space> {
         unsafe { libc::munmap((aligned + len) as *mut libc::c_void, tail) };
     }
     Ok(Space { addr: aligned, len })
-}
-
-/// Maps `len` bytes of private read/write anonymous memory without swap reservation: pages
-/// are allocated when first touched.
-pub(crate) fn anonymous(len: usize) -> io::Result<Space> {
-    let addr = map_anonymous(len, libc::PROT_READ | libc::PROT_WRITE)?;
-    Ok(Space { addr, len })
 }
 
 fn map_anonymous(len: usize, prot: libc::c_int) -> io::Result<usize> {
@@ -104,6 +97,40 @@ pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(owned)
+}
+
+/// Maps the first `len` bytes of `fd` read/write and shared, where the kernel chooses.
+pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
+    // SAFETY: a fresh shared mapping at an address of the kernel's choosing touches no
+    // existing memory.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Space {
+        addr: ptr as usize,
+        len,
+    })
+}
+
+/// 16 random bytes from the kernel.
+pub(crate) fn random_bytes() -> io::Result<[u8; 16]> {
+    let mut bytes = [0u8; 16];
+    // SAFETY: the buffer is valid for 16 bytes of writes.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(bytes)
 }
 
 /// Maps `[offset, offset + len)` of `fd` read/write and shared at exactly `addr`, replacing

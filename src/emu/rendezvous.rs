@@ -1,17 +1,21 @@
-//! The rendezvous of the ranks of one communicator: every rank deposits a value under a key,
-//! and once all have, each gets every rank's value. A rank that waits longer than its timeout
-//! withdraws and fails, so a missing peer is an error, never a hang; a rank waiting for a peer
-//! that destroyed its communicator (and so will never come) fails at once.
+//! One rank's end of the rendezvous of its communicator's ranks, which may be threads of any
+//! processes on the machine: every rank deposits a value (with any memfds) under a key with the
+//! hub ([`super::hub`]), and once all have, each gets every rank's value. A rank that waits
+//! longer than its timeout withdraws and fails, so a missing peer is an error, never a hang; a
+//! rank waiting for a peer that destroyed its communicator, or whose process died, fails at once
+//! (the hub decides, so every waiting rank gets the same answer).
 //!
 //! Keys carry sequence numbers assigned in host program order, so the n-th collective (or
-//! host-side collective call) of one rank meets the n-th of every other rank.
+//! collective host call) of one rank meets the n-th of every other rank.
 
-use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::hub::{to_hub, to_rank};
 use super::registry::lock;
+use super::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
 
 /// What a rendezvous is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -22,6 +26,30 @@ pub(crate) enum Key {
     Collective { seq: u64, step: u32 },
 }
 
+impl Key {
+    /// The key as it travels: kind, sequence number, step.
+    pub(crate) fn encode(self) -> Vec<u8> {
+        let (kind, seq, step) = match self {
+            Key::Host { seq, step } => (0, seq, step),
+            Key::Collective { seq, step } => (1, seq, step),
+        };
+        let mut w = Writer::default();
+        w.u8(kind).u64(seq).u32(step);
+        w.bytes
+    }
+
+    /// The key `bytes` encode.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Key> {
+        let mut r = Reader::new(bytes);
+        let (kind, seq, step) = (r.u8()?, r.u64()?, r.u32()?);
+        match kind {
+            0 => Some(Key::Host { seq, step }),
+            1 => Some(Key::Collective { seq, step }),
+            _ => None,
+        }
+    }
+}
+
 /// Why a rendezvous failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RvError {
@@ -29,36 +57,53 @@ pub(crate) enum RvError {
     Timeout { missing: Vec<u32> },
     /// These ranks destroyed their communicator without arriving: they never will.
     Gone { ranks: Vec<u32> },
+    /// These ranks' processes exited or were killed (their connections closed).
+    Lost { ranks: Vec<u32> },
+    /// The process that called `HcclGetRootInfo`, which hosts the rendezvous, is gone.
+    HostLost,
     /// Ranks deposited values of different kinds under one key (different operations).
     Mismatch,
     /// This rank already has a value under the key.
     Duplicate,
 }
 
-type Value = Arc<dyn Any + Send + Sync>;
+/// What a rank is told when [`RvError::HostLost`] ends a step.
+pub(crate) const HOST_LOST: &str = "the rendezvous is gone: the process that called \
+     HcclGetRootInfo (which hosts it) exited or was killed";
 
-struct Slot {
-    values: Vec<Option<Value>>,
-    arrived: usize,
-    departed: usize,
-    complete: bool,
+/// What the hub answered for a key.
+enum Answer {
+    Complete(Message),
+    Failed(RvError),
+    Missing(Vec<u32>),
 }
 
+/// The hub's answers that arrived for keys other than the reader's own.
+#[derive(Default)]
 struct State {
-    slots: BTreeMap<Key, Slot>,
-    /// Per rank: `None` while its communicator lives; once destroyed, the first collective
-    /// sequence number it never took. Its stream may still run collectives it queued before
-    /// (numbers below that); it makes no further host calls.
-    gone: Vec<Option<u64>>,
+    answers: BTreeMap<Vec<u8>, Answer>,
+    /// Set when the connection to the hub closed.
+    host_lost: bool,
+    /// Whether a waiting thread is reading the connection (the others wait for it to file
+    /// their answers, or to hand the reading over).
+    reading: bool,
 }
 
-/// Whether a rank with `gone` state will never deposit under `key`.
-fn never_comes(gone: Option<u64>, key: Key) -> bool {
-    match (gone, key) {
-        (None, _) => false,
-        (Some(_), Key::Host { .. }) => true,
-        (Some(next), Key::Collective { seq, .. }) => seq >= next,
-    }
+/// This rank's connection to its communicator's hub. Threads that wait for an answer read
+/// the connection themselves, one at a time, so no thread stands between the hub and them.
+pub(crate) struct Rendezvous {
+    n: usize,
+    conn: Conn,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// Why a join failed.
+pub(crate) enum JoinError {
+    /// The hub refused, or cannot be reached: the reason.
+    Refused(String),
+    /// Not every rank joined within the timeout; these had not.
+    Timeout { missing: Vec<u32> },
 }
 
 /// `now + timeout`, or a day from now if that cannot be represented.
@@ -69,175 +114,319 @@ pub(crate) fn deadline(timeout: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// The rendezvous point of one communicator's ranks.
-pub(crate) struct Rendezvous {
-    n: usize,
-    state: Mutex<State>,
-    /// Signalled whenever a slot completes or a rank leaves.
-    cv: Condvar,
-}
-
 impl Rendezvous {
-    /// A rendezvous for `n` ranks.
-    pub(crate) fn new(n: u32) -> Self {
-        Self {
-            n: n as usize,
-            state: Mutex::new(State {
-                slots: BTreeMap::new(),
-                gone: vec![None; n as usize],
-            }),
-            cv: Condvar::new(),
+    /// Joins the hub on abstract socket `name` as `rank` of `n`, handing it this rank's
+    /// `staging` memfd, and waits up to `timeout` for every rank: then every rank's staging
+    /// memfd, in rank order.
+    pub(crate) fn join(
+        name: &str,
+        session: &[u8],
+        n: u32,
+        rank: u32,
+        staging: BorrowedFd<'_>,
+        timeout: Duration,
+    ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
+        let conn = Conn::connect(name).map_err(|e| {
+            JoinError::Refused(format!(
+                "rootInfo names a rendezvous that cannot be reached ({e}): the process that \
+                 called HcclGetRootInfo is gone, or the rootInfo is stale"
+            ))
+        })?;
+        let mut hello = Writer::default();
+        hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+        conn.send(&hello.bytes, &[staging])
+            .map_err(|e| JoinError::Refused(format!("cannot reach the rendezvous: {e}")))?;
+        let left = deadline(timeout).saturating_duration_since(Instant::now());
+        if poll_readable(&[conn.fd()], left)
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return Err(JoinError::Timeout {
+                missing: not_joined(&conn),
+            });
         }
+        let welcome = match conn.recv() {
+            Ok(Some(m)) => m,
+            _ => {
+                return Err(JoinError::Refused(
+                    "the rendezvous closed the connection".into(),
+                ));
+            }
+        };
+        let mut r = Reader::new(&welcome.bytes);
+        match r.u8() {
+            Some(to_rank::WELCOME) if welcome.fds.len() == n as usize => {}
+            Some(to_rank::REJECT) => {
+                let why = r.blob().unwrap_or_default();
+                return Err(JoinError::Refused(
+                    String::from_utf8_lossy(why).into_owned(),
+                ));
+            }
+            _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
+        }
+        let rv = Rendezvous {
+            n: n as usize,
+            conn,
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        };
+        Ok((rv, welcome.fds))
     }
 
-    /// Records that `rank` destroyed its communicator after taking collective sequence numbers
-    /// below `next_collective`: waiters for it on any later key fail at once, now and later.
-    pub(crate) fn leave(&self, rank: u32, next_collective: u64) {
-        lock(&self.state).gone[rank as usize] = Some(next_collective);
-        self.cv.notify_all();
+    /// Records that this rank destroyed its communicator after taking collective sequence
+    /// numbers below `next_collective`: peers waiting for it on any later key fail at once.
+    pub(crate) fn leave(&self, next_collective: u64) {
+        let mut w = Writer::default();
+        w.u8(to_hub::LEAVE).u64(next_collective);
+        let _ = self.conn.send(&w.bytes, &[]);
     }
 
-    /// Deposits `value` for `rank` under `key` and waits up to `timeout` for every rank; then
-    /// returns all ranks' values, in rank order. Fails at once when a missing rank has left
-    /// ([`Rendezvous::leave`]) and will never deposit under `key`.
-    pub(crate) fn exchange<T: Any + Clone + Send + Sync>(
+    /// Deposits `value` under `key` and waits up to `timeout` for every rank; then returns all
+    /// ranks' values, in rank order.
+    pub(crate) fn exchange<T: Wire>(
         &self,
         key: Key,
-        rank: u32,
-        value: T,
+        value: &T,
         timeout: Duration,
     ) -> Result<Vec<T>, RvError> {
-        let me = rank as usize;
-        let deadline = deadline(timeout);
-        let mut guard = lock(&self.state);
-        if guard.deposit(key, me, Arc::new(value), self.n)? {
-            self.cv.notify_all();
+        let key = key.encode();
+        let mut payload = Writer::default();
+        let mut fds = Vec::new();
+        payload.u8(T::TAG);
+        value.put(&mut payload, &mut fds);
+        let mut message = Writer::default();
+        message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
+        if self.conn.send(&message.bytes, &fds).is_err() {
+            return Err(RvError::HostLost);
         }
+        let deadline = deadline(timeout);
+        let answer = match self.wait(&key, deadline) {
+            Some(answer) => answer,
+            None => self.withdraw(&key),
+        };
+        match answer {
+            Answer::Complete(m) => self.values(m),
+            Answer::Failed(e) => Err(e),
+            Answer::Missing(missing) => Err(RvError::Timeout { missing }),
+        }
+    }
+
+    /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
+    /// gone). While no other thread does, this one reads the connection, filing the answers
+    /// for other keys.
+    fn wait(&self, key: &[u8], deadline: Instant) -> Option<Answer> {
+        let mut st = lock(&self.state);
         loop {
-            if let Some(values) = guard.depart(key, self.n) {
-                return values;
+            if let Some(answer) = st.answers.remove(key) {
+                return Some(answer);
+            }
+            if st.host_lost {
+                return Some(Answer::Failed(RvError::HostLost));
             }
             let now = Instant::now();
-            if let Some(failure) = guard.give_up(key, me, now >= deadline) {
-                return Err(failure);
+            if now >= deadline {
+                return None;
             }
-            guard = self
-                .cv
-                .wait_timeout(guard, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            if st.reading {
+                st = self
+                    .cv
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            st.reading = true;
+            drop(st);
+            let read = self.read_one(deadline - now);
+            st = lock(&self.state);
+            st.reading = false;
+            match read {
+                Some(Some((k, answer))) => {
+                    st.answers.insert(k, answer);
+                }
+                Some(None) => st.host_lost = true,
+                None => {}
+            }
+            // Another waiter may find its answer, or take over the reading.
+            self.cv.notify_all();
         }
+    }
+
+    /// One answer from the hub, waiting at most `timeout`: `None` when none came,
+    /// `Some(None)` when the connection closed.
+    fn read_one(&self, timeout: Duration) -> Option<Option<(Vec<u8>, Answer)>> {
+        if poll_readable(&[self.conn.fd()], timeout)
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return None;
+        }
+        let message = match self.conn.recv() {
+            Ok(Some(m)) => m,
+            _ => return Some(None),
+        };
+        let mut r = Reader::new(&message.bytes);
+        let tag = r.u8();
+        let key = r.blob().map(<[u8]>::to_vec).unwrap_or_default();
+        let answer = match tag {
+            Some(to_rank::COMPLETE) => Answer::Complete(message),
+            Some(to_rank::FAILED) => Answer::Failed(failure(&mut r)),
+            Some(to_rank::MISSING) => Answer::Missing(ranks(&mut r)),
+            _ => Answer::Failed(RvError::Mismatch),
+        };
+        Some(Some((key, answer)))
+    }
+
+    /// Gives up on `key`: the hub removes this rank's deposit and names who was missing,
+    /// unless the step completed or failed meanwhile.
+    fn withdraw(&self, key: &[u8]) -> Answer {
+        let mut w = Writer::default();
+        w.u8(to_hub::WITHDRAW).blob(key);
+        if self.conn.send(&w.bytes, &[]).is_err() {
+            return Answer::Failed(RvError::HostLost);
+        }
+        // The hub answers at once; this bound only matters if it hangs.
+        let patience = deadline(Duration::from_secs(10));
+        self.wait(key, patience)
+            .unwrap_or(Answer::Failed(RvError::HostLost))
+    }
+
+    /// Every rank's value from a completed step.
+    fn values<T: Wire>(&self, m: Message) -> Result<Vec<T>, RvError> {
+        let mut r = Reader::new(&m.bytes);
+        let mut fds = m.fds.into_iter();
+        let _tag_and_key = (r.u8(), r.blob());
+        let mut values = Vec::with_capacity(self.n);
+        for _ in 0..self.n {
+            let (Some(payload), Some(count)) = (r.blob(), r.u32()) else {
+                return Err(RvError::Mismatch);
+            };
+            let mine: Vec<OwnedFd> = fds.by_ref().take(count as usize).collect();
+            let mut p = Reader::new(payload);
+            if p.u8() != Some(T::TAG) {
+                return Err(RvError::Mismatch);
+            }
+            let value = T::get(&mut p, &mut mine.into_iter()).ok_or(RvError::Mismatch)?;
+            values.push(value);
+        }
+        Ok(values)
     }
 }
 
-impl State {
-    /// Deposits rank `me`'s `value` under `key` (in a slot for `n` ranks); whether the slot is
-    /// complete now.
-    fn deposit(&mut self, key: Key, me: usize, value: Value, n: usize) -> Result<bool, RvError> {
-        let slot = self.slots.entry(key).or_insert_with(|| Slot {
-            values: vec![None; n],
-            arrived: 0,
-            departed: 0,
-            complete: false,
-        });
-        if slot.values[me].is_some() {
-            return Err(RvError::Duplicate);
-        }
-        slot.values[me] = Some(value);
-        slot.arrived += 1;
-        slot.complete = slot.arrived == n;
-        Ok(slot.complete)
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        // The hub sees this rank leave at once (with or without a LEAVE before).
+        self.conn.shutdown();
     }
+}
 
-    /// Once the slot under `key` is complete: every rank's value as a `T` (or
-    /// [`RvError::Mismatch`] when some rank's is not one), and this rank is done with the slot
-    /// (the last of the `n` to leave removes it).
-    fn depart<T: Any + Clone>(&mut self, key: Key, n: usize) -> Option<Result<Vec<T>, RvError>> {
-        let slot = self
-            .slots
-            .get_mut(&key)
-            .expect("a slot lives until every rank left it");
-        if !slot.complete {
-            return None;
+/// After a join timed out: the ranks that had not joined, as the hub says (empty if it does
+/// not answer within a second).
+fn not_joined(conn: &Conn) -> Vec<u32> {
+    let mut w = Writer::default();
+    w.u8(to_hub::WITHDRAW).blob(&[]);
+    let answered = conn.send(&w.bytes, &[]).is_ok()
+        && !poll_readable(&[conn.fd()], Duration::from_secs(1))
+            .unwrap_or_default()
+            .is_empty();
+    match conn.recv() {
+        Ok(Some(m)) if answered => {
+            let mut r = Reader::new(&m.bytes);
+            match (r.u8(), r.blob()) {
+                (Some(to_rank::MISSING), Some(_)) => ranks(&mut r),
+                _ => Vec::new(),
+            }
         }
-        let values: Option<Vec<T>> = slot
-            .values
-            .iter()
-            .map(|v| v.as_ref().and_then(|v| v.downcast_ref::<T>()).cloned())
-            .collect();
-        slot.departed += 1;
-        if slot.departed == n {
-            self.slots.remove(&key);
-        }
-        Some(values.ok_or(RvError::Mismatch))
+        _ => Vec::new(),
     }
+}
 
-    /// When waiting on under `key` is pointless (a missing rank left and will never come, or
-    /// `timed_out`): withdraws rank `me`'s value and says why.
-    fn give_up(&mut self, key: Key, me: usize, timed_out: bool) -> Option<RvError> {
-        let State { slots, gone } = self;
-        let slot = slots
-            .get_mut(&key)
-            .expect("a slot lives until every rank left it");
-        let missing: Vec<u32> = (0..slot.values.len())
-            .filter(|&r| slot.values[r].is_none())
-            .map(|r| r as u32)
-            .collect();
-        let left: Vec<u32> = missing
-            .iter()
-            .copied()
-            .filter(|&r| never_comes(gone[r as usize], key))
-            .collect();
-        if left.is_empty() && !timed_out {
-            return None;
-        }
-        slot.values[me] = None;
-        slot.arrived -= 1;
-        if slot.arrived == 0 {
-            slots.remove(&key);
-        }
-        Some(if left.is_empty() {
-            RvError::Timeout { missing }
-        } else {
-            RvError::Gone { ranks: left }
-        })
+/// A `count, ranks` list.
+fn ranks(r: &mut Reader<'_>) -> Vec<u32> {
+    let n = r.u32().unwrap_or(0);
+    (0..n).filter_map(|_| r.u32()).collect()
+}
+
+/// The failure a FAILED answer describes.
+fn failure(r: &mut Reader<'_>) -> RvError {
+    match r.u8() {
+        Some(to_rank::LEFT) => RvError::Gone { ranks: ranks(r) },
+        Some(to_rank::DIED) => RvError::Lost { ranks: ranks(r) },
+        _ => RvError::Duplicate,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
+    use super::super::{hub, os};
     use super::*;
 
-    #[test]
-    fn every_rank_gets_every_value_in_rank_order() {
-        let rv = Rendezvous::new(3);
-        let key = Key::Collective { seq: 0, step: 0 };
-        let got: Vec<Vec<u32>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..3u32)
+    const LONG: Duration = Duration::from_secs(60);
+
+    /// `n` ranks joined to a fresh hub, each from its own thread.
+    fn group(n: u32) -> Vec<Rendezvous> {
+        let session = os::random_bytes().unwrap();
+        let name = format!(
+            "symheap-rv-test-{:x}",
+            u64::from_le_bytes(session[..8].try_into().unwrap())
+        );
+        hub::start(&name, session).unwrap();
+        let mut ranks: Vec<(u32, Rendezvous)> = std::thread::scope(|s| {
+            let joins: Vec<_> = (0..n)
+                .map(|rank| {
+                    let name = &name;
+                    s.spawn(move || {
+                        let staging = os::memfd(4096).unwrap();
+                        let joined =
+                            Rendezvous::join(name, &session, n, rank, staging.as_fd(), LONG);
+                        (rank, joined.ok().unwrap().0)
+                    })
+                })
+                .collect();
+            joins.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        ranks.sort_by_key(|(rank, _)| *rank);
+        ranks.into_iter().map(|(_, rv)| rv).collect()
+    }
+
+    /// Every rank exchanges under `key` at once: each rank's result.
+    fn all<T: Wire + Send + Sync>(
+        rvs: &[Rendezvous],
+        key: Key,
+        value: impl Fn(usize) -> T + Sync,
+    ) -> Vec<Result<Vec<T>, RvError>> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..rvs.len())
                 .map(|r| {
-                    let rv = &rv;
-                    s.spawn(move || rv.exchange(key, r, r * 10, Duration::from_secs(5)).unwrap())
+                    let (rvs, value) = (rvs, &value);
+                    s.spawn(move || rvs[r].exchange(key, &value(r), LONG))
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert!(got.iter().all(|v| v == &[0, 10, 20]));
-        assert!(lock(&rv.state).slots.is_empty());
+        })
+    }
+
+    #[test]
+    fn every_rank_gets_every_value_in_rank_order() {
+        let rvs = group(3);
+        let key = Key::Collective { seq: 0, step: 0 };
+        for got in all(&rvs, key, |r| r as u64 * 10) {
+            assert_eq!(got, Ok(vec![0, 10, 20]));
+        }
     }
 
     #[test]
     fn missing_ranks_time_out_and_mismatched_kinds_are_reported() {
-        let rv = Rendezvous::new(2);
+        let rvs = group(2);
         let key = Key::Host { seq: 1, step: 0 };
-        let err = rv.exchange(key, 0, 1u8, Duration::from_millis(20));
+        let err = rvs[0].exchange(key, &1u64, Duration::from_millis(20));
         assert_eq!(err, Err(RvError::Timeout { missing: vec![1] }));
-        assert!(
-            lock(&rv.state).slots.is_empty(),
-            "a timed-out rank withdraws"
-        );
+        // The withdrawn value is gone: the next meeting under the key starts afresh.
         let results = std::thread::scope(|s| {
-            let a = s.spawn(|| rv.exchange(key, 0, 1u8, Duration::from_secs(5)).map(drop));
-            let b = s.spawn(|| rv.exchange(key, 1, 1u16, Duration::from_secs(5)).map(drop));
+            let a = s.spawn(|| rvs[0].exchange(key, &1u64, LONG).map(drop));
+            let b = s.spawn(|| rvs[1].exchange(key, &(), LONG).map(drop));
             (a.join().unwrap(), b.join().unwrap())
         });
         assert_eq!(results, (Err(RvError::Mismatch), Err(RvError::Mismatch)));
@@ -245,15 +434,14 @@ mod tests {
 
     #[test]
     fn a_rank_that_left_fails_its_waiters_at_once() {
-        let rv = Rendezvous::new(2);
-        let long = Duration::from_secs(60);
+        let rvs = group(2);
         let start = Instant::now();
         let host = Key::Host { seq: 0, step: 0 };
         let waited = std::thread::scope(|s| {
-            let w = s.spawn(|| rv.exchange(host, 0, (), long));
+            let w = s.spawn(|| rvs[0].exchange(host, &(), LONG));
             // Rank 1 leaves while rank 0 waits (or before it arrives: same outcome).
             std::thread::sleep(Duration::from_millis(20));
-            rv.leave(1, 1);
+            rvs[1].leave(1);
             w.join().unwrap()
         });
         assert_eq!(waited, Err(RvError::Gone { ranks: vec![1] }));
@@ -261,24 +449,46 @@ mod tests {
         // sequence number on.
         let later = Key::Host { seq: 5, step: 0 };
         assert_eq!(
-            rv.exchange(later, 0, (), long),
+            rvs[0].exchange(later, &(), LONG),
             Err(RvError::Gone { ranks: vec![1] })
         );
         let next = Key::Collective { seq: 1, step: 0 };
         assert_eq!(
-            rv.exchange(next, 0, (), long),
+            rvs[0].exchange(next, &(), LONG),
             Err(RvError::Gone { ranks: vec![1] })
         );
         assert!(start.elapsed() < Duration::from_secs(10));
-        assert!(lock(&rv.state).slots.is_empty());
         // A collective the rank queued before leaving still meets its peers.
         let queued = Key::Collective { seq: 0, step: 3 };
-        let got = std::thread::scope(|s| {
-            let a = s.spawn(|| rv.exchange(queued, 0, 7u8, long));
-            let b = s.spawn(|| rv.exchange(queued, 1, 8u8, long));
-            (a.join().unwrap(), b.join().unwrap())
+        for got in all(&rvs, queued, |r| 7 + r as u64) {
+            assert_eq!(got, Ok(vec![7, 8]));
+        }
+    }
+
+    #[test]
+    fn a_rank_whose_connection_closes_is_lost_to_its_waiters_at_once() {
+        let mut rvs = group(3);
+        let doomed = rvs.pop().unwrap();
+        let key = Key::Collective { seq: 0, step: 0 };
+        let start = Instant::now();
+        let waited = std::thread::scope(|s| {
+            let w = s.spawn(|| rvs[0].exchange(key, &(), LONG));
+            std::thread::sleep(Duration::from_millis(20));
+            // Rank 2 goes as a killed process would: its connection closes, no LEAVE.
+            drop(doomed);
+            w.join().unwrap()
         });
-        assert_eq!(got, (Ok(vec![7, 8]), Ok(vec![7, 8])));
+        assert_eq!(waited, Err(RvError::Lost { ranks: vec![2] }));
+        let later = Key::Host { seq: 0, step: 0 };
+        assert_eq!(
+            rvs[1].exchange(later, &(), LONG),
+            Err(RvError::Lost { ranks: vec![2] })
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

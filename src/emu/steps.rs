@@ -1,14 +1,14 @@
 //! A collective's steps on the stream thread: rendezvous numbered in order under the
 //! collective's sequence number, each failing with HCCL's codes.
 
-use std::any::Any;
 use std::time::Duration;
 
 use crate::sys::HcclResult;
 
 use super::comm::Comm;
 use super::errors::{Fail, HcclRes};
-use super::rendezvous::{Key, Rendezvous, RvError};
+use super::rendezvous::{HOST_LOST, Key, Rendezvous, RvError};
+use super::wire::Wire;
 
 /// A collective's view of the rendezvous: numbered steps under one sequence number.
 pub(crate) struct Steps<'a> {
@@ -33,15 +33,16 @@ impl Steps<'_> {
         }
     }
 
-    /// The next step: every rank's `value`, or `HCCL_E_TIMEOUT` after the exec timeout.
-    pub(crate) fn exchange<T: Any + Clone + Send + Sync>(&mut self, value: T) -> HcclRes<Vec<T>> {
+    /// The next step: every rank's `value`, or `HCCL_E_TIMEOUT` after the exec timeout or
+    /// once a missing rank will never come.
+    pub(crate) fn exchange<T: Wire>(&mut self, value: T) -> HcclRes<Vec<T>> {
         let key = Key::Collective {
             seq: self.seq,
             step: self.step,
         };
         self.step += 1;
         self.rv
-            .exchange(key, self.rank, value, self.timeout)
+            .exchange(key, &value, self.timeout)
             .map_err(|e| match e {
                 RvError::Timeout { missing } => Fail {
                     code: HcclResult::HCCL_E_TIMEOUT,
@@ -60,6 +61,19 @@ impl Steps<'_> {
                         self.rank,
                         self.step - 1
                     ),
+                },
+                RvError::Lost { ranks } => Fail {
+                    code: HcclResult::HCCL_E_TIMEOUT,
+                    msg: format!(
+                        "rank {} at step {}: ranks {ranks:?} exited or were killed (their \
+                         connection to the rendezvous closed)",
+                        self.rank,
+                        self.step - 1
+                    ),
+                },
+                RvError::HostLost => Fail {
+                    code: HcclResult::HCCL_E_TIMEOUT,
+                    msg: format!("rank {}: {HOST_LOST}", self.rank),
                 },
                 RvError::Mismatch | RvError::Duplicate => Fail {
                     code: HcclResult::HCCL_E_PARA,

@@ -5,7 +5,7 @@
 //! what they were given, and fail identically when it differs. How such a call takes its
 //! sequence number is [`super::entry`]'s business.
 
-use std::any::Any;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -16,25 +16,20 @@ use super::counters::{self, Counter};
 use super::errors::{Fail, HcclRes, hccl_fail, para};
 use super::memory::{self, Mapping, Physical};
 use super::registry::lock;
-use super::rendezvous::{Key, RvError};
+use super::rendezvous::{HOST_LOST, Key, RvError};
 use super::window::{SymHeap, Window, forget_window, remember_window, window_comm};
+use super::wire::{Reader, Wire, Writer};
 
 const REGISTER: &str = "HcclCommSymWinRegister";
 const DEREGISTER: &str = "HcclCommSymWinDeregister";
 
 /// Step `step` of `comm`'s `seq`-th collective host call, the C function `call`: every rank's
 /// `value`, in rank order, or the failure in HCCL's codes.
-fn exchange<T: Any + Clone + Send + Sync>(
-    comm: &Comm,
-    seq: u64,
-    step: u32,
-    value: T,
-    call: &str,
-) -> HcclRes<Vec<T>> {
+fn exchange<T: Wire>(comm: &Comm, seq: u64, step: u32, value: T, call: &str) -> HcclRes<Vec<T>> {
     let key = Key::Host { seq, step };
     comm.group
         .rv
-        .exchange(key, comm.rank, value, comm.timeout)
+        .exchange(key, &value, comm.timeout)
         .map_err(|e| match e {
             RvError::Timeout { missing } => Fail {
                 code: HcclResult::HCCL_E_TCP_TRANSFER,
@@ -51,6 +46,18 @@ fn exchange<T: Any + Clone + Send + Sync>(
                      {call}",
                     comm.rank
                 ),
+            },
+            RvError::Lost { ranks } => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!(
+                    "rank {}: ranks {ranks:?} exited or were killed (their connection to the \
+                     rendezvous closed) and will never call {call}",
+                    comm.rank
+                ),
+            },
+            RvError::HostLost => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!("rank {}: {HOST_LOST}", comm.rank),
             },
             RvError::Mismatch | RvError::Duplicate => Fail {
                 code: HcclResult::HCCL_E_INTERNAL,
@@ -74,18 +81,26 @@ enum Prep {
 
 impl Prep {
     /// What this rank tells the others when registering `user_size` bytes.
-    fn vote(&self, user_size: u64) -> RegVote {
+    fn vote(&self, user_size: u64) -> HcclRes<RegVote> {
         let (slot, size, phys) = match self {
             Prep::Existing(w) => (w.slot, w.size, None),
-            Prep::New { slot, phys, .. } => (*slot, phys.size, Some(phys.clone())),
+            Prep::New { slot, phys, .. } => {
+                let fd = phys.fd().try_clone_to_owned().or_else(|e| {
+                    hccl_fail(
+                        HcclResult::HCCL_E_SYSCALL,
+                        format!("cannot share the allocation: {e}"),
+                    )
+                })?;
+                (*slot, phys.size, Some(fd))
+            }
         };
-        RegVote {
+        Ok(RegVote {
             slot,
             user_size,
             size,
             new: phys.is_some(),
             phys,
-        }
+        })
     }
 
     /// Gives back the slot of a new window that will not be made.
@@ -97,14 +112,34 @@ impl Prep {
 }
 
 /// What each rank tells the others at registration.
-#[derive(Clone)]
 struct RegVote {
     slot: usize,
     user_size: u64,
     size: usize,
     new: bool,
-    /// The shareable handle (new windows only).
-    phys: Option<Arc<Physical>>,
+    /// The memfd of the physical allocation (new windows only), shared with every peer.
+    phys: Option<OwnedFd>,
+}
+
+impl Wire for RegVote {
+    const TAG: u8 = 20;
+    fn put<'a>(&'a self, w: &mut Writer, fds: &mut Vec<BorrowedFd<'a>>) {
+        w.u64(self.slot as u64)
+            .u64(self.user_size)
+            .u64(self.size as u64);
+        w.u8(u8::from(self.new));
+        fds.extend(self.phys.as_ref().map(AsFd::as_fd));
+    }
+    fn get(r: &mut Reader<'_>, fds: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let (slot, user_size, size, new) = (r.u64()?, r.u64()?, r.u64()?, r.u8()? != 0);
+        Some(RegVote {
+            slot: slot as usize,
+            user_size,
+            size: size as usize,
+            new,
+            phys: if new { Some(fds.next()?) } else { None },
+        })
+    }
 }
 
 impl RegVote {
@@ -204,7 +239,10 @@ pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32)
         return para(format!("flag is {flag}, must be 1"));
     }
     let prep = prepare(comm, addr, size)?;
-    let votes = vote(comm, seq, prep.vote(size)).inspect_err(|_| prep.undo())?;
+    let votes = prep
+        .vote(size)
+        .and_then(|mine| vote(comm, seq, mine))
+        .inspect_err(|_| prep.undo())?;
     let window = match prep {
         Prep::Existing(w) => {
             w.refs.fetch_add(1, Ordering::Relaxed);
@@ -216,7 +254,7 @@ pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32)
             phys,
             user_base,
         } => {
-            let peers = votes.iter().map(|v| v.phys.as_deref());
+            let peers = votes.iter().map(|v| v.phys.as_ref().map(AsFd::as_fd));
             let w = Window::create(heap, slot, &phys, user_base, peers);
             publish(comm, seq, w)?
         }
@@ -271,11 +309,27 @@ fn publish(comm: &Comm, seq: u64, made: HcclRes<Arc<Window>>) -> HcclRes<Arc<Win
 }
 
 /// What each rank tells the others at deregistration.
-#[derive(Clone)]
 struct DeregVote {
     slot: usize,
     last: bool,
     in_use: bool,
+}
+
+impl Wire for DeregVote {
+    const TAG: u8 = 21;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        w.u64(self.slot as u64)
+            .u8(u8::from(self.last))
+            .u8(u8::from(self.in_use));
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let (slot, last, in_use) = (r.u64()?, r.u8()? != 0, r.u8()? != 0);
+        Some(DeregVote {
+            slot: slot as usize,
+            last,
+            in_use,
+        })
+    }
 }
 
 /// The live communicator window `handle` belongs to (`HCCL_E_PARA` for a handle that is not a

@@ -9,6 +9,7 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -139,7 +140,7 @@ impl Window {
         slot: usize,
         phys: &Physical,
         user_base: usize,
-        peers: impl IntoIterator<Item = Option<&'a Physical>>,
+        peers: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
     ) -> HcclRes<Arc<Window>> {
         let size = phys.size;
         let desc = Box::new(WindowDesc {
@@ -171,7 +172,7 @@ impl Window {
             let at = w.peer_addr(r as u32, 0);
             // SAFETY: [at, at + size) is this window's slot of rank r, inside this rank's heap
             // reservation; the slot was free, so nothing else maps or uses it.
-            unsafe { os::map_fixed(at, size, peer.fd(), 0) }.or_else(|e| {
+            unsafe { os::map_fixed(at, size, peer, 0) }.or_else(|e| {
                 hccl_fail(
                     HcclResult::HCCL_E_MEMORY,
                     format!("mapping rank {r}'s memory at {at:#x}: {e}"),

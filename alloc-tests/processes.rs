@@ -1,0 +1,329 @@
+//! Ranks as processes, as every real deployment runs them: this test binary re-runs itself
+//! through the launcher as N processes, each of which runs one of the `rank_*` tests below
+//! (ignored in a normal run) as its rank and joins with `Comm::from_env`.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use symheap::launcher::{Job, Outcome};
+use symheap::runtime::{RootInfo, Window};
+use symheap::sys::HcclResult;
+use symheap::{Comm, CommConfig, Error, PoolConfig, Runtime, Stream, SymPool, SymVec};
+
+use crate::collectives::every_wrapper;
+use crate::harness::DeviceBuf;
+use crate::pool::random_program;
+
+/// Runs the test `rank_test` of this binary as `ranks` processes.
+fn as_processes(ranks: u32, rank_test: &str) -> Outcome {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let name = format!("processes::{rank_test}");
+    Job::new(ranks, exe)
+        .args([name.as_str(), "--exact", "--ignored", "--nocapture"])
+        .arg("--test-threads=1")
+        .grace(Duration::from_secs(20))
+        .run()
+        .expect("the ranks start")
+}
+
+#[track_caller]
+fn assert_success(outcome: &Outcome) {
+    assert!(outcome.success(), "{}", outcome.summary());
+}
+
+/// This process's rank: only a parent above starts these tests.
+fn placement() -> u32 {
+    let rank = std::env::var("SYMHEAP_RANK")
+        .expect("a rank test runs as one rank of its parent test, which sets SYMHEAP_RANK");
+    rank.parse().expect("SYMHEAP_RANK is a number")
+}
+
+/// The emulator, and this process's communicator from the environment.
+fn join() -> (Runtime, Comm) {
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(60);
+    let comm = Comm::from_env(&rt, config).unwrap();
+    (rt, comm)
+}
+
+/// Every wrapper on every element type, on registered (symmetric path) and plain (staged
+/// path) buffers, checked against host results.
+fn every_collective(comm: &Comm) -> symheap::Result<()> {
+    let stream = Stream::new(comm.runtime())?;
+    for registered in [true, false] {
+        let input = DeviceBuf::new(comm, 1, registered)?;
+        let output = DeviceBuf::new(comm, 1, registered)?;
+        crate::for_each_elem!(T => every_wrapper::<T>(comm, &stream, &input, &output)?);
+    }
+    Ok(())
+}
+
+/// Runs `ranks_here` ranks' worth of [`every_collective`] in `run` and checks the path they
+/// took: per element type, four AllReduces, ReduceScatter, AllGather and AlltoAll on the
+/// registered buffers are symmetric; everything else stages.
+fn checking_paths(ranks_here: u64, run: impl FnOnce()) {
+    let before = symheap::emu::counters();
+    run();
+    let after = symheap::emu::counters();
+    let symmetric = after.symmetric_collectives - before.symmetric_collectives;
+    assert_eq!(symmetric, ranks_here * 12 * 7);
+    assert!(after.staged_collectives > before.staged_collectives);
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_matrix() {
+    let _ = placement();
+    let (_rt, comm) = join();
+    checking_paths(1, || every_collective(&comm).unwrap());
+}
+
+#[test]
+fn the_collective_matrix_in_2_processes() {
+    assert_success(&as_processes(2, "rank_of_matrix"));
+}
+
+#[test]
+fn the_collective_matrix_in_4_processes() {
+    assert_success(&as_processes(4, "rank_of_matrix"));
+}
+
+#[test]
+fn the_collective_matrix_in_8_processes() {
+    assert_success(&as_processes(8, "rank_of_matrix"));
+}
+
+/// Two processes of two rank threads each: process `p`'s thread `t` is rank `2p + t` of 4.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_pair_of_mixed() {
+    let process = placement();
+    let rt = Runtime::emulated().unwrap();
+    let file = PathBuf::from(std::env::var_os("SYMHEAP_ROOT_INFO").unwrap());
+    let root = if process == 0 {
+        let root = RootInfo::new(&rt).unwrap();
+        root.publish(&file).unwrap();
+        root
+    } else {
+        RootInfo::wait_for(&file, Duration::from_secs(60)).unwrap()
+    };
+    checking_paths(2, || {
+        std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2)
+                .map(|t| {
+                    let (rt, root) = (&rt, &root);
+                    s.spawn(move || {
+                        let rank = 2 * process + t;
+                        rt.set_device(rank).unwrap();
+                        let comm = Comm::init(rt, 4, root, rank, &CommConfig::new()).unwrap();
+                        every_collective(&comm).unwrap();
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+        })
+    });
+}
+
+#[test]
+fn the_collective_matrix_in_2_processes_of_2_threads() {
+    assert_success(&as_processes(2, "rank_pair_of_mixed"));
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_pool_program() {
+    let rank = placement();
+    let (_rt, comm) = join();
+    let pool = SymPool::new(&comm, PoolConfig::new(2 << 20).max_capacity(8 << 20)).unwrap();
+    let placements = random_program(&pool, 42, 400).unwrap();
+    pool.verify_symmetric().unwrap();
+    // Every rank placed every allocation at the same offset: gather a digest of them.
+    let digest = placements.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, p| {
+        let (w, o, l) = p.unwrap_or((usize::MAX, u64::MAX, u64::MAX));
+        [w as u64, o, l]
+            .iter()
+            .fold(h, |h, &x| (h ^ x).wrapping_mul(0x0100_0000_01b3))
+    });
+    let mine = SymVec::from_host(&pool, &[digest]).unwrap();
+    let mut all = SymVec::<u64>::zeroed(&pool, comm.size() as usize).unwrap();
+    pool.all_gather(&mine, &mut all).unwrap();
+    let all = all.to_host().unwrap();
+    assert!(
+        all.iter().all(|&d| d == digest),
+        "placements differ: {all:x?}"
+    );
+    // One extra allocation on rank 1 is caught on every rank, naming rank 1.
+    let _extra = (rank == 1).then(|| pool.alloc(4096, 0).unwrap());
+    let err = pool.verify_symmetric().unwrap_err();
+    assert!(
+        matches!(&err, Error::Asymmetric(msg) if msg.contains("[1]")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_pool_program_gives_identical_offsets_in_4_processes() {
+    assert_success(&as_processes(4, "rank_of_pool_program"));
+}
+
+/// The rendezvous sockets (`@symheap-emu-PID-...`) that processes `pids` made and that
+/// still exist.
+fn rendezvous_sockets_of(pids: &[u32]) -> Vec<String> {
+    let prefixes: Vec<String> = pids
+        .iter()
+        .map(|pid| format!("@symheap-emu-{pid:x}-"))
+        .collect();
+    std::fs::read_to_string("/proc/net/unix")
+        .expect("procfs")
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter(|name| prefixes.iter().any(|p| name.starts_with(p)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Rank 2 of 3 is killed (SIGKILL) while its peers wait for it in `what`; the test checks
+/// that the peers failed fast naming rank 2, and that nothing outlived the processes.
+fn killed_rank(rank_test: &str) {
+    let started = Instant::now();
+    let outcome = as_processes(3, rank_test);
+    assert!(outcome.statuses[0].success(), "{}", outcome.summary());
+    assert!(outcome.statuses[1].success(), "{}", outcome.summary());
+    assert_eq!(
+        outcome.statuses[2].signal(),
+        Some(9),
+        "{}",
+        outcome.summary()
+    );
+    assert_eq!(outcome.first_failure, Some(2));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(rendezvous_sockets_of(&outcome.pids), Vec::<String>::new());
+    let shm: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !shm.iter().any(|n| n.to_string_lossy().contains("symheap")),
+        "{shm:?}"
+    );
+}
+
+/// Rank 2 kills itself after a moment; ranks 0 and 1 check how fast, and how, they failed.
+fn die_or_fail_fast(comm: &Comm, wait_for_rank_2: impl FnOnce() -> symheap::Result<()>) {
+    if comm.rank() == 2 {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: raising a signal has no memory-safety preconditions; SIGKILL ends us here.
+        unsafe { libc::raise(libc::SIGKILL) };
+        unreachable!("SIGKILL returned");
+    }
+    let started = Instant::now();
+    let err = wait_for_rank_2().unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_millis(300) + Duration::from_secs(2),
+        "{waited:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("[2]") && text.contains("killed"), "{text}");
+    eprintln!(
+        "rank {} failed {waited:?} after it began waiting: {text}",
+        comm.rank()
+    );
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_killed_in_a_collective() {
+    let _ = placement();
+    let (rt, comm) = join();
+    let stream = Stream::new(&rt).unwrap();
+    let buf = DeviceBuf::new(&comm, 1, true).unwrap();
+    let all_reduce = || {
+        // SAFETY: 16 floats fit the buffer; synchronised before anything reads it.
+        unsafe {
+            comm.all_reduce(
+                buf.ptr(),
+                buf.ptr(),
+                16,
+                symheap::sys::HcclDataType::HCCL_DATA_TYPE_FP32,
+                symheap::ReduceOp::Sum,
+                &stream,
+            )?
+        };
+        comm.synchronize(&stream)
+    };
+    die_or_fail_fast(&comm, all_reduce);
+    // Later calls fail at once.
+    let started = Instant::now();
+    let err = all_reduce().unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1), "{err}");
+    // The window cannot be deregistered with a dead peer; dropping it records the error.
+    drop(buf);
+    assert!(!rt.take_drop_errors().is_empty());
+}
+
+#[test]
+fn a_rank_killed_in_a_collective_fails_its_peers_within_2_seconds() {
+    killed_rank("rank_killed_in_a_collective");
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_killed_in_a_registration() {
+    let _ = placement();
+    let (_rt, comm) = join();
+    die_or_fail_fast(&comm, || Window::allocate(&comm, 1).map(drop));
+    let err = Window::allocate(&comm, 1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Hccl {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
+    killed_rank("rank_killed_in_a_registration");
+}
+
+/// A plain C program written for CANN (`alloc-tests/c/seed_sequence.c`: the seed documents'
+/// call sequence), compiled here with the system C compiler against CANN-style declarations and
+/// linked with `-lhccl -lascendcl`, which resolve to the emulator's shared library, runs as 4
+/// processes through the launcher.
+#[test]
+fn a_c_program_for_cann_runs_unchanged_as_4_processes() {
+    let library = crate::dlopen::build_emulator_cdylib();
+    let dir = library.parent().unwrap().join("c-program");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["libhccl.so", "libascendcl.so"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&library, &link).unwrap();
+    }
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/c/seed_sequence.c");
+    let program = dir.join("seed_sequence");
+    let status = std::process::Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .arg("-L")
+        .arg(&dir)
+        .args(["-lhccl", "-lascendcl"])
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(status.success(), "compiling {}", source.display());
+    let outcome = Job::new(4, &program)
+        .grace(Duration::from_secs(20))
+        .run()
+        .unwrap();
+    assert_success(&outcome);
+}
