@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
+use symheap::launcher::{self, Job};
 use symheap::runtime::{Comm, DevicePtr, Element, Mapping, ReduceOp, Stream, Window};
 use symheap::{Error, Result};
 
@@ -37,6 +38,8 @@ struct Args {
     iters: u32,
     warmup: u32,
     registered: bool,
+    /// Ranks as processes (`--procs N`) rather than threads (`--ranks N`).
+    procs: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64> {
@@ -68,6 +71,7 @@ fn parse_args() -> Result<Args> {
         iters: 20,
         warmup: 3,
         registered: true,
+        procs: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -85,10 +89,11 @@ fn parse_args() -> Result<Args> {
                     other => return Err(Error::InvalidArgument(format!("unknown op {other}"))),
                 }
             }
-            "--ranks" => {
+            "--ranks" | "--procs" => {
                 args.ranks = value()?
                     .parse()
-                    .map_err(|_| Error::InvalidArgument("bad --ranks".into()))?
+                    .map_err(|_| Error::InvalidArgument(format!("bad {flag}")))?;
+                args.procs = flag == "--procs";
             }
             "--dtype" => args.dtype = value()?,
             "--redop" => {
@@ -125,7 +130,7 @@ fn parse_args() -> Result<Args> {
             }
             "--help" | "-h" => {
                 println!(
-                    "coll_perf [--op allreduce|allgather|reducescatter|alltoall] [--ranks N] \
+                    "coll_perf [--op allreduce|allgather|reducescatter|alltoall] [--ranks N | --procs N] \
                      [--dtype int8|int16|int32|int64|uint8|uint16|uint32|uint64|fp16|bf16|fp32|fp64] \
                      [--redop sum|prod|max|min] [--min SIZE] [--max SIZE] [--iters N] [--warmup N] \
                      [--memory window|plain]"
@@ -284,26 +289,45 @@ fn bus_factor(op: Op, n: u32) -> f64 {
     }
 }
 
+/// Runs the measurement on `args.ranks` ranks: threads of this process, or (in a rank
+/// process started by `main` with `--procs`) this process as one of them.
 fn run<T: Num>(args: &Args) -> Result<()> {
+    if !launcher::in_a_rank() {
+        println!(
+            "# symheap coll_perf: {:?} on {} emulated ranks as {}, {}, {:?}, {} memory",
+            args.op,
+            args.ranks,
+            if args.procs { "processes" } else { "threads" },
+            T::NAME,
+            args.redop,
+            if args.registered {
+                "window (symmetric path)"
+            } else {
+                "plain (staging path)"
+            }
+        );
+    }
+    if launcher::in_a_rank() {
+        let rt = symheap::Runtime::emulated()?;
+        let comm = Comm::from_env(&rt, symheap::CommConfig::new())?;
+        return measure::<T>(args, &comm);
+    }
+    symheap::emu::launch(args.ranks, |comm| measure::<T>(args, comm))?;
+    Ok(())
+}
+
+/// One rank's part: every size, timed; rank 0 prints the rows.
+fn measure<T: Num>(args: &Args, comm: &Comm) -> Result<()> {
     let n = args.ranks;
     let size_of = std::mem::size_of::<T>() as u64;
-    println!(
-        "# symheap coll_perf: {:?} on {n} emulated ranks, {}, {:?}, {} memory",
-        args.op,
-        T::NAME,
-        args.redop,
-        if args.registered {
-            "window (symmetric path)"
-        } else {
-            "plain (staging path)"
-        }
-    );
-    println!(
-        "# {:>12} {:>12} {:>7} {:>6} {:>11} {:>12} {:>12} {:>7}",
-        "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
-    );
+    if comm.rank() == 0 {
+        println!(
+            "# {:>12} {:>12} {:>7} {:>6} {:>11} {:>12} {:>12} {:>7}",
+            "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong"
+        );
+    }
     let max_elems = (args.max / size_of).max(1) as usize;
-    symheap::emu::launch(n, |comm| {
+    {
         let stream = Stream::new(comm.runtime())?;
         // No input or output is larger than the largest size.
         let inb = Buffer::new(comm, max_elems as u64 * size_of, args.registered)?;
@@ -370,8 +394,7 @@ fn run<T: Num>(args: &Args) -> Result<()> {
             }
             size *= 2;
         }
-        Ok(())
-    })?;
+    }
     Ok(())
 }
 
@@ -398,20 +421,18 @@ fn memcpy_bandwidth(bytes: usize, threads: usize) -> f64 {
 
 fn main() -> Result<()> {
     let args = parse_args()?;
-    match args.dtype.as_str() {
-        "int8" => run::<i8>(&args)?,
-        "int16" => run::<i16>(&args)?,
-        "int32" => run::<i32>(&args)?,
-        "int64" => run::<i64>(&args)?,
-        "uint8" => run::<u8>(&args)?,
-        "uint16" => run::<u16>(&args)?,
-        "uint32" => run::<u32>(&args)?,
-        "uint64" => run::<u64>(&args)?,
-        "fp16" => run::<f16>(&args)?,
-        "bf16" => run::<bf16>(&args)?,
-        "fp32" => run::<f32>(&args)?,
-        "fp64" => run::<f64>(&args)?,
-        other => return Err(Error::InvalidArgument(format!("unknown dtype {other}"))),
+    if args.procs && !launcher::in_a_rank() {
+        // Ranks as processes: this program again, as each of them.
+        let outcome = Job::this_program(args.ranks)?.run()?;
+        if !outcome.success() {
+            eprintln!("{}", outcome.summary());
+            std::process::exit(1);
+        }
+    } else {
+        run_typed(&args)?;
+    }
+    if launcher::in_a_rank() {
+        return Ok(());
     }
     let bytes = args.max.min(1 << 30) as usize;
     // A 2-rank AllReduce of N bytes reads 2N and writes 2N in all, twice a memcpy of N, spread
@@ -421,6 +442,26 @@ fn main() -> Result<()> {
             "# host memcpy, {threads} thread(s) of {bytes} bytes each: {:.2} GB/s aggregate",
             memcpy_bandwidth(bytes, threads)
         );
+    }
+    Ok(())
+}
+
+/// [`run`] for the element type `--dtype` names.
+fn run_typed(args: &Args) -> Result<()> {
+    match args.dtype.as_str() {
+        "int8" => run::<i8>(args)?,
+        "int16" => run::<i16>(args)?,
+        "int32" => run::<i32>(args)?,
+        "int64" => run::<i64>(args)?,
+        "uint8" => run::<u8>(args)?,
+        "uint16" => run::<u16>(args)?,
+        "uint32" => run::<u32>(args)?,
+        "uint64" => run::<u64>(args)?,
+        "fp16" => run::<f16>(args)?,
+        "bf16" => run::<bf16>(args)?,
+        "fp32" => run::<f32>(args)?,
+        "fp64" => run::<f64>(args)?,
+        other => return Err(Error::InvalidArgument(format!("unknown dtype {other}"))),
     }
     Ok(())
 }

@@ -13,8 +13,11 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::board::{self, Board};
+use super::os;
 use super::rendezvous::Key;
 use super::wire::{Conn, Listener, Reader, Writer, poll_readable};
 
@@ -32,7 +35,7 @@ pub(crate) mod to_hub {
 
 /// Hub-to-client message tags.
 pub(crate) mod to_rank {
-    /// Every rank joined; every rank's staging memfd follows, in rank order.
+    /// Every rank joined; every rank's staging memfd follows, in rank order, then the board's.
     pub(crate) const WELCOME: u8 = 10;
     /// `reason`: the join was refused.
     pub(crate) const REJECT: u8 = 11;
@@ -97,6 +100,8 @@ struct Hub {
     steps: BTreeMap<StepKey, Vec<Option<Deposit>>>,
     /// Per rank, once formed: why it will not come again, if so.
     gone: Vec<Option<Gone>>,
+    /// The board where the ranks meet for collective steps (once formed), and its memfd.
+    board: Option<(Board, OwnedFd)>,
 }
 
 /// Starts the hub of a new root info on abstract socket `name`.
@@ -113,6 +118,7 @@ pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
         formed: false,
         steps: BTreeMap::new(),
         gone: Vec::new(),
+        board: None,
     };
     std::thread::Builder::new()
         .name("symheap-emu-hub".into())
@@ -221,7 +227,8 @@ impl Hub {
         }
     }
 
-    /// Every rank joined: order members by rank, stop listening, welcome everyone.
+    /// Every rank joined: order members by rank, stop listening, make the board, welcome
+    /// everyone with every rank's staging memfd and the board's.
     fn form(&mut self, n: u32) {
         self.formed = true;
         self.listener = None;
@@ -230,15 +237,25 @@ impl Hub {
         self.members.retain(|m| m.rank.is_some());
         self.members.sort_by_key(|m| m.rank);
         self.steps.clear();
-        let staging: Vec<BorrowedFd<'_>> = self
+        let board = os::memfd(Board::size(n as usize))
+            .and_then(|fd| Ok((Board::map(fd.as_fd(), n as usize)?, fd)));
+        let Ok(board) = board else {
+            // Without a board the group cannot meet: close every connection, so each rank's
+            // join fails instead of waiting.
+            self.members.clear();
+            return;
+        };
+        let mut fds: Vec<BorrowedFd<'_>> = self
             .members
             .iter()
             .filter_map(|m| m.staging.as_ref().map(AsFd::as_fd))
             .collect();
-        debug_assert_eq!(staging.len(), n as usize);
+        fds.push(board.1.as_fd());
         for m in &self.members {
-            let _ = m.conn.send(&[to_rank::WELCOME], &staging);
+            let _ = m.conn.send(&[to_rank::WELCOME], &fds);
         }
+        drop(fds);
+        self.board = Some(board);
         for m in &mut self.members {
             m.staging = None;
         }
@@ -386,6 +403,14 @@ impl Hub {
     fn mark_gone(&mut self, rank: u32, why: Gone) {
         if let Some(g) = self.gone.get_mut(rank as usize) {
             *g = Some(why);
+        }
+        if let Some((board, _)) = &self.board {
+            let word = match why {
+                Gone::Left { next_collective } => next_collective.saturating_add(1),
+                Gone::Died => board::DIED,
+            };
+            board.gone(rank as usize).store(word, Ordering::Release);
+            board.notify();
         }
         let keys: Vec<StepKey> = self.steps.keys().cloned().collect();
         for key in keys {

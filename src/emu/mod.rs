@@ -170,6 +170,7 @@
 //   and finding windows);
 // - acl, hccl: the C functions' bodies; exports: the C functions and tables over them; launch.
 mod acl;
+mod board;
 mod collective;
 mod comm;
 mod copy;

@@ -190,3 +190,33 @@ pub(crate) unsafe fn unmap_to_reserved(addr: usize, len: usize) -> io::Result<()
     }
     Ok(())
 }
+
+/// Sleeps while `word` holds `seen`, at most `timeout` (or until a [`futex_wake`] on it, from
+/// any process that maps the same memory).
+pub(crate) fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    seen: u32,
+    timeout: std::time::Duration,
+) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT only reads the aligned 32-bit word and the timespec; it returns on a
+    // wake, a timeout, a signal or a changed value, and never writes memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &raw const ts,
+        )
+    };
+}
+
+/// Wakes every thread, of any process, sleeping in [`futex_wait`] on `word`.
+pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the word's address as a key.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}

@@ -9,10 +9,13 @@
 //! collective host call) of one rank meets the n-th of every other rank.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::board::{self, Board};
 use super::hub::{to_hub, to_rank};
 use super::registry::lock;
 use super::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
@@ -93,7 +96,12 @@ struct State {
 /// the connection themselves, one at a time, so no thread stands between the hub and them.
 pub(crate) struct Rendezvous {
     n: usize,
+    rank: usize,
     conn: Conn,
+    /// Where collective steps meet (see [`super::board`]).
+    board: Board,
+    /// Collective steps posted so far: picks the board buffer of the next one.
+    posts: AtomicU64,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -155,7 +163,7 @@ impl Rendezvous {
         };
         let mut r = Reader::new(&welcome.bytes);
         match r.u8() {
-            Some(to_rank::WELCOME) if welcome.fds.len() == n as usize => {}
+            Some(to_rank::WELCOME) if welcome.fds.len() == n as usize + 1 => {}
             Some(to_rank::REJECT) => {
                 let why = r.blob().unwrap_or_default();
                 return Err(JoinError::Refused(
@@ -164,13 +172,21 @@ impl Rendezvous {
             }
             _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
         }
+        let mut fds = welcome.fds;
+        let board = fds.pop().map(|fd| Board::map(fd.as_fd(), n as usize));
+        let Some(Ok(board)) = board else {
+            return Err(JoinError::Refused("cannot map the rendezvous board".into()));
+        };
         let rv = Rendezvous {
             n: n as usize,
+            rank: rank as usize,
             conn,
+            board,
+            posts: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
         };
-        Ok((rv, welcome.fds))
+        Ok((rv, fds))
     }
 
     /// Records that this rank destroyed its communicator after taking collective sequence
@@ -189,17 +205,31 @@ impl Rendezvous {
         value: &T,
         timeout: Duration,
     ) -> Result<Vec<T>, RvError> {
-        let key = key.encode();
         let mut payload = Writer::default();
         let mut fds = Vec::new();
         payload.u8(T::TAG);
         value.put(&mut payload, &mut fds);
+        let deadline = deadline(timeout);
+        if let (Key::Collective { seq, step }, true) = (key, fds.is_empty()) {
+            if payload.bytes.len() <= board::MAX_VALUE && step < 1 << 24 {
+                let payloads = self.meet_on_board(
+                    key,
+                    (seq << 24) | u64::from(step),
+                    &payload.bytes,
+                    deadline,
+                )?;
+                return payloads
+                    .iter()
+                    .map(|p| decode(p, &mut std::iter::empty()))
+                    .collect();
+            }
+        }
+        let key = key.encode();
         let mut message = Writer::default();
         message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
         if self.conn.send(&message.bytes, &fds).is_err() {
             return Err(RvError::HostLost);
         }
-        let deadline = deadline(timeout);
         let answer = match self.wait(&key, deadline) {
             Some(answer) => answer,
             None => self.withdraw(&key),
@@ -209,6 +239,79 @@ impl Rendezvous {
             Answer::Failed(e) => Err(e),
             Answer::Missing(missing) => Err(RvError::Timeout { missing }),
         }
+    }
+
+    /// A collective step (`key`, numbered `step` on the board) met on the board: every rank's
+    /// payload, in rank order.
+    fn meet_on_board(
+        &self,
+        key: Key,
+        step: u64,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<Vec<Vec<u8>>, RvError> {
+        let buffer = (self.posts.fetch_add(1, Ordering::Relaxed) % 2) as usize;
+        let board = &self.board;
+        if !board.post(self.rank, buffer, step, payload, deadline) {
+            // A buffer still unread by a peer: a peer missed an earlier step.
+            return Err(RvError::Timeout {
+                missing: Vec::new(),
+            });
+        }
+        let mut failure = None;
+        let everyone = board.wait_until(
+            || {
+                let missing: Vec<usize> = (0..self.n).filter(|&r| !board.has(r, step)).collect();
+                if missing.is_empty() {
+                    return true;
+                }
+                failure = self.never_coming(key, &missing);
+                failure.is_some()
+            },
+            deadline,
+        );
+        let values: Option<Vec<Vec<u8>>> = match (everyone, &failure) {
+            (true, None) => (0..self.n)
+                .map(|r| board.take(r, step, self.rank))
+                .collect(),
+            _ => None,
+        };
+        if let Some(values) = values {
+            return Ok(values);
+        }
+        let missing = (0..self.n)
+            .filter(|&r| r != self.rank && !board.has(r, step))
+            .map(|r| r as u32)
+            .collect();
+        board.withdraw(self.rank, step);
+        Err(failure.unwrap_or(RvError::Timeout { missing }))
+    }
+
+    /// Why a step `key` cannot complete, if some of the `missing` ranks will never come (as
+    /// the host recorded on the board) or the host is gone.
+    fn never_coming(&self, key: Key, missing: &[usize]) -> Option<RvError> {
+        let gone = |r: &&usize| self.board.gone(**r).load(Ordering::Acquire);
+        let died: Vec<u32> = missing
+            .iter()
+            .filter(|r| gone(r) == board::DIED)
+            .map(|&r| r as u32)
+            .collect();
+        if !died.is_empty() {
+            return Some(RvError::Lost { ranks: died });
+        }
+        let left: Vec<u32> = missing
+            .iter()
+            .filter(|r| match (gone(r), key) {
+                (0, _) => false,
+                (_, Key::Host { .. }) => true,
+                (word, Key::Collective { seq, .. }) => seq >= word - 1,
+            })
+            .map(|&r| r as u32)
+            .collect();
+        if !left.is_empty() {
+            return Some(RvError::Gone { ranks: left });
+        }
+        self.conn.is_closed().then_some(RvError::HostLost)
     }
 
     /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
@@ -301,13 +404,12 @@ impl Rendezvous {
             let (Some(payload), Some(count)) = (r.blob(), r.u32()) else {
                 return Err(RvError::Mismatch);
             };
-            let mine: Vec<OwnedFd> = fds.by_ref().take(count as usize).collect();
-            let mut p = Reader::new(payload);
-            if p.u8() != Some(T::TAG) {
-                return Err(RvError::Mismatch);
-            }
-            let value = T::get(&mut p, &mut mine.into_iter()).ok_or(RvError::Mismatch)?;
-            values.push(value);
+            let mut mine = fds
+                .by_ref()
+                .take(count as usize)
+                .collect::<Vec<_>>()
+                .into_iter();
+            values.push(decode(payload, &mut mine)?);
         }
         Ok(values)
     }
@@ -318,6 +420,15 @@ impl Drop for Rendezvous {
         // The hub sees this rank leave at once (with or without a LEAVE before).
         self.conn.shutdown();
     }
+}
+
+/// A value read from `payload` (its tag first), with the memfds it carried.
+fn decode<T: Wire>(payload: &[u8], fds: &mut dyn Iterator<Item = OwnedFd>) -> Result<T, RvError> {
+    let mut p = Reader::new(payload);
+    if p.u8() != Some(T::TAG) {
+        return Err(RvError::Mismatch);
+    }
+    T::get(&mut p, fds).ok_or(RvError::Mismatch)
 }
 
 /// After a join timed out: the ranks that had not joined, as the hub says (empty if it does

@@ -236,6 +236,18 @@ impl Conn {
         Ok(Some(Message { bytes, fds }))
     }
 
+    /// Whether the peer has closed the connection (without waiting, and without reading).
+    pub(crate) fn is_closed(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; a zero timeout returns at once.
+        let ready = unsafe { libc::poll(&raw mut p, 1, 0) };
+        ready > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+    }
+
     /// Stops both directions, waking a thread blocked in [`Conn::recv`] (it gets `None`).
     pub(crate) fn shutdown(&self) {
         // SAFETY: shutting a socket down touches no memory.
