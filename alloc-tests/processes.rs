@@ -17,14 +17,17 @@ use crate::pool::random_program;
 
 /// Runs the test `rank_test` of this binary as `ranks` processes.
 fn as_processes(ranks: u32, rank_test: &str) -> Outcome {
+    rank_job(ranks, rank_test).run().expect("the ranks start")
+}
+
+/// The job that runs the test `rank_test` of this binary as `ranks` processes.
+fn rank_job(ranks: u32, rank_test: &str) -> Job {
     let exe = std::env::current_exe().expect("the test binary's path");
     let name = format!("processes::{rank_test}");
     Job::new(ranks, exe)
         .args([name.as_str(), "--exact", "--ignored", "--nocapture"])
         .arg("--test-threads=1")
         .grace(Duration::from_secs(20))
-        .run()
-        .expect("the ranks start")
 }
 
 #[track_caller]
@@ -186,20 +189,21 @@ fn rendezvous_sockets_of(pids: &[u32]) -> Vec<String> {
         .collect()
 }
 
-/// Rank 2 of 3 is killed (SIGKILL) while its peers wait for it in `what`; the test checks
-/// that the peers failed fast naming rank 2, and that nothing outlived the processes.
-fn killed_rank(rank_test: &str) {
+/// Rank `victim` of 3 is killed (SIGKILL) while its peers wait for it in `rank_test`; the
+/// ranks check that they failed fast naming it, and this test that nothing outlived the
+/// processes.
+fn killed_rank(rank_test: &str, victim: u32) {
     let started = Instant::now();
-    let outcome = as_processes(3, rank_test);
-    assert!(outcome.statuses[0].success(), "{}", outcome.summary());
-    assert!(outcome.statuses[1].success(), "{}", outcome.summary());
-    assert_eq!(
-        outcome.statuses[2].signal(),
-        Some(9),
-        "{}",
-        outcome.summary()
-    );
-    assert_eq!(outcome.first_failure, Some(2));
+    let job = rank_job(3, rank_test).env("SYMHEAP_TEST_VICTIM", victim.to_string());
+    let outcome = job.run().unwrap();
+    for (rank, status) in outcome.statuses.iter().enumerate() {
+        if rank as u32 == victim {
+            assert_eq!(status.signal(), Some(9), "{}", outcome.summary());
+        } else {
+            assert!(status.success(), "{}", outcome.summary());
+        }
+    }
+    assert_eq!(outcome.first_failure, Some(victim));
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(rendezvous_sockets_of(&outcome.pids), Vec::<String>::new());
     let shm: Vec<_> = std::fs::read_dir("/dev/shm")
@@ -211,33 +215,45 @@ fn killed_rank(rank_test: &str) {
     );
 }
 
-/// Rank 2 kills itself after a moment; ranks 0 and 1 check how fast, and how, they failed.
-fn die_or_fail_fast(comm: &Comm, wait_for_rank_2: impl FnOnce() -> symheap::Result<()>) {
-    if comm.rank() == 2 {
+/// Rank `victim` kills itself after a moment; the others check how fast, and how, they failed.
+fn die_or_fail_fast(
+    comm: &Comm,
+    victim: u32,
+    wait_for_victim: impl FnOnce() -> symheap::Result<()>,
+) {
+    if comm.rank() == victim {
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: raising a signal has no memory-safety preconditions; SIGKILL ends us here.
         unsafe { libc::raise(libc::SIGKILL) };
         unreachable!("SIGKILL returned");
     }
     let started = Instant::now();
-    let err = wait_for_rank_2().unwrap_err();
+    let err = wait_for_victim().unwrap_err();
     let waited = started.elapsed();
     assert!(
         waited < Duration::from_millis(300) + Duration::from_secs(2),
         "{waited:?}"
     );
     let text = err.to_string();
-    assert!(text.contains("[2]") && text.contains("killed"), "{text}");
+    let named = format!("[{victim}]");
+    assert!(text.contains(&named) && text.contains("killed"), "{text}");
     eprintln!(
         "rank {} failed {waited:?} after it began waiting: {text}",
         comm.rank()
     );
 }
 
+/// The rank a `rank_killed_*` test kills: its parent says which.
+fn victim() -> u32 {
+    let victim = std::env::var("SYMHEAP_TEST_VICTIM").expect("set by the parent test");
+    victim.parse().unwrap()
+}
+
 #[test]
 #[ignore = "one rank of a multi-process test"]
 fn rank_killed_in_a_collective() {
     let _ = placement();
+    let victim = victim();
     let (rt, comm) = join();
     let stream = Stream::new(&rt).unwrap();
     let buf = DeviceBuf::new(&comm, 1, true).unwrap();
@@ -255,7 +271,7 @@ fn rank_killed_in_a_collective() {
         };
         comm.synchronize(&stream)
     };
-    die_or_fail_fast(&comm, all_reduce);
+    die_or_fail_fast(&comm, victim, all_reduce);
     // Later calls fail at once.
     let started = Instant::now();
     let err = all_reduce().unwrap_err();
@@ -267,7 +283,14 @@ fn rank_killed_in_a_collective() {
 
 #[test]
 fn a_rank_killed_in_a_collective_fails_its_peers_within_2_seconds() {
-    killed_rank("rank_killed_in_a_collective");
+    killed_rank("rank_killed_in_a_collective", 2);
+}
+
+/// Rank 0's process also hosts the rendezvous (it called `HcclGetRootInfo`): losing it ends
+/// the communicator for everyone, and the others say which rank went.
+#[test]
+fn a_killed_rank_0_which_hosts_the_rendezvous_fails_its_peers_within_2_seconds() {
+    killed_rank("rank_killed_in_a_collective", 0);
 }
 
 #[test]
@@ -275,7 +298,7 @@ fn a_rank_killed_in_a_collective_fails_its_peers_within_2_seconds() {
 fn rank_killed_in_a_registration() {
     let _ = placement();
     let (_rt, comm) = join();
-    die_or_fail_fast(&comm, || Window::allocate(&comm, 1).map(drop));
+    die_or_fail_fast(&comm, victim(), || Window::allocate(&comm, 1).map(drop));
     let err = Window::allocate(&comm, 1).unwrap_err();
     assert!(
         matches!(
@@ -291,7 +314,7 @@ fn rank_killed_in_a_registration() {
 
 #[test]
 fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
-    killed_rank("rank_killed_in_a_registration");
+    killed_rank("rank_killed_in_a_registration", 2);
 }
 
 /// A plain C program written for CANN (`alloc-tests/c/seed_sequence.c`: the seed documents'

@@ -36,6 +36,7 @@ pub struct Job {
     ranks: u32,
     program: OsString,
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
     grace: Duration,
 }
 
@@ -63,6 +64,7 @@ impl Job {
             ranks,
             program: program.into(),
             args: Vec::new(),
+            env: Vec::new(),
             grace: Duration::from_secs(5),
         }
     }
@@ -87,6 +89,13 @@ impl Job {
     /// Adds arguments for every rank's process.
     pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Job {
         self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for every rank's process (beside the ones the launcher
+    /// sets, which win).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Job {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -127,6 +136,7 @@ impl Job {
     fn spawn(&self, rank: u32, dir: &RunDir) -> Result<Rank> {
         let mut child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("SYMHEAP_RANK", rank.to_string())
             .env("SYMHEAP_WORLD_SIZE", self.ranks.to_string())
             .env("SYMHEAP_DEVICE", rank.to_string())

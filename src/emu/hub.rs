@@ -23,7 +23,7 @@ use super::wire::{Conn, Listener, Reader, Writer, poll_readable};
 
 /// Client-to-hub message tags.
 pub(crate) mod to_hub {
-    /// `key, n, rank` and the rank's staging memfd: join.
+    /// `key, n, rank, pid` and the rank's staging memfd: join.
     pub(crate) const HELLO: u8 = 1;
     /// `step key, payload` and any memfds: this rank's value for a step.
     pub(crate) const DEPOSIT: u8 = 2;
@@ -35,7 +35,8 @@ pub(crate) mod to_hub {
 
 /// Hub-to-client message tags.
 pub(crate) mod to_rank {
-    /// Every rank joined; every rank's staging memfd follows, in rank order, then the board's.
+    /// Every rank joined: `count, ranks` of the ranks in the host's process; every rank's
+    /// staging memfd follows, in rank order, then the board's.
     pub(crate) const WELCOME: u8 = 10;
     /// `reason`: the join was refused.
     pub(crate) const REJECT: u8 = 11;
@@ -81,8 +82,9 @@ pub(crate) type StepKey = Vec<u8>;
 
 struct Member {
     conn: Conn,
-    /// Set by the rank's HELLO.
+    /// Set by the rank's HELLO, with its process id.
     rank: Option<u32>,
+    pid: u32,
     staging: Option<OwnedFd>,
     left: bool,
 }
@@ -147,6 +149,7 @@ impl Hub {
                         self.members.push(Member {
                             conn,
                             rank: None,
+                            pid: 0,
                             staging: None,
                             left: false,
                         });
@@ -195,7 +198,8 @@ impl Hub {
     fn hello(&mut self, i: usize, r: &mut Reader<'_>, mut fds: Vec<OwnedFd>) {
         #[cfg(test)]
         tests_hook::hello(&self.session);
-        let (Some(session), Some(n), Some(rank)) = (r.blob(), r.u32(), r.u32()) else {
+        let (Some(session), Some(n), Some(rank), Some(pid)) = (r.blob(), r.u32(), r.u32(), r.u32())
+        else {
             return self.reject(i, "malformed join");
         };
         if session != self.session {
@@ -221,6 +225,7 @@ impl Hub {
         };
         self.n = Some(n);
         self.members[i].rank = Some(rank);
+        self.members[i].pid = pid;
         self.members[i].staging = Some(staging);
         if self.members.iter().filter(|m| m.rank.is_some()).count() == n as usize {
             self.form(n);
@@ -251,8 +256,19 @@ impl Hub {
             .filter_map(|m| m.staging.as_ref().map(AsFd::as_fd))
             .collect();
         fds.push(board.1.as_fd());
+        let here: Vec<u32> = self
+            .members
+            .iter()
+            .filter(|m| m.pid == std::process::id())
+            .filter_map(|m| m.rank)
+            .collect();
+        let mut w = Writer::default();
+        w.u8(to_rank::WELCOME).u32(here.len() as u32);
+        for rank in here {
+            w.u32(rank);
+        }
         for m in &self.members {
-            let _ = m.conn.send(&[to_rank::WELCOME], &fds);
+            let _ = m.conn.send(&w.bytes, &fds);
         }
         drop(fds);
         self.board = Some(board);

@@ -100,6 +100,8 @@ pub(crate) struct Rendezvous {
     conn: Conn,
     /// Where collective steps meet (see [`super::board`]).
     board: Board,
+    /// The ranks in the process that hosts the rendezvous.
+    host_ranks: Vec<u32>,
     /// Collective steps posted so far: picks the board buffer of the next one.
     posts: AtomicU64,
     state: Mutex<State>,
@@ -142,6 +144,7 @@ impl Rendezvous {
         })?;
         let mut hello = Writer::default();
         hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+        hello.u32(std::process::id());
         conn.send(&hello.bytes, &[staging])
             .map_err(|e| JoinError::Refused(format!("cannot reach the rendezvous: {e}")))?;
         let left = deadline(timeout).saturating_duration_since(Instant::now());
@@ -172,6 +175,8 @@ impl Rendezvous {
             }
             _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
         }
+        // The ranks that live in the process hosting the rendezvous: lost with it.
+        let host_ranks = ranks(&mut r);
         let mut fds = welcome.fds;
         let board = fds.pop().map(|fd| Board::map(fd.as_fd(), n as usize));
         let Some(Ok(board)) = board else {
@@ -182,6 +187,7 @@ impl Rendezvous {
             rank: rank as usize,
             conn,
             board,
+            host_ranks,
             posts: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
@@ -228,7 +234,7 @@ impl Rendezvous {
         let mut message = Writer::default();
         message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
         if self.conn.send(&message.bytes, &fds).is_err() {
-            return Err(RvError::HostLost);
+            return Err(self.host_lost());
         }
         let answer = match self.wait(&key, deadline) {
             Some(answer) => answer,
@@ -238,6 +244,17 @@ impl Rendezvous {
             Answer::Complete(m) => self.values(m),
             Answer::Failed(e) => Err(e),
             Answer::Missing(missing) => Err(RvError::Timeout { missing }),
+        }
+    }
+
+    /// The failure of every step once the rendezvous host is gone: the ranks in its process
+    /// are lost with it.
+    fn host_lost(&self) -> RvError {
+        match self.host_ranks.is_empty() {
+            true => RvError::HostLost,
+            false => RvError::Lost {
+                ranks: self.host_ranks.clone(),
+            },
         }
     }
 
@@ -311,7 +328,7 @@ impl Rendezvous {
         if !left.is_empty() {
             return Some(RvError::Gone { ranks: left });
         }
-        self.conn.is_closed().then_some(RvError::HostLost)
+        self.conn.is_closed().then(|| self.host_lost())
     }
 
     /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
@@ -324,7 +341,7 @@ impl Rendezvous {
                 return Some(answer);
             }
             if st.host_lost {
-                return Some(Answer::Failed(RvError::HostLost));
+                return Some(Answer::Failed(self.host_lost()));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -386,12 +403,12 @@ impl Rendezvous {
         let mut w = Writer::default();
         w.u8(to_hub::WITHDRAW).blob(key);
         if self.conn.send(&w.bytes, &[]).is_err() {
-            return Answer::Failed(RvError::HostLost);
+            return Answer::Failed(self.host_lost());
         }
         // The hub answers at once; this bound only matters if it hangs.
         let patience = deadline(Duration::from_secs(10));
         self.wait(key, patience)
-            .unwrap_or(Answer::Failed(RvError::HostLost))
+            .unwrap_or_else(|| Answer::Failed(self.host_lost()))
     }
 
     /// Every rank's value from a completed step.
