@@ -267,7 +267,7 @@ impl Hub {
         for rank in here {
             w.u32(rank);
         }
-        for m in &self.members {
+        for m in self.remote_first() {
             let _ = m.conn.send(&w.bytes, &fds);
         }
         drop(fds);
@@ -344,8 +344,7 @@ impl Hub {
             w.u32(k);
         }
         for m in self
-            .members
-            .iter()
+            .remote_first()
             .filter(|m| m.rank.is_some_and(|k| depositors.contains(&k)))
         {
             let _ = m.conn.send(&w.bytes, &[]);
@@ -360,9 +359,18 @@ impl Hub {
             w.blob(payload).u32(rank_fds.len() as u32);
             fds.extend(rank_fds.iter().map(AsFd::as_fd));
         }
-        for m in &self.members {
+        for m in self.remote_first() {
             let _ = m.conn.send(&w.bytes, &fds);
         }
+    }
+
+    /// The members, those in other processes first: once a rank of this process has its
+    /// answer it may end the process, and the hub with it, so it gets its answer last.
+    fn remote_first(&self) -> impl Iterator<Item = &Member> {
+        let here = std::process::id();
+        let (local, remote): (Vec<&Member>, Vec<&Member>) =
+            self.members.iter().partition(|m| m.pid == here);
+        remote.into_iter().chain(local)
     }
 
     fn withdraw(&mut self, i: usize, r: &mut Reader<'_>) {

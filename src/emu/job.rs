@@ -66,7 +66,6 @@ impl Kind {
 
 /// A collective call as the C entry point received it.
 pub(crate) struct Request {
-    /// What every rank's call must agree on.
     pub(crate) sig: Signature,
     pub(crate) send: usize,
     pub(crate) recv: usize,
