@@ -36,10 +36,12 @@
 //!   process, listening on an abstract Unix socket) and returns bytes naming it and a random
 //!   session key; any thread of any process on the machine that gets those bytes (from a
 //!   file, MPI, a key-value store) can join as a rank, and init blocks until all have. Each
-//!   rank then meets its peers through the host, keyed by sequence numbers taken in host
-//!   program order, for window registration and for every collective. Memory travels as
-//!   memfds over the socket (`SCM_RIGHTS`): each rank's staging buffer at init, each rank's
-//!   physical allocation at window registration.
+//!   rank then meets its peers, keyed by sequence numbers taken in host program order: for
+//!   window registration through the host, and for the steps of every collective on a
+//!   shared-memory board (a memfd every rank maps, with a cross-process futex), which keeps a
+//!   collective's latency the same whether the ranks are threads or processes. Memory travels
+//!   as memfds over the socket (`SCM_RIGHTS`): each rank's staging buffer and the board at
+//!   init, each rank's physical allocation at window registration.
 //! - **Lost ranks**: the host notices at once when a rank's connection closes without
 //!   `HcclCommDestroy` (its process exited, crashed or was killed): every step that waits for
 //!   it fails on every rank with an error naming it, and so does every later one. Nothing
