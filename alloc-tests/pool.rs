@@ -569,3 +569,40 @@ fn the_allocator_adapter_never_grows_the_pool() {
     .unwrap();
     session.assert_clean();
 }
+
+/// Allocations are as aligned as asked, also where the pool's granularity exceeds the device's
+/// (2 MiB): through `alloc`, `SymVec` and the allocator adapter, at 4 MiB and 8 MiB.
+#[test]
+fn allocations_keep_alignments_above_the_device_granularity() {
+    use symheap::allocator_api2::alloc::{Allocator, Layout};
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        for granularity in [4u64 << 20, 8 << 20] {
+            let config = PoolConfig::new(32 << 20).granularity(granularity);
+            let pool = SymPool::new(comm, config)?;
+            let aligned = |addr: usize| addr as u64 % granularity == 0;
+            let block = pool.alloc(4096, granularity)?;
+            assert!(
+                aligned(block.device_ptr().as_raw() as usize),
+                "alloc at {granularity}"
+            );
+            let v = SymVec::<f32>::zeroed(&pool, 16)?;
+            assert!(
+                aligned(v.device_ptr().as_raw() as usize),
+                "SymVec at {granularity}"
+            );
+            let layout = Layout::from_size_align(4096, granularity as usize).unwrap();
+            let adapter = pool.allocator()?;
+            let memory = adapter.allocate(layout).unwrap();
+            assert!(
+                aligned(memory.as_ptr() as *mut u8 as usize),
+                "adapter at {granularity}"
+            );
+            // SAFETY: allocated just above by this allocator with this layout.
+            unsafe { adapter.deallocate(memory.cast(), layout) };
+        }
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}

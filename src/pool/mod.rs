@@ -186,7 +186,13 @@ impl SymPool {
         let device_granularity = device_granularity.max(config.granularity_bytes());
         let stream = Stream::new(rt)?;
         let size = round_up(config.capacity_bytes(), device_granularity)?;
-        let first = Segment::create(comm, &stream, size, config.granularity_bytes())?;
+        let first = Segment::create(
+            comm,
+            &stream,
+            size,
+            config.granularity_bytes(),
+            device_granularity,
+        )?;
         let mut state = PoolState {
             segments: Slab::new(),
             pending: Vec::new(),
@@ -472,6 +478,7 @@ impl PoolShared {
             &self.stream,
             grow_by,
             self.config.granularity_bytes(),
+            self.device_granularity,
         )?;
         state.registrations += 1;
         Ok(state.segments.insert(segment))

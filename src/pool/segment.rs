@@ -3,7 +3,9 @@
 //! and the block's heap offset.
 
 use crate::heap::Heap;
-use crate::runtime::{Comm, DevicePtr, Element, Stream, Window, WindowHandle};
+use std::sync::Arc;
+
+use crate::runtime::{Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
 use crate::{Error, Result};
 
 /// Where the warm-up collective gathers to, past its 8-byte input.
@@ -20,14 +22,17 @@ pub(super) struct Segment {
 
 impl Segment {
     /// Reserves, backs, maps and registers `size` bytes (a multiple of the device granularity
-    /// and of `block_granularity`), then runs one warm-up collective on the new window: HCCL
-    /// defers part of the registration work to the first collective that uses it. Collective.
-    /// On failure, everything done so far is undone by the handles' `Drop`.
+    /// and of `block_granularity`) at an address aligned to `alignment` (the larger of the two
+    /// granularities: a block aligned within the window is then aligned in memory too), then
+    /// runs one warm-up collective on the new window: HCCL defers part of the registration
+    /// work to the first collective that uses it. Collective. On failure, everything done so
+    /// far is undone by the handles' `Drop`.
     pub(super) fn create(
         comm: &Comm,
         stream: &Stream,
         size: u64,
         block_granularity: u64,
+        alignment: u64,
     ) -> Result<Segment> {
         let warm_up_end = WARM_UP_OUTPUT + 8 * u64::from(comm.size());
         if warm_up_end > size {
@@ -37,7 +42,9 @@ impl Segment {
             )));
         }
         let heap = Heap::new(size, block_granularity)?;
-        let window = Window::allocate(comm, size)?;
+        let rt = comm.runtime();
+        let mapping = Mapping::allocate_aligned(rt, size, alignment, comm.device())?;
+        let window = Window::register(comm, &Arc::new(mapping))?;
         let base = window.ptr();
         // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns
         // that memory yet, and the offsets are the same on every rank.

@@ -63,12 +63,23 @@ impl VirtualRange {
     /// # Errors
     /// The runtime's error, e.g. for a size that is not a multiple of the granularity.
     pub fn reserve(rt: &Runtime, size: u64) -> Result<Self> {
+        VirtualRange::reserve_aligned(rt, size, 0)
+    }
+
+    /// [`VirtualRange::reserve`] at an address aligned to `alignment` (0 for the runtime's
+    /// default, the granularity; otherwise a power of two).
+    ///
+    /// # Errors
+    /// As [`VirtualRange::reserve`]; the runtime's error for a bad alignment.
+    pub fn reserve_aligned(rt: &Runtime, size: u64, alignment: u64) -> Result<Self> {
         let len = to_usize(size, "reservation size")?;
+        let alignment = to_usize(alignment, "reservation alignment")?;
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: `ptr` is a valid out-pointer; alignment 0 and a null hint ask for defaults;
+        // SAFETY: `ptr` is a valid out-pointer and a null hint asks for no particular address;
         // flag 1 asks for huge pages as the HCCL documentation does.
-        let code =
-            unsafe { (rt.acl().aclrtReserveMemAddress)(&mut ptr, len, 0, std::ptr::null_mut(), 1) };
+        let code = unsafe {
+            (rt.acl().aclrtReserveMemAddress)(&mut ptr, len, alignment, std::ptr::null_mut(), 1)
+        };
         rt.acl_check("aclrtReserveMemAddress", code)?;
         Ok(VirtualRange {
             rt: rt.clone(),
@@ -204,7 +215,16 @@ impl Mapping {
     /// # Errors
     /// The runtime's error from any of the three steps; what was done is undone.
     pub fn allocate(rt: &Runtime, size: u64, device: u32) -> Result<Self> {
-        let range = Arc::new(VirtualRange::reserve(rt, size)?);
+        Mapping::allocate_aligned(rt, size, 0, device)
+    }
+
+    /// [`Mapping::allocate`] at an address aligned to `alignment` (0 for the granularity,
+    /// otherwise a power of two), as [`VirtualRange::reserve_aligned`].
+    ///
+    /// # Errors
+    /// As [`Mapping::allocate`].
+    pub fn allocate_aligned(rt: &Runtime, size: u64, alignment: u64, device: u32) -> Result<Self> {
+        let range = Arc::new(VirtualRange::reserve_aligned(rt, size, alignment)?);
         let physical = Arc::new(PhysicalMemory::allocate(rt, size, device)?);
         Mapping::new(&range, 0, &physical)
     }
