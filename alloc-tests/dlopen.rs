@@ -44,7 +44,8 @@ pub(crate) fn build_emulator_cdylib() -> PathBuf {
 #[test]
 fn allreduce_through_the_dlopened_emulator() {
     let lib = build_emulator_cdylib();
-    let rt = Runtime::load_from(&lib, &lib).unwrap();
+    // SAFETY: the emulator's cdylib exports the CANN C functions with their prototypes.
+    let rt = unsafe { Runtime::load_from(&lib, &lib) }.unwrap();
     assert!(matches!(rt.backend(), Backend::Loaded { .. }));
     // The library has its own copy of the emulator's state; the lock still keeps this test
     // away from the in-process counters' readers while it runs.

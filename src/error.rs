@@ -138,7 +138,16 @@ impl fmt::Display for Error {
                 for (path, why) in tried {
                     write!(f, "\n  {}: {why}", path.display())?;
                 }
-                Ok(())
+                let var = if *library == "HCCL" {
+                    "SYMHEAP_HCCL_LIB"
+                } else {
+                    "SYMHEAP_ACL_LIB"
+                };
+                write!(
+                    f,
+                    "\nname the library file in {var}, or the CANN install in ASCEND_HOME_PATH \
+                     (its lib64 is searched)"
+                )
             }
             Error::Poisoned(cause) => write!(
                 f,

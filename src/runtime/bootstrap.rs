@@ -134,7 +134,8 @@ impl Comm {
     /// use symheap::{Comm, CommConfig, Runtime};
     ///
     /// // Started by `symheap-run -n 4 ./worker`, torchrun or mpirun.
-    /// let rt = Runtime::load()?;
+    /// // SAFETY: the CANN libraries installed on this machine.
+    /// let rt = unsafe { Runtime::load() }?;
     /// let comm = Comm::from_env(&rt, CommConfig::new())?;
     /// println!("rank {} of {}", comm.rank(), comm.size());
     /// # Ok::<(), symheap::Error>(())

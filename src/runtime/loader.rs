@@ -84,27 +84,57 @@ impl Runtime {
     /// `libhccl.so` are looked up in `libhcomm.so` too. Calls `aclInit`.
     ///
     /// # Errors
-    /// [`Error::Load`] listing every path tried and why each failed (not found, a required
-    /// symbol missing, ...). Never panics.
-    pub fn load() -> Result<Runtime> {
-        load_with(&SearchPaths::from_env())
+    /// [`Error::Load`] listing every path tried and why each failed (the loader's own reason:
+    /// not found, a missing dependency, a required symbol missing, ...). Never panics.
+    ///
+    /// # Safety
+    /// As [`Runtime::load_from`], for whichever libraries these paths find: opening a library
+    /// runs its code, and a library that exports the CANN names with other prototypes would
+    /// make calls through them undefined behaviour.
+    pub unsafe fn load() -> Result<Runtime> {
+        // SAFETY: the caller's contract.
+        unsafe { load_with(&SearchPaths::from_env()) }
     }
 
     /// Loads HCCL and ACL from the given files (the emulator's cdylib, a specific CANN install).
     ///
     /// # Errors
     /// [`Error::Load`] if either file cannot be opened or lacks a required symbol.
-    pub fn load_from(hccl_path: impl AsRef<Path>, acl_path: impl AsRef<Path>) -> Result<Runtime> {
-        let acl = open_first(&ACL, &[acl_path.as_ref().to_path_buf()])?;
-        let hccl = open_first(&HCCL, &[hccl_path.as_ref().to_path_buf()])?;
+    ///
+    /// # Safety
+    /// - Opening the libraries runs their initialisers: they must be trusted code.
+    /// - Every symbol they export under a name of [`crate::sys::HcclApi`] /
+    ///   [`crate::sys::AclApi`] must be that C function with exactly its prototype (the real
+    ///   CANN libraries, or a library built to their ABI such as the emulator's cdylib); a
+    ///   library exporting those names as data or with other signatures makes every later
+    ///   call undefined behaviour.
+    ///
+    /// Safe code cannot load a library:
+    /// ```compile_fail
+    /// let rt = symheap::Runtime::load_from("libhccl.so", "libascendcl.so");
+    /// ```
+    pub unsafe fn load_from(
+        hccl_path: impl AsRef<Path>,
+        acl_path: impl AsRef<Path>,
+    ) -> Result<Runtime> {
+        // SAFETY: the caller's contract.
+        let acl = unsafe { open_first(&ACL, &[acl_path.as_ref().to_path_buf()]) }?;
+        // SAFETY: the caller's contract.
+        let hccl = unsafe { open_first(&HCCL, &[hccl_path.as_ref().to_path_buf()]) }?;
         finish(acl, hccl)
     }
 }
 
-pub(super) fn load_with(paths: &SearchPaths) -> Result<Runtime> {
+/// [`Runtime::load`] over `paths`.
+///
+/// # Safety
+/// As [`Runtime::load`].
+pub(super) unsafe fn load_with(paths: &SearchPaths) -> Result<Runtime> {
     // ACL first: libhccl.so links against it.
-    let acl = open_first(&ACL, &paths.candidates(&ACL, &paths.acl_override))?;
-    let hccl = open_first(&HCCL, &paths.candidates(&HCCL, &paths.hccl_override))?;
+    // SAFETY: the caller's contract.
+    let acl = unsafe { open_first(&ACL, &paths.candidates(&ACL, &paths.acl_override)) }?;
+    // SAFETY: the caller's contract.
+    let hccl = unsafe { open_first(&HCCL, &paths.candidates(&HCCL, &paths.hccl_override)) }?;
     finish(acl, hccl)
 }
 
@@ -134,10 +164,14 @@ fn finish(acl: Opened<AclApi>, hccl: Opened<HcclApi>) -> Result<Runtime> {
 }
 
 /// Tries each candidate until one opens and resolves every required symbol.
-fn open_first<T: FnTable>(wanted: &Wanted, candidates: &[PathBuf]) -> Result<Opened<T>> {
+///
+/// # Safety
+/// As [`Runtime::load_from`], for every candidate.
+unsafe fn open_first<T: FnTable>(wanted: &Wanted, candidates: &[PathBuf]) -> Result<Opened<T>> {
     let mut tried = Vec::new();
     for path in candidates {
-        let lib = match open(path) {
+        // SAFETY: the caller's contract.
+        let lib = match unsafe { open(path) } {
             Ok(lib) => lib,
             Err(why) => {
                 tried.push((path.clone(), why));
@@ -145,13 +179,13 @@ fn open_first<T: FnTable>(wanted: &Wanted, candidates: &[PathBuf]) -> Result<Ope
             }
         };
         // Symbols that moved to the companion library (CANN 9.x) are looked up there too.
-        let companion = companion_of(path, wanted).and_then(|p| open(&p).ok());
+        // SAFETY: the caller's contract covers the companion beside a candidate.
+        let companion = companion_of(path, wanted).and_then(|p| unsafe { open(&p) }.ok());
         let mut libraries = vec![lib];
         libraries.extend(companion);
         let refs: Vec<&Library> = libraries.iter().collect();
-        // SAFETY: these are the CANN libraries (or a library claiming their ABI, such as the
-        // emulator's cdylib), whose exported prototypes are the ones in `sys`; the libraries
-        // are stored in the runtime next to the table and outlive it.
+        // SAFETY: the caller promises the exported prototypes are the ones in `sys`; the
+        // libraries are stored in the runtime next to the table and outlive it.
         match unsafe { T::resolve(&refs) } {
             Ok(table) => {
                 return Ok(Opened {
@@ -175,14 +209,29 @@ fn companion_of(path: &Path, wanted: &Wanted) -> Option<PathBuf> {
         .then(|| path.with_file_name(wanted.fallback))
 }
 
-fn open(path: &Path) -> std::result::Result<Library, String> {
+/// Opens the library at `path`.
+///
+/// # Safety
+/// As [`Runtime::load_from`]: opening it runs its initialisers.
+unsafe fn open(path: &Path) -> std::result::Result<Library, String> {
     // RTLD_NOW: a missing dependency is reported here, not at the first call.
     let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
-    // SAFETY: opening a library runs its initialisers; the CANN libraries' initialisers have
-    // no preconditions on the caller.
+    // SAFETY: the caller's contract.
     unsafe { libloading::os::unix::Library::open(Some(path), flags) }
         .map(Library::from)
-        .map_err(|e| e.to_string())
+        .map_err(|e| with_sources(&e))
+}
+
+/// An error's text followed by its sources' (libloading keeps `dlerror`'s text, which says
+/// why a path failed, in the source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -196,11 +245,18 @@ mod tests {
             acl_override: Some(PathBuf::from("/nonexistent/override/libascendcl.so")),
             dirs: vec![PathBuf::from("/nonexistent/home/lib64")],
         };
-        let err = load_with(&paths).unwrap_err();
+        // SAFETY: none of these paths exists, so nothing is opened.
+        let err = unsafe { load_with(&paths) }.unwrap_err();
         let Error::Load { library, tried } = &err else {
             panic!("expected a load error, got {err}");
         };
         assert_eq!(*library, "ACL");
+        // The loader's own reason for each path, not a bare "dlopen failed".
+        let reasons: Vec<&String> = tried.iter().map(|(_, why)| why).collect();
+        assert!(
+            reasons.iter().all(|why| why.contains("No such file")),
+            "{reasons:?}"
+        );
         let tried: Vec<_> = tried.iter().map(|(p, _)| p.clone()).collect();
         assert_eq!(
             tried,
@@ -218,12 +274,17 @@ mod tests {
             text.contains("/nonexistent/override/libascendcl.so"),
             "{text}"
         );
+        // And where to point the search.
+        for hint in ["SYMHEAP_ACL_LIB", "ASCEND_HOME_PATH"] {
+            assert!(text.contains(hint), "{text}");
+        }
     }
 
     #[test]
     fn a_library_without_the_symbols_is_rejected_with_the_missing_name() {
         // libc opens everywhere and exports none of the ACL symbols.
-        let err = open_first::<AclApi>(&ACL, &[PathBuf::from("libc.so.6")])
+        // SAFETY: libc is trusted code, and none of its symbols is resolved under an ACL name.
+        let err = unsafe { open_first::<AclApi>(&ACL, &[PathBuf::from("libc.so.6")]) }
             .err()
             .expect("libc is not ACL");
         let Error::Load { tried, .. } = err else {
