@@ -152,3 +152,27 @@ fn absent_optional_symbols_are_unsupported_errors() {
     .unwrap();
     session.assert_clean();
 }
+
+/// A rank that panics is the one `launch` blames, with its message, even when its unwinding
+/// (dropping a pool, which deregisters collectively) makes its peer time out first.
+#[test]
+fn launch_blames_the_rank_that_panicked() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(1);
+    let err = symheap::emu::launch_with(&rt, 2, &config, |comm| {
+        let pool = symheap::SymPool::new(comm, symheap::PoolConfig::new(4 << 20))?;
+        let mut v = symheap::SymVec::from_host(&pool, &[1.0f32; 16])?;
+        if comm.rank() == 1 {
+            panic!("rank 1 gives up");
+        }
+        pool.all_reduce_in_place(&mut v, symheap::ReduceOp::Sum)?;
+        pool.synchronize()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Panicked { rank: 1, message } if message.contains("gives up")),
+        "{err}"
+    );
+    session.assert_clean();
+}

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::errors::panic_message;
 use super::exports::{acl_api, hccl_api};
 use crate::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Runtime};
+use crate::sys::HcclResult;
 use crate::{Error, Result};
 
 impl Runtime {
@@ -40,9 +41,10 @@ impl Runtime {
 /// together when `f` returns.
 ///
 /// # Errors
-/// The first failure in time, as [`Error::Rank`] or [`Error::Panicked`] with its rank (a rank
-/// that fails first often makes its peers time out later; the first failure is the cause).
-/// Failures of `HcclGetRootInfo`, `aclrtSetDevice` and communicator initialisation are
+/// The failing rank's error, as [`Error::Rank`] or [`Error::Panicked`] with its rank: a
+/// rank that fails often makes its peers fail later (time out, or find it gone), so a panic
+/// is reported first, then an error that is not such a consequence, each the earliest of its
+/// kind. Failures of `HcclGetRootInfo`, `aclrtSetDevice` and communicator initialisation are
 /// reported the same way.
 ///
 /// # Examples
@@ -106,12 +108,15 @@ where
             .map(|h| h.join().expect("rank thread panicked outside its closure"))
             .collect()
     });
+    // The cause, not a consequence: a panic first, then an error other than waiting in vain
+    // for a peer, then the earliest. (A rank's failure is stamped when its thread ends, after
+    // its unwinding, which may itself wait for peers: time alone can blame the wrong rank.)
     let first_failure = outcomes
         .iter()
         .enumerate()
-        .filter(|(_, (result, _))| result.is_err())
-        .min_by_key(|(_, (_, stamp))| *stamp)
-        .map(|(rank, _)| rank);
+        .filter_map(|(rank, (result, stamp))| Some((rank, result.as_ref().err()?, *stamp)))
+        .min_by_key(|&(_, err, stamp)| (blame_order(err), stamp))
+        .map(|(rank, _, _)| rank);
     let mut results = Vec::with_capacity(outcomes.len());
     for (rank, (result, _)) in outcomes.into_iter().enumerate() {
         match result {
@@ -121,6 +126,25 @@ where
         }
     }
     Ok(results)
+}
+
+/// How directly a rank's failure points at the cause: 0 for a panic, 1 for an error of its
+/// own, 2 for a failure that other ranks' failures explain (a peer that never came, was lost,
+/// or a pool poisoned by such a collective).
+fn blame_order(err: &Error) -> u8 {
+    let source = match err {
+        Error::Panicked { .. } => return 0,
+        Error::Rank { source, .. } => source.as_ref(),
+        other => other,
+    };
+    let waited_in_vain = matches!(
+        source,
+        Error::Hccl {
+            code: HcclResult::HCCL_E_TIMEOUT | HcclResult::HCCL_E_TCP_TRANSFER,
+            ..
+        } | Error::Poisoned(_)
+    );
+    if waited_in_vain { 2 } else { 1 }
 }
 
 #[cfg(test)]
