@@ -606,3 +606,36 @@ fn allocations_keep_alignments_above_the_device_granularity() {
     .unwrap();
     session.assert_clean();
 }
+
+/// A call that synchronises the pool's stream and so sees a failed collective poisons the
+/// pool, whichever call it is: here `verify_symmetric` and an `alloc` that grows the pool. A
+/// read of the collective's buffer afterwards must not return the stale input.
+#[test]
+fn every_call_that_sees_a_failed_collective_poisons_the_pool() {
+    let session = EmuSession::start();
+    let rt = symheap::Runtime::emulated().unwrap();
+    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(1);
+    for growth in [false, true] {
+        let outcomes = emu::launch_with(&rt, 2, &config, |comm| {
+            let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
+            let mut v = SymVec::from_host(&pool, &[1.0f32; 16])?;
+            if comm.rank() == 0 {
+                pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?; // rank 1 never joins
+                let seen = if growth {
+                    pool.alloc(3 << 20, 0).map(drop)
+                } else {
+                    pool.verify_symmetric()
+                };
+                assert!(seen.is_err(), "growth {growth}: the failure is reported");
+                let read = v.to_host();
+                assert!(
+                    matches!(read, Err(Error::Poisoned(_))),
+                    "growth {growth}: {read:?}"
+                );
+            }
+            Ok(())
+        });
+        outcomes.unwrap();
+    }
+    session.assert_clean();
+}

@@ -473,6 +473,9 @@ impl PoolShared {
         if grow_by > room {
             return Err(state.out_of_memory(self, size, align));
         }
+        // The new window's warm-up waits for the pool's stream: see its earlier work's
+        // failures here, where they poison the pool, not as a failure of the growth.
+        self.wait_or_poison([&self.stream])?;
         let segment = Segment::create(
             &self.comm,
             &self.stream,

@@ -39,7 +39,7 @@ impl PoolShared {
             self.comm
                 .all_gather(base, base.byte_add(8), 1, u64::DATA_TYPE, &self.stream)?
         };
-        self.comm.synchronize(&self.stream)?;
+        self.wait_or_poison([&self.stream])?;
         let mut hashes = vec![0u64; ranks];
         // SAFETY: as above; the stream is synchronised.
         unsafe { rt.copy_to_host(u64::slice_as_bytes_mut(&mut hashes), base.byte_add(8))? };
