@@ -41,10 +41,6 @@ struct Buffer {
     bytes: [u8; MAX_VALUE],
 }
 
-/// Why a rank will not come again, as the host records it: 0 while it may,
-/// `next_collective + 1` once it left, [`DIED`] once its connection closed.
-pub(crate) const DIED: u64 = u64::MAX;
-
 /// One process's mapping of a board of `n` ranks.
 pub(crate) struct Board {
     space: Space,
@@ -73,7 +69,8 @@ impl Board {
         unsafe { &*(self.space.addr() as *const Header) }
     }
 
-    /// Rank `rank`'s gone word.
+    /// Rank `rank`'s gone word: why it will not come again, as the host records it
+    /// ([`Gone::word`](super::attendance::Gone::word)).
     pub(crate) fn gone(&self, rank: usize) -> &AtomicU64 {
         assert!(rank < self.n);
         // SAFETY: in bounds (checked) and 8-byte aligned; an atomic shared as above.

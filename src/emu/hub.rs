@@ -16,9 +16,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::board::{self, Board};
+use super::attendance::{Absent, Gone, Key, never_coming};
+use super::board::Board;
 use super::os;
-use super::rendezvous::Key;
 use super::wire::{Conn, Listener, Reader, Writer, poll_readable};
 
 /// Client-to-hub message tags.
@@ -55,28 +55,6 @@ pub(crate) mod to_rank {
     pub(crate) const DUPLICATE: u8 = 3;
 }
 
-/// Why a rank will not come to later steps.
-#[derive(Clone, Copy, Debug)]
-enum Gone {
-    /// It destroyed its communicator after taking collective numbers below this one; its
-    /// stream may still run collectives it queued before.
-    Left { next_collective: u64 },
-    /// Its connection closed: nothing more comes from it.
-    Died,
-}
-
-/// Whether a rank that is `gone` will never deposit under `key` (a step key, see
-/// [`Key`](super::rendezvous::Key)).
-fn never_comes(gone: Option<Gone>, key: &[u8]) -> bool {
-    match (gone, Key::decode(key)) {
-        (None, _) => false,
-        (Some(Gone::Died), _) | (Some(Gone::Left { .. }), Some(Key::Host { .. }) | None) => true,
-        (Some(Gone::Left { next_collective }), Some(Key::Collective { seq, .. })) => {
-            seq >= next_collective
-        }
-    }
-}
-
 /// A step key as it travels: opaque bytes to the hub.
 pub(crate) type StepKey = Vec<u8>;
 
@@ -100,8 +78,6 @@ struct Hub {
     formed: bool,
     /// Steps waiting for some ranks' deposits.
     steps: BTreeMap<StepKey, Vec<Option<Deposit>>>,
-    /// Per rank, once formed: why it will not come again, if so.
-    gone: Vec<Option<Gone>>,
     /// The board where the ranks meet for collective steps (once formed), and its memfd.
     board: Option<(Board, OwnedFd)>,
 }
@@ -119,7 +95,6 @@ pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
         n: None,
         formed: false,
         steps: BTreeMap::new(),
-        gone: Vec::new(),
         board: None,
     };
     std::thread::Builder::new()
@@ -237,7 +212,6 @@ impl Hub {
     fn form(&mut self, n: u32) {
         self.formed = true;
         self.listener = None;
-        self.gone = vec![None; n as usize];
         // Connections that never said HELLO have no place in the group.
         self.members.retain(|m| m.rank.is_some());
         self.members.sort_by_key(|m| m.rank);
@@ -302,23 +276,19 @@ impl Hub {
 
     /// Fails step `key` if a rank that has not deposited never will.
     fn fail_if_hopeless(&mut self, key: &[u8]) {
-        let Some(slot) = self.steps.get(key) else {
+        let (Some(slot), Some((board, _)), Some(step)) =
+            (self.steps.get(key), &self.board, Key::decode(key))
+        else {
             return;
         };
-        let never: Vec<(u32, Gone)> = (0..slot.len())
-            .filter(|&k| slot[k].is_none() && never_comes(self.gone[k], key))
-            .filter_map(|k| Some((k as u32, self.gone[k]?)))
-            .collect();
-        let died: Vec<u32> = never
-            .iter()
-            .filter(|(_, g)| matches!(g, Gone::Died))
-            .map(|&(k, _)| k)
-            .collect();
-        if !died.is_empty() {
-            self.fail(key, to_rank::DIED, &died);
-        } else if !never.is_empty() {
-            let left: Vec<u32> = never.iter().map(|&(k, _)| k).collect();
-            self.fail(key, to_rank::LEFT, &left);
+        let missing = (0..slot.len()).filter(|&k| slot[k].is_none()).map(|k| {
+            let word = board.gone(k).load(Ordering::Acquire);
+            (k as u32, Gone::from_word(word))
+        });
+        match never_coming(step, missing) {
+            Some(Absent::Died(ranks)) => self.fail(key, to_rank::DIED, &ranks),
+            Some(Absent::Left(ranks)) => self.fail(key, to_rank::LEFT, &ranks),
+            None => {}
         }
     }
 
@@ -425,15 +395,10 @@ impl Hub {
 
     /// Records why `rank` will not come again and fails every step that waits for it in vain.
     fn mark_gone(&mut self, rank: u32, why: Gone) {
-        if let Some(g) = self.gone.get_mut(rank as usize) {
-            *g = Some(why);
-        }
         if let Some((board, _)) = &self.board {
-            let word = match why {
-                Gone::Left { next_collective } => next_collective.saturating_add(1),
-                Gone::Died => board::DIED,
-            };
-            board.gone(rank as usize).store(word, Ordering::Release);
+            board
+                .gone(rank as usize)
+                .store(Gone::word(Some(why)), Ordering::Release);
             board.notify();
         }
         let keys: Vec<StepKey> = self.steps.keys().cloned().collect();

@@ -162,16 +162,20 @@
 
 // The modules, each using only modules listed before it (test modules aside), so none
 // depends on itself through others:
-// - errors, registry, os, counters, reduce, primitives: leaves;
-// - device, inject, rendezvous, memory, stream, copy: devices, failure injection, the ranks'
-//   meeting point, device memory, streams, copies;
+// - errors, registry, counters, reduce, primitives, wire: leaves (wire: sockets and messages);
+// - os, attendance, board, hub, rendezvous: system calls, who a step waits for, the shared
+//   board of collective steps, the rendezvous host, and a rank's end of the rendezvous;
+// - device, inject, memory, stream, copy: devices, failure injection, device memory, streams,
+//   copies;
 // - window: symmetric heaps, windows and window handles; comm: communicators, which own them;
 // - entry: entering an emulated C function (where a collective call takes its sequence number);
 // - job (a checked collective), steps (its rendezvous steps), staged and symmetric (the two
 //   algorithms), collective (queuing and running one); sym_window (registering, deregistering
 //   and finding windows);
 // - acl, hccl: the C functions' bodies; exports: the C functions and tables over them; launch.
+// (os uses counters for the memfd name; rendezvous uses hub's message tags.)
 mod acl;
+mod attendance;
 mod board;
 mod collective;
 mod comm;

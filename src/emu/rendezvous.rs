@@ -15,43 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::attendance::{Absent, Gone, Key, never_coming};
 use super::board::{self, Board};
 use super::hub::{to_hub, to_rank};
 use super::registry::lock;
 use super::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
-
-/// What a rendezvous is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Key {
-    /// Step `step` of the `seq`-th host-side collective call (window register / deregister).
-    Host { seq: u64, step: u32 },
-    /// Step `step` of the `seq`-th collective enqueued on the communicator.
-    Collective { seq: u64, step: u32 },
-}
-
-impl Key {
-    /// The key as it travels: kind, sequence number, step.
-    pub(crate) fn encode(self) -> Vec<u8> {
-        let (kind, seq, step) = match self {
-            Key::Host { seq, step } => (0, seq, step),
-            Key::Collective { seq, step } => (1, seq, step),
-        };
-        let mut w = Writer::default();
-        w.u8(kind).u64(seq).u32(step);
-        w.bytes
-    }
-
-    /// The key `bytes` encode.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Key> {
-        let mut r = Reader::new(bytes);
-        let (kind, seq, step) = (r.u8()?, r.u64()?, r.u32()?);
-        match kind {
-            0 => Some(Key::Host { seq, step }),
-            1 => Some(Key::Collective { seq, step }),
-            _ => None,
-        }
-    }
-}
 
 /// Why a rendezvous failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,28 +275,15 @@ impl Rendezvous {
     /// Why a step `key` cannot complete, if some of the `missing` ranks will never come (as
     /// the host recorded on the board) or the host is gone.
     fn never_coming(&self, key: Key, missing: &[usize]) -> Option<RvError> {
-        let gone = |r: &&usize| self.board.gone(**r).load(Ordering::Acquire);
-        let died: Vec<u32> = missing
-            .iter()
-            .filter(|r| gone(r) == board::DIED)
-            .map(|&r| r as u32)
-            .collect();
-        if !died.is_empty() {
-            return Some(RvError::Lost { ranks: died });
+        let gone = missing.iter().map(|&r| {
+            let word = self.board.gone(r).load(Ordering::Acquire);
+            (r as u32, Gone::from_word(word))
+        });
+        match never_coming(key, gone) {
+            Some(Absent::Died(ranks)) => Some(RvError::Lost { ranks }),
+            Some(Absent::Left(ranks)) => Some(RvError::Gone { ranks }),
+            None => self.conn.is_closed().then(|| self.host_lost()),
         }
-        let left: Vec<u32> = missing
-            .iter()
-            .filter(|r| match (gone(r), key) {
-                (0, _) => false,
-                (_, Key::Host { .. }) => true,
-                (word, Key::Collective { seq, .. }) => seq >= word - 1,
-            })
-            .map(|&r| r as u32)
-            .collect();
-        if !left.is_empty() {
-            return Some(RvError::Gone { ranks: left });
-        }
-        self.conn.is_closed().then(|| self.host_lost())
     }
 
     /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use crate::sys::HcclResult;
 
+use super::attendance::Key;
 use super::comm::Comm;
 use super::errors::{Fail, HcclRes};
-use super::rendezvous::{HOST_LOST, Key, Rendezvous, RvError};
+use super::rendezvous::{HOST_LOST, Rendezvous, RvError};
 use super::wire::Wire;
 
 /// A collective's view of the rendezvous: numbered steps under one sequence number.

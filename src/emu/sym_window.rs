@@ -11,12 +11,13 @@ use std::sync::atomic::Ordering;
 
 use crate::sys::HcclResult;
 
+use super::attendance::Key;
 use super::comm::{self, Comm};
 use super::counters::{self, Counter};
 use super::errors::{Fail, HcclRes, hccl_fail, para};
 use super::memory::{self, Mapping, Physical};
 use super::registry::lock;
-use super::rendezvous::{HOST_LOST, Key, RvError};
+use super::rendezvous::{HOST_LOST, RvError};
 use super::window::{SymHeap, Window, forget_window, remember_window, window_comm};
 use super::wire::{Reader, Wire, Writer};
 
