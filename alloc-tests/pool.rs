@@ -2,7 +2,7 @@
 //! typed collectives, growth / trim / OOM agreement, stream-safe reuse, no leaks.
 
 use symheap::ReduceOp;
-use symheap::sys::{ACL_ERROR_RT_MEMORY_ALLOCATION, HcclResult};
+use symheap::sys::{ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION, HcclResult};
 use symheap::{Error, PoolConfig, SymAlloc, SymBox, SymPool, SymVec, emu};
 
 use crate::harness::EmuSession;
@@ -637,5 +637,32 @@ fn every_call_that_sees_a_failed_collective_poisons_the_pool() {
         });
         outcomes.unwrap();
     }
+    session.assert_clean();
+}
+
+#[test]
+fn a_failed_warm_up_of_a_new_window_poisons_the_pool_and_leaks_nothing() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
+        // Growing waits for the pool's stream, then for the new window's warm-up: fail that.
+        emu::inject_failure("aclrtSynchronizeStream", 2, ACL_ERROR_RT_INTERNAL_ERROR);
+        let err = pool.alloc(3 << 20, 0).unwrap_err();
+        assert!(err.to_string().contains("aclrtSynchronizeStream"), "{err}");
+        let again = pool.alloc(512, 0);
+        assert!(matches!(again, Err(Error::Poisoned(_))), "{again:?}");
+        let rt = comm.runtime().clone();
+        drop(pool);
+        let errors = rt.take_drop_errors();
+        assert!(errors.is_empty(), "{errors:?}");
+        // The first window's warm-up, in SymPool::new.
+        emu::inject_failure("aclrtSynchronizeStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
+        let err = SymPool::new(comm, PoolConfig::new(2 << 20)).unwrap_err();
+        assert!(err.to_string().contains("aclrtSynchronizeStream"), "{err}");
+        let errors = rt.take_drop_errors();
+        assert!(errors.is_empty(), "{errors:?}");
+        Ok(())
+    })
+    .unwrap();
     session.assert_clean();
 }

@@ -211,17 +211,19 @@ impl SymPool {
         state.allocated = block.size();
         state.peak_allocated = block.size();
         state.check_block = Some(PoolBlock { segment, block });
-        Ok(SymPool {
-            shared: Arc::new(PoolShared {
-                comm: comm.clone(),
-                stream,
-                config,
-                device_granularity,
-                epoch: AtomicU64::new(0),
-                failure: OnceLock::new(),
-                state: Mutex::new(state),
-            }),
-        })
+        let shared = Arc::new(PoolShared {
+            comm: comm.clone(),
+            stream,
+            config,
+            device_granularity,
+            epoch: AtomicU64::new(0),
+            failure: OnceLock::new(),
+            state: Mutex::new(state),
+        });
+        // The first window's warm-up. On failure the pool's `Drop` waits again before
+        // unmapping: the warm-up may still be queued.
+        shared.wait_or_poison([&shared.stream])?;
+        Ok(SymPool { shared })
     }
 
     /// The communicator.
@@ -484,7 +486,11 @@ impl PoolShared {
             self.device_granularity,
         )?;
         state.registrations += 1;
-        Ok(state.segments.insert(segment))
+        let key = state.segments.insert(segment);
+        // The warm-up, with the segment in the pool: if it fails, the poisoned pool keeps the
+        // segment mapped until its `Drop` has waited again.
+        self.wait_or_poison([&self.stream])?;
+        Ok(key)
     }
 
     /// Synchronises the pool's stream and every stream recorded on a pending block, then

@@ -24,9 +24,13 @@ impl Segment {
     /// Reserves, backs, maps and registers `size` bytes (a multiple of the device granularity
     /// and of `block_granularity`) at an address aligned to `alignment` (the larger of the two
     /// granularities: a block aligned within the window is then aligned in memory too), then
-    /// runs one warm-up collective on the new window: HCCL defers part of the registration
+    /// enqueues one warm-up collective on the new window: HCCL defers part of the registration
     /// work to the first collective that uses it. Collective. On failure, everything done so
     /// far is undone by the handles' `Drop`.
+    ///
+    /// The caller waits for the warm-up with the segment already in its pool, so that if the
+    /// wait fails (the warm-up may still be queued) the mapping is not unmapped under it: the
+    /// pool is poisoned and its `Drop` waits again before releasing the segment.
     pub(super) fn create(
         comm: &Comm,
         stream: &Stream,
@@ -48,8 +52,8 @@ impl Segment {
         let base = window.ptr();
         // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns
         // that memory yet, and the offsets are the same on every rank.
-        // SAFETY: both ranges lie inside the fresh segment (checked above) and the stream is
-        // synchronised before the segment is handed out.
+        // SAFETY: both ranges lie inside the fresh segment (checked above); the caller waits
+        // for the stream before any block of the segment is handed out.
         unsafe {
             comm.all_gather(
                 base,
@@ -59,7 +63,6 @@ impl Segment {
                 stream,
             )?
         };
-        comm.synchronize(stream)?;
         Ok(Segment {
             heap,
             base,
