@@ -466,14 +466,20 @@ fn a_failed_collective_poisons_the_pool() {
             drop(v);
             assert!(matches!(
                 pool.synchronize(),
-                Err(Error::Hccl {
+                Err(Error::Collective {
                     code: HcclResult::HCCL_E_TIMEOUT,
                     ..
                 })
             ));
-            // Nothing pending was released, and nothing more is handed out.
+            // Nothing pending was released, and nothing more is handed out; the refusal
+            // carries the cause as its source.
             assert_eq!(pool.stats().pending_frees, 1);
-            assert!(matches!(pool.alloc(512, 0), Err(Error::Poisoned(_))));
+            let refused = pool.alloc(512, 0).unwrap_err();
+            let cause = std::error::Error::source(&refused).and_then(|c| c.downcast_ref());
+            assert!(
+                matches!(cause, Some(Error::Collective { .. })),
+                "{refused:?}"
+            );
             assert!(matches!(pool.synchronize(), Err(Error::Poisoned(_))));
         }
         Ok(())
@@ -497,7 +503,7 @@ fn reading_a_buffer_after_a_failed_collective_poisons_the_pool() {
             pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?; // rank 1 never joins
             assert!(matches!(
                 v.to_host(),
-                Err(Error::Hccl {
+                Err(Error::Collective {
                     code: HcclResult::HCCL_E_TIMEOUT,
                     ..
                 })
@@ -665,4 +671,31 @@ fn a_failed_warm_up_of_a_new_window_poisons_the_pool_and_leaks_nothing() {
     })
     .unwrap();
     session.assert_clean();
+}
+
+#[test]
+fn trim_reports_every_failure_to_release_a_window() {
+    let session = EmuSession::start();
+    for call in [
+        "aclrtUnmapMem",
+        "aclrtReleaseMemAddress",
+        "aclrtFreePhysical",
+    ] {
+        emu::launch(1, |comm| {
+            let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
+            drop(pool.alloc(3 << 20, 0)?); // grows, then is free
+            emu::inject_failure(call, 1, ACL_ERROR_RT_INTERNAL_ERROR);
+            let err = pool.trim().unwrap_err();
+            assert!(
+                matches!(err, Error::Acl { call: c, .. } if c == call),
+                "{call}: {err}"
+            );
+            assert_eq!(pool.stats().windows, 1);
+            Ok(())
+        })
+        .unwrap();
+        // A failed unmap left the mapping with the communicator, a failed release or free
+        // was tried again when its handle dropped: both succeeded the second time.
+        session.assert_clean();
+    }
 }

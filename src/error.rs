@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::sys::{HcclResult, aclError};
 
@@ -12,7 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Errors from the C libraries keep the raw code and the name of the call that returned it, so a
 /// report can be matched against CANN's own documentation and logs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The caller passed something that can never work (size 0, an alignment that is not a power
@@ -56,12 +57,29 @@ pub enum Error {
         /// Every candidate path, with the reason it was rejected.
         tried: Vec<(PathBuf, String)>,
     },
+    /// A collective failed after it was queued (it timed out, or a peer was lost): found when
+    /// its stream was synchronised.
+    Collective {
+        /// The communicator's asynchronous error (`HcclGetCommAsyncError`), e.g.
+        /// `HcclResult::HCCL_E_TIMEOUT`.
+        code: HcclResult,
+        /// How the stream's synchronisation failed (the runtime's own report).
+        source: Box<Error>,
+    },
     /// An earlier failure of queued work (a timed-out or rejected collective) left a pool's
     /// memory possibly still in use by a peer: the pool refuses further work. Drop it (and
-    /// usually the communicator) and build a new one.
-    Poisoned(String),
+    /// usually the communicator) and build a new one. Carries that failure (also its
+    /// [`source`](std::error::Error::source)).
+    Poisoned(Arc<Error>),
     /// Ranks disagreed about something that must be identical on every rank.
     Asymmetric(String),
+    /// An operating-system call failed (a file, a process); `what` says what was being done.
+    Io {
+        /// What was being done, e.g. "cannot read /tmp/root-info".
+        what: String,
+        /// The operating system's error.
+        source: Arc<std::io::Error>,
+    },
     /// An error on one rank of a multi-rank run.
     Rank {
         /// The rank that failed.
@@ -149,11 +167,19 @@ impl fmt::Display for Error {
                      (its lib64 is searched)"
                 )
             }
+            Error::Collective { code, source } => {
+                write!(f, "a queued collective failed with {code}")?;
+                if let Some(description) = code.description() {
+                    write!(f, " ({description})")?;
+                }
+                write!(f, ": {source}")
+            }
             Error::Poisoned(cause) => write!(
                 f,
                 "the pool is unusable after an earlier failure of queued work ({cause}); drop it and build a new one"
             ),
             Error::Asymmetric(msg) => write!(f, "ranks are not symmetric: {msg}"),
+            Error::Io { what, source } => write!(f, "{what}: {source}"),
             Error::Rank { rank, source } => write!(f, "rank {rank}: {source}"),
             Error::Panicked { rank, message } => write!(f, "rank {rank} panicked: {message}"),
         }
@@ -163,7 +189,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Rank { source, .. } => Some(source.as_ref()),
+            Error::Rank { source, .. } | Error::Collective { source, .. } => Some(source.as_ref()),
+            Error::Poisoned(cause) => Some(cause.as_ref()),
+            Error::Io { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }
@@ -173,5 +201,13 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source: Arc::new(source),
+        }
     }
 }

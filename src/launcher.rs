@@ -73,10 +73,9 @@ impl Job {
     /// program that re-runs itself as its own ranks (see [`in_a_rank`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the running executable cannot be found.
+    /// [`Error::Io`] if the running executable cannot be found.
     pub fn this_program(ranks: u32) -> Result<Job> {
-        let exe = std::env::current_exe()
-            .map_err(|e| Error::invalid(format!("cannot find this program: {e}")))?;
+        let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this program", e))?;
         Ok(Job::new(ranks, exe).args(std::env::args_os().skip(1)))
     }
 
@@ -110,8 +109,9 @@ impl Job {
     /// killed (`SIGKILL`).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero ranks, a program that cannot be started, or a
-    /// root-info directory that cannot be made; ranks already started are then killed.
+    /// [`Error::InvalidArgument`] for zero ranks; [`Error::Io`] for a program that cannot be
+    /// started or a root-info directory that cannot be made; ranks already started are then
+    /// killed.
     pub fn run(&self) -> Result<Outcome> {
         if self.ranks == 0 {
             return Err(Error::invalid("a job needs at least one rank"));
@@ -146,10 +146,8 @@ impl Job {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| {
-                Error::invalid(format!(
-                    "cannot start {} as rank {rank}: {e}",
-                    self.program.to_string_lossy()
-                ))
+                let program = self.program.to_string_lossy();
+                Error::io(format!("cannot start {program} as rank {rank}"), e)
             })?;
         let relays = [
             child
@@ -323,7 +321,7 @@ impl RunDir {
         let dir =
             std::env::temp_dir().join(format!("symheap-run-{}-{nanos:x}", std::process::id()));
         std::fs::create_dir(&dir)
-            .map_err(|e| Error::invalid(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
         Ok(RunDir(dir))
     }
 
@@ -391,6 +389,10 @@ mod tests {
     fn a_program_that_cannot_start_is_an_error() {
         let err = Job::new(2, "/nonexistent/program").run().unwrap_err();
         assert!(err.to_string().contains("/nonexistent/program"), "{err}");
+        let Error::Io { source, .. } = &err else {
+            panic!("expected an I/O error, got {err:?}");
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
         assert!(Job::new(0, "sh").run().is_err());
     }
 }

@@ -93,10 +93,10 @@ impl std::fmt::Display for Signature {
             "{}(count {}, type {}",
             self.kind.name(),
             self.count,
-            self.dtype.0
+            self.dtype
         )?;
         if self.kind.reduces() {
-            write!(f, ", op {}", self.op.0)?;
+            write!(f, ", op {}", self.op)?;
         }
         if self.kind == Kind::Broadcast {
             write!(f, ", root {}", self.root)?;
@@ -222,12 +222,12 @@ pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
 /// the reduction, AlltoAll's receive side and Broadcast's root.
 fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
     let Some(dtype) = DType::from_hccl(req.sig.dtype) else {
-        return para(format!("data type {} is not supported", req.sig.dtype.0));
+        return para(format!("data type {} is not supported", req.sig.dtype));
     };
     let op = if req.sig.kind.reduces() {
         match Op::from_hccl(req.sig.op) {
             Some(op) => op,
-            None => return para(format!("reduce op {} is not supported", req.sig.op.0)),
+            None => return para(format!("reduce op {} is not supported", req.sig.op)),
         }
     } else {
         Op::Sum

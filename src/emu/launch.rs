@@ -142,6 +142,9 @@ fn blame_order(err: &Error) -> u8 {
         Error::Hccl {
             code: HcclResult::HCCL_E_TIMEOUT | HcclResult::HCCL_E_TCP_TRANSFER,
             ..
+        } | Error::Collective {
+            code: HcclResult::HCCL_E_TIMEOUT | HcclResult::HCCL_E_TCP_TRANSFER,
+            ..
         } | Error::Poisoned(_)
     );
     if waited_in_vain { 2 } else { 1 }

@@ -83,7 +83,7 @@ pub(crate) struct PoolShared {
     /// Set, once and for good, when queued work failed: nothing may be reused any more. Kept
     /// outside `state` so that [`wait_or_poison`](Self::wait_or_poison) can set it whether or
     /// not its caller holds the state lock.
-    failure: OnceLock<String>,
+    failure: OnceLock<Arc<Error>>,
     state: Mutex<PoolState>,
 }
 
@@ -538,7 +538,7 @@ impl PoolShared {
         }
         if let Err(e) = &result {
             // The first failure is the cause; a later one may be a consequence of it.
-            self.failure.get_or_init(|| e.to_string());
+            self.failure.get_or_init(|| Arc::new(e.clone()));
         }
         result
     }
@@ -547,7 +547,7 @@ impl PoolShared {
     fn check_usable(&self) -> Result<()> {
         match self.failure.get() {
             None => Ok(()),
-            Some(cause) => Err(Error::Poisoned(cause.clone())),
+            Some(cause) => Err(Error::Poisoned(Arc::clone(cause))),
         }
     }
 

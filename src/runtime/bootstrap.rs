@@ -126,7 +126,8 @@ impl Comm {
     /// # Errors
     /// [`Error::InvalidArgument`] naming the variables that are missing, malformed or
     /// inconsistent (a rank not below the world size), a root-info file that exists already
-    /// (rank 0), cannot be written or read, or did not appear in time; the runtime's errors of
+    /// (rank 0) or did not appear in time; [`Error::Io`] for one that cannot be written or
+    /// read; the runtime's errors of
     /// `aclrtSetDevice`, `HcclGetRootInfo` and communicator initialisation.
     ///
     /// # Examples
@@ -168,14 +169,10 @@ impl RootInfo {
     /// file and an existing file is never replaced (another rank may have read it).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if `path` exists or cannot be written.
+    /// [`Error::InvalidArgument`] if `path` exists; [`Error::Io`] if it cannot be written.
     pub fn publish(&self, path: &Path) -> Result<()> {
-        let io = |what: &str, e: std::io::Error| {
-            Error::invalid(format!(
-                "{ROOT_INFO}: cannot {what} {}: {e}",
-                path.display()
-            ))
-        };
+        let io =
+            |what: &str, e| Error::io(format!("{ROOT_INFO}: cannot {what} {}", path.display()), e);
         if path.exists() {
             return Err(Error::invalid(format!(
                 "{ROOT_INFO}: {} exists already; another rank may have read it, so each job \
@@ -196,8 +193,8 @@ impl RootInfo {
     /// Waits until `path` holds a whole root info ([`RootInfo::publish`]), at most `wait`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the file does not appear in time, cannot be read or is
-    /// not a root info.
+    /// [`Error::InvalidArgument`] if the file does not appear in time or is not a root info;
+    /// [`Error::Io`] if it cannot be read.
     pub fn wait_for(path: &Path, wait: Duration) -> Result<RootInfo> {
         let deadline = Instant::now() + wait;
         loop {
@@ -214,10 +211,8 @@ impl RootInfo {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    return Err(Error::invalid(format!(
-                        "{ROOT_INFO}: cannot read {}: {e}",
-                        path.display()
-                    )));
+                    let what = format!("{ROOT_INFO}: cannot read {}", path.display());
+                    return Err(Error::io(what, e));
                 }
             }
             if Instant::now() >= deadline {

@@ -247,12 +247,13 @@ impl Comm {
         })
     }
 
-    /// The communicator's pending asynchronous error (`HcclGetCommAsyncError`), if any.
+    /// The communicator's pending asynchronous error (`HcclGetCommAsyncError`): the code of
+    /// queued work that failed, or `None`.
     ///
     /// # Errors
-    /// [`Error::Hccl`] carrying the asynchronous error; [`Error::Unsupported`] if the library
+    /// The runtime's error if the query itself fails; [`Error::Unsupported`] if the library
     /// lacks the call.
-    pub fn async_error(&self) -> Result<()> {
+    pub fn async_error(&self) -> Result<Option<HcclResult>> {
         let rt = self.runtime();
         let get = Runtime::optional("HcclGetCommAsyncError", rt.hccl().HcclGetCommAsyncError)?;
         let mut pending = HcclResult::HCCL_SUCCESS;
@@ -260,27 +261,23 @@ impl Comm {
             // SAFETY: live communicator and valid out-pointer.
             unsafe { get(comm, &mut pending) }
         })?;
-        rt.hccl_check("HcclGetCommAsyncError", pending)
+        Ok((pending != HcclResult::HCCL_SUCCESS).then_some(pending))
     }
 
-    /// Waits for `stream`; if it failed, reports the communicator's asynchronous HCCL error
-    /// (for example `HCCL_E_TIMEOUT`) in preference to the stream's generic one.
+    /// Waits for `stream`; if it failed and the communicator has an asynchronous error (a
+    /// collective timed out, say), reports that as [`Error::Collective`].
     ///
     /// # Errors
-    /// The first failure of work on the stream since the last synchronisation.
+    /// [`Error::Collective`] with the communicator's code and the stream's failure as its
+    /// source; the stream's failure alone when the communicator reports none.
     pub fn synchronize(&self, stream: &Stream) -> Result<()> {
         let Err(stream_err) = stream.synchronize() else {
             return Ok(());
         };
         match self.async_error() {
-            Err(Error::Hccl {
-                call,
+            Ok(Some(code)) => Err(Error::Collective {
                 code,
-                message,
-            }) => Err(Error::Hccl {
-                call,
-                code,
-                message: format!("{message} ({stream_err})"),
+                source: Box::new(stream_err),
             }),
             _ => Err(stream_err),
         }

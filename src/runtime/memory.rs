@@ -3,6 +3,7 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::Runtime;
 use crate::sys::{aclrtDrvMemHandle, aclrtPhysicalMemProp};
@@ -55,6 +56,9 @@ pub struct VirtualRange {
     rt: Runtime,
     ptr: DevicePtr,
     size: u64,
+    /// Set once released (only on success: a failed [`Mapping::release`] leaves the range to
+    /// `Drop`, which tries once more).
+    released: AtomicBool,
 }
 
 impl VirtualRange {
@@ -85,6 +89,7 @@ impl VirtualRange {
             rt: rt.clone(),
             ptr: DevicePtr::from_raw(ptr),
             size,
+            released: AtomicBool::new(false),
         })
     }
 
@@ -99,12 +104,24 @@ impl VirtualRange {
     }
 }
 
+impl VirtualRange {
+    /// Releases the range (`aclrtReleaseMemAddress`) unless already done.
+    fn release(&self) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: `ptr` came from aclrtReserveMemAddress and is not released yet (the flag),
+        // and every mapping inside it holds an `Arc` to this range, so none is left.
+        let code = unsafe { (self.rt.acl().aclrtReleaseMemAddress)(self.ptr.as_raw()) };
+        self.rt.acl_check("aclrtReleaseMemAddress", code)?;
+        self.released.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
 impl Drop for VirtualRange {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from aclrtReserveMemAddress and every mapping inside it holds an
-        // `Arc` to this range, so none is left.
-        let code = unsafe { (self.rt.acl().aclrtReleaseMemAddress)(self.ptr.as_raw()) };
-        if let Err(e) = self.rt.acl_check("aclrtReleaseMemAddress", code) {
+        if let Err(e) = self.release() {
             self.rt.record_drop_error(e);
         }
     }
@@ -117,6 +134,8 @@ pub struct PhysicalMemory {
     handle: aclrtDrvMemHandle,
     size: u64,
     device: u32,
+    /// Set once freed (only on success, as for [`VirtualRange`]).
+    freed: AtomicBool,
 }
 
 // SAFETY: the handle is an opaque token that the runtime accepts from any thread.
@@ -142,6 +161,7 @@ impl PhysicalMemory {
             handle,
             size,
             device,
+            freed: AtomicBool::new(false),
         })
     }
 
@@ -156,12 +176,24 @@ impl PhysicalMemory {
     }
 }
 
+impl PhysicalMemory {
+    /// Frees the memory (`aclrtFreePhysical`) unless already done.
+    fn free(&self) -> Result<()> {
+        if self.freed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: the handle came from aclrtMallocPhysical and is not freed yet (the flag),
+        // and every mapping of it holds an `Arc` to this value, so none is left.
+        let code = unsafe { (self.rt.acl().aclrtFreePhysical)(self.handle) };
+        self.rt.acl_check("aclrtFreePhysical", code)?;
+        self.freed.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
 impl Drop for PhysicalMemory {
     fn drop(&mut self) {
-        // SAFETY: the handle came from aclrtMallocPhysical; every mapping of it holds an `Arc`
-        // to this value, so none is left.
-        let code = unsafe { (self.rt.acl().aclrtFreePhysical)(self.handle) };
-        if let Err(e) = self.rt.acl_check("aclrtFreePhysical", code) {
+        if let Err(e) = self.free() {
             self.rt.record_drop_error(e);
         }
     }
@@ -174,6 +206,9 @@ pub struct Mapping {
     ptr: DevicePtr,
     range: Arc<VirtualRange>,
     physical: Arc<PhysicalMemory>,
+    /// Set once unmapped; unlike the range's and the memory's flags, only on success, so that
+    /// `Drop` tries again after a failed [`Mapping::release`].
+    unmapped: AtomicBool,
 }
 
 impl Mapping {
@@ -205,6 +240,7 @@ impl Mapping {
             ptr,
             range: Arc::clone(range),
             physical: Arc::clone(physical),
+            unmapped: AtomicBool::new(false),
         })
     }
 
@@ -245,13 +281,43 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Unmaps now, then releases the range and frees the physical memory where this mapping
+    /// held the last handle on them, reporting the first error instead of recording it as
+    /// `Drop` would.
+    ///
+    /// # Errors
+    /// The first error of the runtime. Each step that failed is tried once more when its
+    /// handle drops (right away, or for a failed unmap when the mapping drops), and a second
+    /// failure is recorded as a drop error.
+    pub fn release(self) -> Result<()> {
+        self.unmap()?;
+        let (range, physical) = (Arc::clone(&self.range), Arc::clone(&self.physical));
+        drop(self);
+        let released = Arc::into_inner(range).map_or(Ok(()), |r| r.release());
+        let freed = Arc::into_inner(physical).map_or(Ok(()), |p| p.free());
+        released.and(freed)
+    }
+
+    /// Unmaps (`aclrtUnmapMem`) unless already done.
+    pub(crate) fn unmap(&self) -> Result<()> {
+        if self.unmapped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let rt = &self.range.rt;
+        // SAFETY: `ptr` is the start of a mapping made by `new` and not yet unmapped (the
+        // flag is set only after a successful unmap).
+        let code = unsafe { (rt.acl().aclrtUnmapMem)(self.ptr.as_raw()) };
+        rt.acl_check("aclrtUnmapMem", code)?;
+        self.unmapped.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
-        let rt = &self.range.rt;
-        // SAFETY: `ptr` is the start of a mapping made by `new` and not yet unmapped.
-        let code = unsafe { (rt.acl().aclrtUnmapMem)(self.ptr.as_raw()) };
-        if let Err(e) = rt.acl_check("aclrtUnmapMem", code) {
-            rt.record_drop_error(e);
+        if let Err(e) = self.unmap() {
+            self.range.rt.record_drop_error(e);
         }
     }
 }

@@ -119,14 +119,27 @@ impl Window {
         self.mapping.size()
     }
 
-    /// Deregisters the window now (collective), reporting any error instead of recording it
-    /// as `Drop` would.
+    /// Deregisters the window now (collective), then releases its memory if the window held
+    /// the last handle on it ([`Mapping::release`]), reporting any error instead of recording
+    /// it as `Drop` would.
     ///
     /// # Errors
-    /// The library's error; the memory then stays with the communicator until it is destroyed.
+    /// The library's error. If deregistering or unmapping fails, the memory stays with the
+    /// communicator, which tries again once it is destroyed.
     pub fn deregister(mut self) -> Result<()> {
         self.deregistered = true;
-        self.deregister_raw()
+        self.deregister_raw()?;
+        let (comm, mapping) = (self.comm.clone(), Arc::clone(&self.mapping));
+        drop(self);
+        let Some(mapping) = Arc::into_inner(mapping) else {
+            return Ok(()); // someone else still holds the memory
+        };
+        if let Err(e) = mapping.unmap() {
+            // Tried again when the communicator is destroyed.
+            comm.adopt_orphan(Arc::new(mapping));
+            return Err(e);
+        }
+        mapping.release()
     }
 
     /// Deregisters; on failure hands the memory to the communicator.

@@ -447,7 +447,8 @@ fn mismatched_calls_and_paths_fail_on_every_rank() {
     });
     for (first, second) in msgs {
         assert!(
-            first.contains("different calls") && first.contains("count 200"),
+            first.contains("different calls")
+                && first.contains("count 200, type HCCL_DATA_TYPE_FP32, op HCCL_REDUCE_SUM"),
             "{first}"
         );
         assert!(second.contains("rank 1: staged"), "{second}");
