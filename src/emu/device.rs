@@ -1,26 +1,31 @@
 //! Devices: which device the calling thread is bound to, and each device's memory limit.
 
 use std::cell::Cell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::errors::{AclResult, acl_fail};
+use super::os;
 use crate::sys::{ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID};
 
 /// Devices `0..MAX_DEVICES` exist.
 pub(crate) const MAX_DEVICES: usize = 64;
 
-/// The default per-device physical memory: 64 GiB.
-pub(crate) const DEFAULT_LIMIT: u64 = 64 << 30;
+/// The most physical memory an emulated device has by default: 64 GiB, as an Atlas A3 die.
+const DEVICE_HBM: u64 = 64 << 30;
 
-static LIMIT: AtomicU64 = AtomicU64::new(DEFAULT_LIMIT);
+/// The per-device limit set by [`set_device_memory_limit`]; 0 for the default.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static CURRENT: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
-/// Sets the physical memory each emulated device has (default 64 GiB). `aclrtMallocPhysical`
-/// fails with `ACL_ERROR_RT_MEMORY_ALLOCATION` beyond it and `aclrtGetMemInfo` reports it.
-/// Memfd pages are allocated lazily, so this is accounting, not a host reservation.
+/// Sets the physical memory each emulated device has (by default 64 GiB, or the host's RAM if
+/// that is less; 0 restores the default). `aclrtMallocPhysical` fails with
+/// `ACL_ERROR_RT_MEMORY_ALLOCATION` beyond it and `aclrtGetMemInfo` reports it. Whatever the
+/// limit, all devices together never get more than the host's RAM (see the
+/// [emulator's choices](crate::emu)).
 ///
 /// A test hook (process-global): tests use it to run the out-of-memory paths above.
 pub fn set_device_memory_limit(bytes: u64) {
@@ -29,7 +34,16 @@ pub fn set_device_memory_limit(bytes: u64) {
 
 /// The per-device physical memory limit.
 pub(crate) fn memory_limit() -> u64 {
-    LIMIT.load(Ordering::Relaxed)
+    match LIMIT.load(Ordering::Relaxed) {
+        0 => DEVICE_HBM.min(host_ram()),
+        set => set,
+    }
+}
+
+/// The host's RAM in bytes (`MemTotal`), read once; 64 GiB if `/proc/meminfo` says nothing.
+pub(crate) fn host_ram() -> u64 {
+    static RAM: OnceLock<u64> = OnceLock::new();
+    *RAM.get_or_init(|| os::meminfo("MemTotal").unwrap_or(DEVICE_HBM))
 }
 
 /// Checks a device id.

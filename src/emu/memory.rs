@@ -147,17 +147,32 @@ impl State {
         (r.end > addr).then_some((start, r))
     }
 
-    /// Fails unless `size` more bytes fit `device`'s memory limit.
+    /// Fails unless `size` more bytes fit `device`'s memory limit, and the host's RAM: all
+    /// devices' memory together, and what the host has available now.
     fn check_limit(&self, device: u32, size: usize) -> AclResult {
+        let size = size as u64;
         let limit = device::memory_limit();
         let used = self.used[device as usize];
-        if used.saturating_add(size as u64) > limit {
+        if used.saturating_add(size) > limit {
             return acl_fail(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 format!(
                     "device {device} out of memory: asked for {size} bytes, {} of {limit} free \
                      (emu::set_device_memory_limit)",
                     limit.saturating_sub(used)
+                ),
+            );
+        }
+        let ram = device::host_ram();
+        let all: u64 = self.used.iter().sum();
+        let available = os::meminfo("MemAvailable").unwrap_or(ram);
+        if all.saturating_add(size) > ram || size > available {
+            return acl_fail(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!(
+                    "device {device}: asked for {size} bytes of emulated device memory, which is \
+                     host RAM: the host has {ram} bytes, {available} available, and this \
+                     process's devices hold {all}"
                 ),
             );
         }
@@ -584,7 +599,7 @@ mod tests {
     use std::ffi::c_void;
     use std::ptr::null_mut;
 
-    use super::super::testutil::{DevBuf, acl, assert_clean, ok};
+    use super::super::testutil::{DevBuf, acl, assert_clean, ok, recent};
     use super::super::{GRANULARITY as G, counters, set_device_memory_limit, test_lock};
     use crate::sys::*;
 
@@ -694,7 +709,51 @@ mod tests {
             ok((a.aclrtFreePhysical)(other));
             assert_eq!((a.aclrtFreePhysical)(first), ACL_ERROR_RT_INVALID_HANDLE);
         }
-        set_device_memory_limit(64 << 30);
+        set_device_memory_limit(0);
+        assert_clean();
+    }
+
+    #[test]
+    fn device_memory_never_exceeds_the_hosts_ram() {
+        let _g = test_lock();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let ram = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+            .unwrap()
+            * 1024;
+        let device = aclrtPhysicalMemProp::device_huge(0);
+        let mut total = 0usize;
+        // SAFETY: valid out-pointers; the device is set on this thread first.
+        unsafe {
+            ok((acl().aclrtSetDevice)(0));
+            ok((acl().aclrtGetMemInfo)(
+                aclrtMemAttr::ACL_HBM_MEM,
+                &mut 0,
+                &mut total,
+            ));
+            ok((acl().aclrtResetDevice)(0));
+        }
+        assert!(
+            total as u64 <= ram,
+            "a device of {total} bytes on {ram} bytes of RAM"
+        );
+        // Past the RAM, an allocation fails: on any device, and however high the limit.
+        let beyond = (ram as usize).next_multiple_of(G) + G;
+        assert_eq!(malloc(beyond, &device).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        set_device_memory_limit(u64::MAX);
+        assert_eq!(malloc(beyond, &device).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        // All devices' memory together is held to the RAM too.
+        let half = (ram as usize / 2).next_multiple_of(G) + G;
+        let (code, first) = malloc(half, &device);
+        ok(code);
+        let other = aclrtPhysicalMemProp::device_huge(1);
+        assert_eq!(malloc(half, &other).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        let msg = recent();
+        assert!(msg.contains("RAM"), "{msg}");
+        // SAFETY: a live handle.
+        ok(unsafe { (acl().aclrtFreePhysical)(first) });
         assert_clean();
     }
 

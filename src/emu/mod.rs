@@ -113,6 +113,13 @@
 //!   and socket until the process ends.
 //! - Device ids name devices machine-wide, so a process may use any of them; the memory
 //!   limit of [`set_device_memory_limit`] is counted per process.
+//! - A device has 64 GiB (an Atlas A3 die's HBM), or the host's RAM if that is less. Emulated
+//!   device memory is host memory whose pages are allocated when first touched, so the
+//!   emulator also refuses (`ACL_ERROR_RT_MEMORY_ALLOCATION`) an allocation that would take
+//!   this process's devices together past the host's RAM (`MemTotal`), or that is larger than
+//!   what the host has available now (`MemAvailable`): a run that asks for too much gets the
+//!   error a device would give instead of being killed by the kernel later. Memory another
+//!   process allocated but has not touched yet is not seen.
 //! - `HcclCommDestroy` is local: it deregisters this rank's windows without a rendezvous and
 //!   forgets the handle; the heap and staging buffer go when queued work no longer uses them.
 //!   It also marks the rank as gone in its group: a peer waiting for it in a register /
@@ -226,6 +233,6 @@ pub(crate) fn test_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = registry::lock(&LOCK);
     clear_injected_failures();
-    set_device_memory_limit(device::DEFAULT_LIMIT);
+    set_device_memory_limit(0);
     guard
 }

@@ -122,6 +122,16 @@ pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
     })
 }
 
+/// A field of `/proc/meminfo` (`"MemTotal"`, `"MemAvailable"`) in bytes.
+pub(crate) fn meminfo(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = text.lines().find_map(|line| {
+        let value = line.strip_prefix(field)?.strip_prefix(':')?;
+        value.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
+    })?;
+    kib.checked_mul(1024)
+}
+
 /// 16 random bytes from the kernel.
 pub(crate) fn random_bytes() -> io::Result<[u8; 16]> {
     let mut bytes = [0u8; 16];

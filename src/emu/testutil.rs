@@ -279,7 +279,7 @@ mod tests {
             set_device_memory_limit(1 << 20);
         }
         let _g = test_lock();
-        assert_eq!(device::memory_limit(), device::DEFAULT_LIMIT);
+        assert_eq!(device::memory_limit(), (64 << 30).min(device::host_ram()));
         for _ in 0..3 {
             assert_eq!(inject::take("aclrtMapMem"), None);
         }
