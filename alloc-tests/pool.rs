@@ -699,3 +699,20 @@ fn trim_reports_every_failure_to_release_a_window() {
         session.assert_clean();
     }
 }
+
+#[test]
+fn pooled_values_returned_from_launch_are_dropped_by_their_ranks() {
+    let session = EmuSession::start();
+    let rt = symheap::Runtime::emulated().unwrap();
+    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(2);
+    let returned = emu::launch_with(&rt, 2, &config, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        SymVec::from_host(&pool, &[comm.rank() as f32; 4])
+    });
+    let err = returned.map(drop).unwrap_err();
+    assert!(err.to_string().contains("holds its communicator"), "{err}");
+    // Both ranks dropped their pool together: no deregistration waited in vain.
+    let errors = rt.take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+    session.assert_clean();
+}

@@ -33,19 +33,26 @@ impl Runtime {
     }
 }
 
+/// What `launch` says of a result that keeps the rank's communicator alive.
+const HOLDS_COMM: &str = "the closure's result holds its communicator (a pool, pooled memory, \
+    a window or the Comm itself), which must be dropped on every rank together; it was dropped \
+    there. Return host data instead (for example `to_host()`)";
+
 /// Runs `f` on `ranks` threads, each bound to its own emulated device (device `r` for rank
 /// `r`) with an initialised communicator, and returns the results in rank order.
 ///
 /// Return plain data from `f`, not values that own pool memory or windows: dropping those
-/// is a collective step (deregistration) that every rank must take, which the rank threads do
-/// together when `f` returns.
+/// is a collective step (deregistration) that every rank must take, which only the rank
+/// threads can do together. A result that still holds its communicator is dropped on its
+/// rank's thread and reported as an error.
 ///
 /// # Errors
 /// The failing rank's error, as [`Error::Rank`] or [`Error::Panicked`] with its rank: a
 /// rank that fails often makes its peers fail later (time out, or find it gone), so a panic
 /// is reported first, then an error that is not such a consequence, each the earliest of its
 /// kind. Failures of `HcclGetRootInfo`, `aclrtSetDevice` and communicator initialisation are
-/// reported the same way.
+/// reported the same way, and so is a result that holds its communicator
+/// ([`Error::InvalidArgument`]).
 ///
 /// # Examples
 /// ```
@@ -86,7 +93,14 @@ where
                     let run = || {
                         rt.set_device(rank)?;
                         let comm = Comm::init(rt, ranks, root, rank, config)?;
-                        f(&comm)
+                        let value = f(&comm)?;
+                        if comm.handles() > 1 {
+                            // Dropped here, by every rank at once, as its collective
+                            // deregistrations need: after `launch` they would wait in vain.
+                            drop(value);
+                            return Err(Error::invalid(HOLDS_COMM));
+                        }
+                        Ok(value)
                     };
                     let result = match catch_unwind(AssertUnwindSafe(run)) {
                         Ok(result) => result.map_err(|source| Error::Rank {

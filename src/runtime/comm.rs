@@ -226,6 +226,12 @@ impl Comm {
         rt.hccl_check(call, code)
     }
 
+    /// How many handles share this communicator (this one included): what still holds it.
+    #[cfg_attr(not(feature = "emulator"), allow(dead_code))]
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// Keeps the memory of a window whose deregistration failed until the communicator is
     /// destroyed (which deregisters it), so it is never freed while still registered.
     pub(crate) fn adopt_orphan(&self, mapping: Arc<Mapping>) {
