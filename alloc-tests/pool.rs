@@ -167,6 +167,62 @@ fn strict_pools_refuse_collectives_after_asymmetric_calls() {
 }
 
 #[test]
+fn a_skipped_or_different_collective_is_caught_before_it_runs() {
+    let session = EmuSession::start();
+    for case in ["skipped", "different op"] {
+        let outcomes = emu::launch(2, |comm| {
+            let pool = SymPool::new(comm, PoolConfig::new(8 << 20).strict_symmetry(true))?;
+            let mut x = SymVec::from_host(&pool, &[1.0f32; 8])?;
+            let mut y = SymVec::from_host(&pool, &[1.0f32; 8])?;
+            let op = if case == "different op" && comm.rank() == 1 {
+                ReduceOp::Max
+            } else {
+                ReduceOp::Sum
+            };
+            // Rank 1 skips the collective on x and goes on to y.
+            let first = if case == "skipped" && comm.rank() == 1 {
+                &mut y
+            } else {
+                &mut x
+            };
+            Ok(pool.all_reduce_in_place(first, op).err())
+        })
+        .unwrap();
+        for outcome in outcomes {
+            assert!(
+                matches!(outcome, Some(Error::Asymmetric(_))),
+                "{case}: {outcome:?}"
+            );
+        }
+    }
+    session.assert_clean();
+}
+
+#[test]
+fn collectives_are_part_of_the_op_hash() {
+    let session = EmuSession::start();
+    let hashes = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 8])?;
+        let before = pool.op_hash();
+        pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        let after_sum = pool.op_hash();
+        pool.all_reduce_in_place(&mut v, ReduceOp::Max)?;
+        pool.synchronize()?;
+        Ok([before, after_sum, pool.op_hash()])
+    })
+    .unwrap();
+    assert_eq!(hashes[0], hashes[1], "equal on every rank");
+    let [before, after_sum, after_max] = hashes[0];
+    assert!(
+        before != after_sum && after_sum != after_max,
+        "{:x?}",
+        hashes[0]
+    );
+    session.assert_clean();
+}
+
+#[test]
 fn typed_collectives_match_the_host() {
     let session = EmuSession::start();
     emu::launch(4, |comm| {

@@ -63,6 +63,12 @@ impl SymAlloc {
         self.block().offset()
     }
 
+    /// Where the block is, in terms equal on every rank: its segment's key and its offset.
+    pub(super) fn placement(&self) -> [u64; 2] {
+        let block = self.block();
+        [block.segment as u64, block.offset()]
+    }
+
     /// The bytes asked for.
     pub fn len(&self) -> u64 {
         self.len

@@ -101,6 +101,8 @@ struct PoolState {
     free_count: u64,
     oom_count: u64,
     registrations: u64,
+    /// A rolling hash of every collective called, in order (see [`PoolState::op_hash`]).
+    collectives: u64,
 }
 
 /// A heap block and the key of the segment whose heap made it: the one shape in which the
@@ -204,6 +206,7 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
+            collectives: 0,
         };
         let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
@@ -352,8 +355,9 @@ impl SymPool {
         }
     }
 
-    /// A hash of every allocation, free, growth and trim so far (and of what is pending):
-    /// equal on ranks that made the same calls.
+    /// A hash of every allocation, free, growth, trim and collective so far (and of what is
+    /// pending): equal on ranks that made the same calls. A collective enters with its kind,
+    /// element count and type, reduction, and its buffers' windows and offsets.
     pub fn op_hash(&self) -> u64 {
         self.shared.lock().op_hash()
     }
@@ -626,8 +630,8 @@ impl PoolState {
         })
     }
 
-    /// Every segment's heap hash, what is pending, and the pool's own counts, folded with the
-    /// heap's fixed mixer (the same in every process and build).
+    /// Every segment's heap hash, what is pending, the pool's own counts and its record of
+    /// collectives, folded with the heap's fixed mixer (the same in every process and build).
     fn op_hash(&self) -> u64 {
         let segments = self
             .segments
@@ -637,8 +641,18 @@ impl PoolState {
             .pending
             .iter()
             .flat_map(|p| [p.block.segment as u64, p.block.offset(), p.block.size()]);
-        let counts = [self.alloc_count, self.free_count, self.oom_count];
+        let counts = [
+            self.alloc_count,
+            self.free_count,
+            self.oom_count,
+            self.collectives,
+        ];
         fold_words(segments.chain(pending).chain(counts))
+    }
+
+    /// Folds a collective call into the record of collectives.
+    fn record_collective(&mut self, call: u64) {
+        self.collectives = fold_words([self.collectives, call]);
     }
 }
 

@@ -8,6 +8,22 @@ impl SymPool {
     /// Compares every rank's [`op_hash`](Self::op_hash). Collective; synchronises the pool's
     /// stream.
     ///
+    /// It catches a rank whose pool calls differ from rank 0's since the pool was made: an
+    /// extra or missing allocation or free, and a skipped, extra or different collective
+    /// (kind, count, type, reduction or buffers). In strict mode
+    /// ([`PoolConfig::strict_symmetry`](crate::PoolConfig::strict_symmetry)) the check runs
+    /// before every collective, with that collective already counted, so a mismatched one
+    /// never runs. What it cannot see:
+    /// - calls that bypass the pool (collectives issued on the [`Comm`](crate::Comm)
+    ///   directly), and the values in the buffers;
+    /// - without strict mode, what happened between the divergence and the check: the
+    ///   collectives in between were paired by order, and on real hardware a mismatched pair
+    ///   can exchange wrong data before the check reports it (the emulator rejects one whose
+    ///   signature or offsets differ);
+    /// - a difference that cancels out before the check: a rank that skips a collective and
+    ///   later makes one extra identical call (same kind, count, type, reduction and buffers)
+    ///   ends with the same hash.
+    ///
     /// # Errors
     /// [`Error::Asymmetric`] on every rank, naming the ranks whose hash differs from rank 0's,
     /// when the ranks' call histories differ; the runtime's error.
