@@ -412,20 +412,60 @@ fn the_allocator_api2_adapter_backs_a_vec() {
     let session = EmuSession::start();
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let before = pool.stats().allocated;
+        let before = pool.stats();
         {
             let mut v = allocator_api2::vec::Vec::new_in(pool.allocator()?);
             for i in 0..10_000u32 {
                 v.push(i); // grows through allocate / deallocate
             }
             assert_eq!(v.iter().map(|&x| u64::from(x)).sum::<u64>(), 49_995_000);
-            assert!(pool.stats().allocated > before);
+            let during = pool.stats();
+            assert!(during.private_allocated >= 40_000, "{during:?}");
+            assert_eq!(
+                during.allocated, before.allocated,
+                "nothing from the windows"
+            );
+            assert_eq!(
+                during.private_reserved,
+                2 << 20,
+                "an eighth of 4 MiB, rounded up"
+            );
         }
-        assert_eq!(pool.stats().allocated, before, "every block came back");
+        assert_eq!(pool.stats().private_allocated, 0, "every block came back");
         assert_eq!(pool.comm().runtime().take_drop_errors().len(), 0);
         Ok(())
     })
     .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn containers_that_grow_differently_per_rank_leave_symmetric_placements_alone() {
+    let session = EmuSession::start();
+    let results = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20).strict_symmetry(true))?;
+        let mut scratch = allocator_api2::vec::Vec::new_in(pool.allocator()?);
+        let before = pool.op_hash();
+        // Rank-dependent growth: 50 000 or 100 000 elements.
+        for i in 0..50_000 * (u64::from(comm.rank()) + 1) {
+            scratch.push(i);
+        }
+        assert_eq!(
+            pool.op_hash(),
+            before,
+            "container growth is private to the rank"
+        );
+        let mut v = SymVec::from_host(&pool, &[comm.rank() as f32 + 1.0; 64])?;
+        pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        drop(scratch);
+        pool.verify_symmetric()?;
+        Ok((v.offset(), v.to_host()?))
+    })
+    .unwrap();
+    assert_eq!(results[0].0, results[1].0, "same offset on both ranks");
+    for (_, values) in results {
+        assert_eq!(values, [3.0; 64]);
+    }
     session.assert_clean();
 }
 
@@ -612,7 +652,7 @@ fn the_allocator_adapter_never_grows_the_pool() {
             allocator_api2::vec::Vec::new_in(alloc.clone());
         assert!(
             v.try_reserve(4 << 20).is_err(),
-            "growing is collective: not from a container"
+            "the private region (2 MiB) is full, and the adapter never grows the pool"
         );
         assert_eq!(pool.stats().windows, 1);
         // A pointer the pool never handed out is reported, not trusted.

@@ -1,5 +1,7 @@
-//! The `allocator-api2` adapter: Rust containers whose storage lives in the symmetric window
-//! (on runtimes where device memory is host-addressable, i.e. the emulator).
+//! The `allocator-api2` adapter: Rust containers whose storage lives in the pool's rank-private
+//! region of device memory, outside the symmetric windows, so a container that grows
+//! differently on each rank never moves a `SymVec` (on runtimes where device memory is
+//! host-addressable, i.e. the emulator).
 //!
 //! ```sh
 //! cargo run --release --example 03_allocator
@@ -16,11 +18,14 @@ fn main() -> Result<()> {
         let stats = pool.stats();
         println!("sum = {}", activations.iter().sum::<f32>());
         println!(
-            "allocated {} bytes in {} window(s), {} registration(s)",
-            stats.allocated, stats.windows, stats.registrations
+            "{} bytes of the {}-byte private region in use; the {} window(s) hold {} bytes",
+            stats.private_allocated, stats.private_reserved, stats.windows, stats.allocated
         );
         drop(activations);
-        println!("after drop: allocated {} bytes", pool.stats().allocated);
+        println!(
+            "after drop: {} bytes of the private region in use",
+            pool.stats().private_allocated
+        );
         Ok(())
     })?;
     Ok(())

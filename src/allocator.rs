@@ -13,14 +13,16 @@ use crate::{Error, Result};
 /// `allocator_api2::vec::Vec<T, SymAllocator>` and friends.
 ///
 /// Offered only where device memory is host-addressable (the emulator), because the
-/// `Allocator` contract hands out pointers the host dereferences. Blocks come from the same
-/// windows as [`SymVec`](crate::SymVec)s and are freed at once on `deallocate` (no stream
-/// tracking: don't use them in collectives).
+/// `Allocator` contract hands out pointers the host dereferences. Blocks are freed at once on
+/// `deallocate` (no stream tracking: don't use them in collectives).
 ///
 /// Containers grow when their data says so, which may differ between ranks, so the adapter
-/// never takes a collective step: it only uses free space in the existing windows (no growth,
-/// no release of pending frees). Size the pool, or call [`SymPool::reserve`], for what
-/// containers will need; when nothing fits, `allocate` fails with `AllocError`.
+/// allocates from a rank-private region of device memory outside every window
+/// ([`PoolConfig::private_capacity`](crate::PoolConfig::private_capacity), an eighth of the
+/// capacity by default), mapped by the first [`SymPool::allocator`] call on each rank. It
+/// never takes a collective step, never changes the [op hash](SymPool::op_hash) and never
+/// moves a [`SymVec`](crate::SymVec)'s placement. When the region is full, `allocate` fails
+/// with `AllocError`.
 ///
 /// # Examples
 /// ```
@@ -42,14 +44,17 @@ pub struct SymAllocator {
 }
 
 impl SymPool {
-    /// An `allocator-api2` allocator over this pool.
+    /// An `allocator-api2` allocator over this pool's rank-private region, which the first
+    /// call maps (a local step: ranks may call it at different points of their programs).
     ///
     /// # Errors
-    /// [`Error::NotHostAddressable`] where device memory cannot be dereferenced by the host.
+    /// [`Error::NotHostAddressable`] where device memory cannot be dereferenced by the host;
+    /// the runtime's error if mapping the region fails.
     pub fn allocator(&self) -> Result<SymAllocator> {
         if !self.comm().runtime().is_host_addressable() {
             return Err(Error::NotHostAddressable);
         }
+        self.shared().ensure_private_region()?;
         Ok(SymAllocator { pool: self.clone() })
     }
 }

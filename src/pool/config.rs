@@ -7,11 +7,12 @@ use crate::{Error, Result};
 ///
 /// Method names follow one convention. A setting is set by a builder method named after it,
 /// which takes and returns the configuration ([`granularity`](Self::granularity),
-/// [`max_capacity`](Self::max_capacity), [`strict_symmetry`](Self::strict_symmetry); the
-/// capacity is [`new`](Self::new)'s argument). It is read by a getter whose name says what it
-/// returns: sizes end in `_bytes` ([`capacity_bytes`](Self::capacity_bytes),
-/// [`granularity_bytes`](Self::granularity_bytes),
-/// [`max_capacity_bytes`](Self::max_capacity_bytes)), flags begin with `is_`
+/// [`max_capacity`](Self::max_capacity), [`private_capacity`](Self::private_capacity),
+/// [`strict_symmetry`](Self::strict_symmetry); the capacity is [`new`](Self::new)'s
+/// argument). It is read by a getter whose name says what it returns: sizes end in `_bytes`
+/// ([`capacity_bytes`](Self::capacity_bytes), [`granularity_bytes`](Self::granularity_bytes),
+/// [`max_capacity_bytes`](Self::max_capacity_bytes),
+/// [`private_capacity_bytes`](Self::private_capacity_bytes)), flags begin with `is_`
 /// ([`is_strict_symmetry`](Self::is_strict_symmetry)).
 ///
 /// # Examples
@@ -32,6 +33,7 @@ pub struct PoolConfig {
     capacity: u64,
     granularity: u64,
     max_capacity: Option<u64>,
+    private_capacity: Option<u64>,
     strict_symmetry: bool,
 }
 
@@ -43,6 +45,7 @@ impl PoolConfig {
             capacity: capacity_bytes,
             granularity: 512,
             max_capacity: None,
+            private_capacity: None,
             strict_symmetry: false,
         }
     }
@@ -58,6 +61,16 @@ impl PoolConfig {
     /// initial capacity, i.e. no growth).
     pub fn max_capacity(mut self, bytes: u64) -> Self {
         self.max_capacity = Some(bytes);
+        self
+    }
+
+    /// The size of the rank-private region that the `allocator-api2` adapter
+    /// ([`SymPool::allocator`](super::SymPool::allocator)) allocates from, in bytes, rounded
+    /// up to the device granularity (default: an eighth of the capacity). It is device memory
+    /// outside every window, mapped on the first `allocator()` call; containers never take
+    /// memory from the windows, so they cannot move symmetric placements.
+    pub fn private_capacity(mut self, bytes: u64) -> Self {
+        self.private_capacity = Some(bytes);
         self
     }
 
@@ -83,6 +96,11 @@ impl PoolConfig {
         self.max_capacity.unwrap_or(self.capacity)
     }
 
+    /// The size of the adapter's private region in bytes (before rounding).
+    pub fn private_capacity_bytes(&self) -> u64 {
+        self.private_capacity.unwrap_or(self.capacity.div_ceil(8))
+    }
+
     /// Whether collectives verify symmetry first.
     pub fn is_strict_symmetry(&self) -> bool {
         self.strict_symmetry
@@ -97,6 +115,11 @@ impl PoolConfig {
                 "PoolConfig: granularity {} is not a power of two",
                 self.granularity
             )));
+        }
+        if self.private_capacity == Some(0) {
+            return Err(Error::invalid(
+                "PoolConfig: private_capacity must be non-zero",
+            ));
         }
         if self.max_capacity_bytes() < self.capacity {
             return Err(Error::invalid(format!(

@@ -18,11 +18,11 @@
 mod alloc;
 mod collectives;
 mod config;
+mod private;
 mod segment;
 mod stats;
 mod symmetry;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -36,6 +36,7 @@ pub use alloc::SymAlloc;
 pub use config::PoolConfig;
 pub use stats::PoolStats;
 
+use private::PrivateRegion;
 use segment::Segment;
 
 /// What an out-of-memory error from the pool tells the caller to raise.
@@ -91,8 +92,8 @@ struct PoolState {
     /// Segment keys are stable (a trimmed segment's key is reused deterministically).
     segments: Slab<Segment>,
     pending: Vec<Pending>,
-    /// Blocks handed out through the `allocator-api2` adapter, by address.
-    host_blocks: HashMap<u64, PoolBlock>,
+    /// The `allocator-api2` adapter's memory, mapped on first use.
+    private: Option<PrivateRegion>,
     /// The pool's own block for symmetry checks (`(ranks + 1) * 8` bytes).
     check_block: Option<PoolBlock>,
     allocated: u64,
@@ -129,19 +130,6 @@ pub(crate) struct Placed {
     block: PoolBlock,
     ptr: DevicePtr,
     window: WindowHandle,
-}
-
-/// What an allocation may do when no free region fits it. Growing and releasing the pending
-/// frees are collective steps, so only a caller that every rank reaches in the same program
-/// order may take them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum WhenFull {
-    /// Release the pending frees (synchronising), then grow the pool by a window: for
-    /// [`SymPool::alloc`], which every rank calls in program order.
-    FlushThenGrow,
-    /// Fail with [`Error::OutOfMemory`]: for the `allocator-api2` adapter, whose callers
-    /// (containers growing as their data says) are not in program order across ranks.
-    Fail,
 }
 
 /// A freed block that queued work may still touch.
@@ -198,7 +186,7 @@ impl SymPool {
         let mut state = PoolState {
             segments: Slab::new(),
             pending: Vec::new(),
-            host_blocks: HashMap::new(),
+            private: None,
             check_block: None,
             allocated: 0,
             peak_allocated: 0,
@@ -258,8 +246,7 @@ impl SymPool {
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
         let placed = {
             let mut state = self.shared.lock();
-            self.shared
-                .alloc_locked(&mut state, size, align, WhenFull::FlushThenGrow)?
+            self.shared.alloc_locked(&mut state, size, align)?
         };
         Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
     }
@@ -352,6 +339,8 @@ impl SymPool {
             windows: state.segments.len(),
             registrations: state.registrations,
             pending_frees: state.pending.len(),
+            private_allocated: state.private.as_ref().map_or(0, PrivateRegion::allocated),
+            private_reserved: state.private.as_ref().map_or(0, PrivateRegion::size),
         }
     }
 
@@ -386,14 +375,10 @@ impl PoolShared {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Places a block in free space; what happens when none fits is `when_full`'s choice.
-    fn alloc_locked(
-        &self,
-        state: &mut PoolState,
-        size: u64,
-        align: u64,
-        when_full: WhenFull,
-    ) -> Result<Placed> {
+    /// Places a block in free space. When none fits, releases the pending frees
+    /// (synchronising), then grows the pool by a window: collective steps, which every rank
+    /// takes at the same call since every rank calls `alloc` in the same program order.
+    fn alloc_locked(&self, state: &mut PoolState, size: u64, align: u64) -> Result<Placed> {
         self.check_usable()?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
@@ -402,30 +387,24 @@ impl PoolShared {
             )));
         }
         let mut found = state.try_alloc(size, align)?;
-        if found.is_none() && when_full == WhenFull::FlushThenGrow && !state.pending.is_empty() {
+        if found.is_none() && !state.pending.is_empty() {
             self.flush_pending(state)?;
             found = state.try_alloc(size, align)?;
         }
         let block = match found {
             Some(found) => found,
-            None => {
-                let grown = match when_full {
-                    WhenFull::FlushThenGrow => self.grow(state, size, align),
-                    WhenFull::Fail => Err(state.out_of_memory(self, size, align)),
-                };
-                match grown {
-                    Ok(segment) => PoolBlock {
-                        segment,
-                        block: state.segments[segment].heap.alloc(size, align)?,
-                    },
-                    Err(e) => {
-                        if matches!(e, Error::OutOfMemory(_)) {
-                            state.oom_count += 1;
-                        }
-                        return Err(e);
+            None => match self.grow(state, size, align) {
+                Ok(segment) => PoolBlock {
+                    segment,
+                    block: state.segments[segment].heap.alloc(size, align)?,
+                },
+                Err(e) => {
+                    if matches!(e, Error::OutOfMemory(_)) {
+                        state.oom_count += 1;
                     }
+                    return Err(e);
                 }
-            }
+            },
         };
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
@@ -437,27 +416,53 @@ impl PoolShared {
         })
     }
 
-    /// A block for the `allocator-api2` adapter, remembered by address so `deallocate` finds
-    /// it without a scan. Never grows the pool or synchronises (see [`WhenFull::Fail`]).
-    pub(crate) fn alloc_host_block(&self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
+    /// Maps the adapter's private region unless it is mapped already. Local to this rank.
+    pub(crate) fn ensure_private_region(&self) -> Result<()> {
         let mut state = self.lock();
-        let placed = self.alloc_locked(&mut state, size, align, WhenFull::Fail)?;
-        let granted = placed.block.size();
-        state.host_blocks.insert(placed.ptr.addr(), placed.block);
-        Ok((placed.ptr, granted))
+        if state.private.is_none() {
+            let size = round_up(
+                self.config.private_capacity_bytes(),
+                self.device_granularity,
+            )?;
+            state.private = Some(PrivateRegion::create(
+                self.comm.runtime(),
+                self.comm.device(),
+                size,
+                self.config.granularity_bytes(),
+                self.device_granularity,
+            )?);
+        }
+        Ok(())
     }
 
-    /// Frees a block of the `allocator-api2` adapter by address.
+    /// A block of the private region for the `allocator-api2` adapter: its address and the
+    /// bytes granted.
+    pub(crate) fn alloc_host_block(&self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
+        if align > self.device_granularity {
+            return Err(Error::invalid(format!(
+                "alignment {align} exceeds the device allocation granularity {}",
+                self.device_granularity
+            )));
+        }
+        let mut state = self.lock();
+        let private = state
+            .private
+            .as_mut()
+            .ok_or_else(|| Error::invalid("the private region is mapped by SymPool::allocator"))?;
+        private.alloc(size, align)
+    }
+
+    /// Frees a block of the `allocator-api2` adapter by address, at once: no queued work of
+    /// the pool uses the private region, and no peer sees it.
     pub(crate) fn free_host_block(&self, addr: u64) {
-        let entry = self.lock().host_blocks.remove(&addr);
-        match entry {
-            Some(block) => self.release(block, None, Vec::new()),
-            None => self
-                .comm
-                .runtime()
-                .record_drop_error(Error::invalid(format!(
-                    "deallocate of {addr:#x}, which this pool did not allocate"
-                ))),
+        let freed = match self.lock().private.as_mut() {
+            Some(private) => private.free(addr),
+            None => Err(Error::invalid(format!(
+                "deallocate of {addr:#x}, but this pool's allocator never allocated"
+            ))),
+        };
+        if let Err(e) = freed {
+            self.comm.runtime().record_drop_error(e);
         }
     }
 

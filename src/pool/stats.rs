@@ -28,6 +28,11 @@ pub struct PoolStats {
     pub windows: usize,
     /// Calls of `HcclCommSymWinRegister` this pool has made.
     pub registrations: u64,
+    /// Bytes in live blocks of the adapter's rank-private region (not in `allocated`).
+    pub private_allocated: u64,
+    /// The size of the adapter's rank-private region: 0 until the first
+    /// [`SymPool::allocator`](super::SymPool::allocator) call (not in `reserved`).
+    pub private_reserved: u64,
     /// Freed blocks waiting for [`SymPool::synchronize`](super::SymPool::synchronize) because
     /// queued work may still use them.
     pub pending_frees: usize,
