@@ -2,11 +2,13 @@
 //! surfaces as an error without leaking, and errors in `Drop` are recorded. (The pool's
 //! failure paths are tested in `pool.rs`.)
 
+use std::time::Duration;
 use symheap::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
 use symheap::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_SUCCESS, HcclResult,
 };
-use symheap::{Error, Runtime};
+
+use symheap::{Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec};
 
 use crate::harness::{DeviceBuf, EmuSession};
 
@@ -173,6 +175,56 @@ fn launch_blames_the_rank_that_panicked() {
     assert!(
         matches!(&err, Error::Panicked { rank: 1, message } if message.contains("gives up")),
         "{err}"
+    );
+    session.assert_clean();
+}
+
+/// What `tracing` logged in this test process, captured by a global subscriber.
+static LOGGED: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOGGED.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs the capturing subscriber (once) and empties what it captured.
+fn capture_logs() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::fmt().with_writer(|| Capture).finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    LOGGED.lock().unwrap().clear();
+}
+
+#[test]
+fn a_waiting_collective_says_which_ranks_it_waits_for() {
+    let session = EmuSession::start();
+    capture_logs();
+    symheap::emu::set_wait_warning(Duration::from_millis(200));
+    let sums = symheap::emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 4])?;
+        if comm.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        v.to_host()
+    });
+    symheap::emu::set_wait_warning(Duration::from_secs(10));
+    assert_eq!(sums.unwrap()[0], [2.0; 4], "the late rank still took part");
+    let logged = String::from_utf8(LOGGED.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("WARN") && logged.contains("on rank 0 for ranks [1]"),
+        "{logged}"
     );
     session.assert_clean();
 }

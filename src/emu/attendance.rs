@@ -13,6 +13,15 @@ pub(crate) enum Key {
     Collective { seq: u64, step: u32 },
 }
 
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Host { seq, step } => write!(f, "window exchange #{seq} (step {step})"),
+            Key::Collective { seq, step } => write!(f, "collective #{seq} (step {step})"),
+        }
+    }
+}
+
 impl Key {
     /// The key as it travels: kind, sequence number, step.
     pub(crate) fn encode(self) -> Vec<u8> {

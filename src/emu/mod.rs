@@ -111,6 +111,12 @@
 //!   communicator. If it goes, every later step of every rank fails with the codes of a
 //!   timeout and a message saying so. A root info that is never used keeps its host thread
 //!   and socket until the process ends.
+//! - A rank waiting at a step (a collective, or a window registration's exchange) for longer
+//!   than [`set_wait_warning`]'s interval (10 s by default, or [`WAIT_WARNING_ENV`] seconds)
+//!   logs one `tracing` warning, long before the exec timeout fails the step. In a collective
+//!   it names the ranks it waits for; in a registration exchange, which goes through the
+//!   rendezvous host, the waiting rank does not know them yet, and the host names them when
+//!   the timeout ends the wait. The real library logs nothing like it to the application.
 //! - Device ids name devices machine-wide, so a process may use any of them; the memory
 //!   limit of [`set_device_memory_limit`] is counted per process.
 //! - A device has 64 GiB (an Atlas A3 die's HBM), or the host's RAM if that is less. Emulated
@@ -199,6 +205,7 @@ mod job;
 mod launch;
 mod memory;
 mod os;
+mod patience;
 mod primitives;
 mod reduce;
 mod registry;
@@ -218,6 +225,7 @@ pub use device::set_device_memory_limit;
 pub use exports::{acl_api, hccl_api};
 pub use inject::{clear_injected_failures, inject_failure};
 pub use launch::{launch, launch_with};
+pub use patience::{WAIT_WARNING_ENV, set_wait_warning};
 
 #[cfg(doc)]
 use crate::Runtime;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::attendance::{Absent, Gone, Key, never_coming};
 use super::board::{self, Board};
 use super::hub::{to_hub, to_rank};
+use super::patience::Patience;
 use super::registry::lock;
 use super::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
 
@@ -198,13 +199,24 @@ impl Rendezvous {
                     .collect();
             }
         }
+        let step = key;
         let key = key.encode();
         let mut message = Writer::default();
         message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
         if self.conn.send(&message.bytes, &fds).is_err() {
             return Err(self.host_lost());
         }
-        let answer = match self.wait(&key, deadline) {
+        let mut patience = Patience::new();
+        let mut waited = || {
+            patience.check(|| {
+                format!(
+                    "in {step} on rank {} for the other ranks (the rendezvous host names those \
+                     missing when the exec timeout ends the wait)",
+                    self.rank
+                )
+            })
+        };
+        let answer = match self.wait(&key, deadline, &mut waited) {
             Some(answer) => answer,
             None => self.withdraw(&key),
         };
@@ -244,12 +256,14 @@ impl Rendezvous {
             });
         }
         let mut failure = None;
+        let mut patience = Patience::new();
         let everyone = board.wait_until(
             || {
                 let missing: Vec<usize> = (0..self.n).filter(|&r| !board.has(r, step)).collect();
                 if missing.is_empty() {
                     return true;
                 }
+                patience.check(|| format!("in {key} on rank {} for ranks {missing:?}", self.rank));
                 failure = self.never_coming(key, &missing);
                 failure.is_some()
             },
@@ -289,7 +303,7 @@ impl Rendezvous {
     /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
     /// gone). While no other thread does, this one reads the connection, filing the answers
     /// for other keys.
-    fn wait(&self, key: &[u8], deadline: Instant) -> Option<Answer> {
+    fn wait(&self, key: &[u8], deadline: Instant, waited: &mut dyn FnMut()) -> Option<Answer> {
         let mut st = lock(&self.state);
         loop {
             if let Some(answer) = st.answers.remove(key) {
@@ -302,17 +316,20 @@ impl Rendezvous {
             if now >= deadline {
                 return None;
             }
+            waited();
+            // Sliced, so that `waited` runs now and then.
+            let slice = (deadline - now).min(Duration::from_secs(1));
             if st.reading {
                 st = self
                     .cv
-                    .wait_timeout(st, deadline - now)
+                    .wait_timeout(st, slice)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
                 continue;
             }
             st.reading = true;
             drop(st);
-            let read = self.read_one(deadline - now);
+            let read = self.read_one(slice);
             st = lock(&self.state);
             st.reading = false;
             match read {
@@ -362,7 +379,7 @@ impl Rendezvous {
         }
         // The hub answers at once; this bound only matters if it hangs.
         let patience = deadline(Duration::from_secs(10));
-        self.wait(key, patience)
+        self.wait(key, patience, &mut || {})
             .unwrap_or_else(|| Answer::Failed(self.host_lost()))
     }
 
