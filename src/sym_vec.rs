@@ -125,6 +125,32 @@ impl<T: Element> SymVec<T> {
     /// A host view of the contents, after waiting for queued work. Only where device memory is
     /// host-addressable (the emulator).
     ///
+    /// The view borrows the vector, so it cannot outlive it:
+    /// ```compile_fail,E0597
+    /// # use symheap::{PoolConfig, SymPool, SymVec, emu};
+    /// emu::launch(1, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let view = {
+    ///         let v = SymVec::from_host(&pool, &[1.0f32; 4])?;
+    ///         v.host()?
+    ///     }; // `v` is dropped here while the view still borrows it
+    ///     Ok(view[0])
+    /// })?;
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    /// and cannot be held across a collective that writes the vector (which takes it `&mut`):
+    /// ```compile_fail,E0502
+    /// # use symheap::{PoolConfig, ReduceOp, SymPool, SymVec, emu};
+    /// emu::launch(1, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let mut v = SymVec::from_host(&pool, &[1.0f32; 4])?;
+    ///     let view = v.host()?;
+    ///     pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?; // the view still borrows `v`
+    ///     Ok(view[0])
+    /// })?;
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::NotHostAddressable`] on real devices; the runtime's error.
     pub fn host(&self) -> Result<&[T]> {

@@ -10,6 +10,24 @@ use std::num::NonZeroU32;
 ///
 /// Dropping a `Block` without freeing it leaks its range for the life of the heap (the heap
 /// never touches the memory it manages, so nothing else happens).
+///
+/// A block cannot be cloned:
+/// ```compile_fail,E0599
+/// # use symheap::heap::Heap;
+/// let mut heap = Heap::new(1 << 20, 512)?;
+/// let block = heap.alloc(512, 0)?;
+/// let copy = block.clone();
+/// # Ok::<(), symheap::Error>(())
+/// ```
+/// nor freed twice:
+/// ```compile_fail,E0382
+/// # use symheap::heap::Heap;
+/// let mut heap = Heap::new(1 << 20, 512)?;
+/// let block = heap.alloc(512, 0)?;
+/// heap.free(block)?;
+/// heap.free(block)?;
+/// # Ok::<(), symheap::Error>(())
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a Block that is dropped instead of freed leaks its range of the heap"]
 pub struct Block {
