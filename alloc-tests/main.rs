@@ -2,6 +2,7 @@
 
 mod collectives;
 mod dlopen;
+mod faults;
 mod harness;
 mod heap;
 mod pool;

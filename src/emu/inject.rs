@@ -31,6 +31,27 @@ struct Pending {
 static ANY: AtomicBool = AtomicBool::new(false);
 static TABLE: Mutex<BTreeMap<&'static str, Pending>> = Mutex::new(BTreeMap::new());
 
+/// Whether [`count_calls`] is on, and what it counted.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static COUNTS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+
+/// Starts counting, process-wide, the calls of every emulated C function that returns a
+/// status code, from zero; [`call_counts`] reads the counts and stops. With the counts, a
+/// test can make each call of a scenario fail in turn ([`inject_failure`]).
+///
+/// A test hook, process-global like [`inject_failure`].
+pub fn count_calls() {
+    lock(&COUNTS).clear();
+    COUNTING.store(true, Ordering::Release);
+}
+
+/// The calls counted since [`count_calls`], by function name (functions never called are
+/// left out), and stops counting.
+pub fn call_counts() -> BTreeMap<&'static str, u64> {
+    COUNTING.store(false, Ordering::Release);
+    std::mem::take(&mut *lock(&COUNTS))
+}
+
 /// Makes the `nth` call (1 = the next one; 0 is treated as 1) of the C function `call`, counted
 /// from now on and process-wide, fail with `code` (an `HcclResult` or `aclError` value, as the
 /// function returns) without doing anything else. Several failures may be pending at once.
@@ -62,15 +83,19 @@ pub fn inject_failure(call: &str, nth: u64, code: i32) {
     ANY.store(true, Ordering::Release);
 }
 
-/// Removes every pending injected failure.
+/// Removes every pending injected failure, and stops [`count_calls`].
 pub fn clear_injected_failures() {
     let mut table = lock(&TABLE);
     table.clear();
     ANY.store(false, Ordering::Release);
+    COUNTING.store(false, Ordering::Release);
 }
 
 /// Counts a call of `name` and returns the code it must fail with, if one was injected for it.
 pub(crate) fn take(name: &'static str) -> Option<i32> {
+    if COUNTING.load(Ordering::Acquire) {
+        *lock(&COUNTS).entry(name).or_default() += 1;
+    }
     if !ANY.load(Ordering::Acquire) {
         return None;
     }

@@ -16,8 +16,9 @@
 //!
 //! # Test hooks
 //! [`inject_failure`] / [`clear_injected_failures`] (make the n-th call of a C function fail),
+//! [`count_calls`] / [`call_counts`] (which calls a scenario makes, to fail each in turn),
 //! [`counters`] and [`check_released`] (live objects, threads and memfds, to prove nothing
-//! leaked) and [`set_device_memory_limit`] exist
+//! leaked), [`set_device_memory_limit`] and [`set_wait_warning`] exist
 //! for tests of the layers above; they are process-global and a real program has no use for
 //! them.
 //!
@@ -223,7 +224,7 @@ mod wire;
 pub use counters::{Counters, check_released, counters};
 pub use device::set_device_memory_limit;
 pub use exports::{acl_api, hccl_api};
-pub use inject::{clear_injected_failures, inject_failure};
+pub use inject::{call_counts, clear_injected_failures, count_calls, inject_failure};
 pub use launch::{launch, launch_with};
 pub use patience::{WAIT_WARNING_ENV, set_wait_warning};
 
