@@ -8,4 +8,5 @@ mod heap;
 mod pool;
 mod processes;
 mod runtime;
+mod soak;
 mod support;
