@@ -180,13 +180,21 @@ struct Settings {
     stride: usize,
 }
 
+/// Caps every communicator's per-rank symmetric-heap stride, in GiB: for tools whose address
+/// space cannot hold the default reservations (valgrind's stays under 128 GiB).
+const SYM_HEAP_CAP_ENV: &str = "SYMHEAP_EMU_SYM_HEAP_GIB";
+
 /// What `config` asks for, on a communicator of `n` ranks.
 fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
     let buffer_mb = match config.hcclBufferSize {
         0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
         mb => mb,
     };
-    let stride = usize::try_from(config.hcclSymWinMaxMemSizePerRank)
+    let cap = std::env::var(SYM_HEAP_CAP_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    let stride = usize::try_from(config.hcclSymWinMaxMemSizePerRank.min(cap))
         .ok()
         .and_then(|gb| gb.checked_mul(1 << 30))
         .filter(|s| s.checked_mul(n as usize).is_some_and(|t| t <= 1 << 46));

@@ -112,6 +112,11 @@
 //!   communicator. If it goes, every later step of every rank fails with the codes of a
 //!   timeout and a message saying so. A root info that is never used keeps its host thread
 //!   and socket until the process ends.
+//! - Each rank reserves `hcclSymWinMaxMemSizePerRank` GiB (16 by default) times the number of
+//!   ranks of address space for its symmetric heap. `SYMHEAP_EMU_SYM_HEAP_GIB` caps that
+//!   stride for every communicator of the process, for tools whose address space is smaller
+//!   (valgrind's stays under 128 GiB); a window larger than the cap then fails to register
+//!   as one larger than the stride does.
 //! - A rank waiting at a step (a collective, or a window registration's exchange) for longer
 //!   than [`set_wait_warning`]'s interval (10 s by default, or [`WAIT_WARNING_ENV`] seconds)
 //!   logs one `tracing` warning, long before the exec timeout fails the step. In a collective
