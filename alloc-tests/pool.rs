@@ -269,40 +269,149 @@ fn typed_collectives_match_the_host() {
     session.assert_clean();
 }
 
+/// Every bad input the pool and its typed layer can be given, each with the error it must
+/// get; none changes the pool's accounting, and a collective still lines up afterwards.
 #[test]
-fn bad_lengths_and_foreign_buffers_are_rejected_before_any_call() {
+fn bad_inputs_get_typed_errors_and_change_nothing() {
+    type Case<'a> = (&'a str, Box<dyn Fn() -> symheap::Result<()> + 'a>);
     let session = EmuSession::start();
-    emu::launch(2, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+    let counts = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let other = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let a = SymVec::<f32>::zeroed(&pool, 6)?;
-        let mut b = SymVec::<f32>::zeroed(&pool, 5)?;
-        let mut foreign = SymVec::<f32>::zeroed(&other, 6)?;
-        let invalid = |r: symheap::Result<()>| matches!(r, Err(Error::InvalidArgument(_)));
-        assert!(invalid(pool.all_reduce(&a, &mut b, ReduceOp::Sum)));
-        assert!(invalid(pool.all_reduce(&a, &mut foreign, ReduceOp::Sum)));
-        assert!(invalid(
-            pool.all_reduce_in_place(&mut foreign, ReduceOp::Sum)
-        ));
-        assert!(invalid(pool.all_gather(&a, &mut b)));
-        assert!(invalid(pool.reduce_scatter(&a, &mut b, ReduceOp::Sum)));
-        assert!(invalid(pool.all_to_all(&b, &mut SymVec::zeroed(&pool, 5)?)));
-        assert!(invalid(b.copy_from_host(&[1.0; 6])));
-        assert!(matches!(pool.alloc(0, 0), Err(Error::InvalidArgument(_))));
-        assert!(matches!(pool.alloc(512, 3), Err(Error::InvalidArgument(_))));
+        let six = SymVec::<f32>::zeroed(&pool, 6)?;
+        let five = std::cell::RefCell::new(SymVec::<f32>::zeroed(&pool, 5)?);
+        let five_out = std::cell::RefCell::new(SymVec::<f32>::zeroed(&pool, 5)?);
+        let foreign = std::cell::RefCell::new(SymVec::<f32>::zeroed(&other, 6)?);
+        let sum = ReduceOp::Sum;
+        let invalid: Vec<Case> = vec![
+            ("alloc of 0 bytes", Box::new(|| pool.alloc(0, 0).map(drop))),
+            ("alignment 3", Box::new(|| pool.alloc(512, 3).map(drop))),
+            (
+                "alignment 2^63",
+                Box::new(|| pool.alloc(512, 1 << 63).map(drop)),
+            ),
+            (
+                "alignment above the device's",
+                Box::new(|| pool.alloc(512, 4 << 20).map(drop)),
+            ),
+            (
+                "overflowing size",
+                Box::new(|| pool.alloc(u64::MAX, 0).map(drop)),
+            ),
+            (
+                "overflowing SymVec",
+                Box::new(|| SymVec::<f32>::zeroed(&pool, usize::MAX).map(drop)),
+            ),
+            (
+                "capacity 0",
+                Box::new(|| SymPool::new(comm, PoolConfig::new(0)).map(drop)),
+            ),
+            (
+                "granularity 768",
+                Box::new(|| {
+                    SymPool::new(comm, PoolConfig::new(4 << 20).granularity(768)).map(drop)
+                }),
+            ),
+            (
+                "granularity 0",
+                Box::new(|| SymPool::new(comm, PoolConfig::new(4 << 20).granularity(0)).map(drop)),
+            ),
+            (
+                "max_capacity below capacity",
+                Box::new(|| {
+                    SymPool::new(comm, PoolConfig::new(4 << 20).max_capacity(1 << 20)).map(drop)
+                }),
+            ),
+            (
+                "private_capacity 0",
+                Box::new(|| {
+                    SymPool::new(comm, PoolConfig::new(4 << 20).private_capacity(0)).map(drop)
+                }),
+            ),
+            (
+                "all_reduce, lengths differ",
+                Box::new(|| pool.all_reduce(&six, &mut five.borrow_mut(), sum)),
+            ),
+            (
+                "all_reduce, foreign output",
+                Box::new(|| pool.all_reduce(&six, &mut foreign.borrow_mut(), sum)),
+            ),
+            (
+                "all_reduce, foreign input",
+                Box::new(|| pool.all_reduce(&foreign.borrow(), &mut five.borrow_mut(), sum)),
+            ),
+            (
+                "all_reduce_in_place, foreign",
+                Box::new(|| pool.all_reduce_in_place(&mut foreign.borrow_mut(), sum)),
+            ),
+            (
+                "all_gather, output length",
+                Box::new(|| pool.all_gather(&six, &mut five.borrow_mut())),
+            ),
+            (
+                "all_gather, foreign output",
+                Box::new(|| pool.all_gather(&five.borrow(), &mut foreign.borrow_mut())),
+            ),
+            (
+                "reduce_scatter, input length",
+                Box::new(|| pool.reduce_scatter(&six, &mut five.borrow_mut(), sum)),
+            ),
+            (
+                "reduce_scatter, foreign input",
+                Box::new(|| pool.reduce_scatter(&foreign.borrow(), &mut five.borrow_mut(), sum)),
+            ),
+            (
+                "all_to_all, lengths differ",
+                Box::new(|| pool.all_to_all(&six, &mut five.borrow_mut())),
+            ),
+            (
+                "all_to_all, not divisible",
+                Box::new(|| pool.all_to_all(&five.borrow(), &mut five_out.borrow_mut())),
+            ),
+            (
+                "copy_from_host, length",
+                Box::new(|| five.borrow_mut().copy_from_host(&[1.0; 6])),
+            ),
+            (
+                "from another device",
+                Box::new(|| {
+                    comm.runtime().set_device(comm.device() + 8)?;
+                    let made = SymPool::new(comm, PoolConfig::new(4 << 20)).map(drop);
+                    comm.runtime().set_device(comm.device())?;
+                    made
+                }),
+            ),
+        ];
+        for (what, call) in &invalid {
+            let before = pool.stats();
+            let got = call();
+            assert!(
+                matches!(got, Err(Error::InvalidArgument(_))),
+                "{what}: {got:?}"
+            );
+            assert_eq!(pool.stats(), before, "{what}");
+        }
+        let before = pool.stats();
+        let too_big = pool.alloc(64 << 20, 0);
+        assert!(matches!(too_big, Err(Error::OutOfMemory(_))), "{too_big:?}");
+        let mut host = [0u8; 64];
+        let host_ptr = symheap::DevicePtr::from_raw(host.as_mut_ptr().cast());
+        let not_in_a_window = pool.window_get(host_ptr, 1);
         assert!(matches!(
-            SymPool::new(comm, PoolConfig::new(0)),
-            Err(Error::InvalidArgument(_))
+            not_in_a_window,
+            Err(Error::Hccl {
+                code: HcclResult::HCCL_E_NOT_FOUND,
+                ..
+            })
         ));
-        comm.runtime().set_device(comm.device() + 8)?;
-        let wrong_device = SymPool::new(comm, PoolConfig::new(4 << 20));
-        comm.runtime().set_device(comm.device())?;
-        assert!(matches!(wrong_device, Err(Error::InvalidArgument(_))));
+        assert_eq!(pool.stats().allocated, before.allocated);
         // Nothing above reached the stream: a real collective still lines up on both ranks.
-        pool.all_reduce_in_place(&mut b, ReduceOp::Sum)?;
-        pool.synchronize()
+        pool.all_reduce_in_place(&mut five.borrow_mut(), sum)?;
+        pool.verify_symmetric()?;
+        Ok(invalid.len() + 2)
     })
     .unwrap();
+    println!("{} bad pool inputs", counts[0]);
     session.assert_clean();
 }
 
