@@ -76,6 +76,7 @@ impl Heap {
     /// whose head is `head`, before the first block that is larger (or as large and higher).
     /// [`Heap::insert_free`] handles the common cases (an empty bin, a block smaller than the
     /// head) without coming here.
+    #[cold]
     #[inline(never)]
     pub(super) fn insert_sorted(&mut self, key: u32, size: u64, bin: usize, head: u32) {
         let offset = self.nodes[key as usize].offset;

@@ -17,7 +17,7 @@
 //! sit in bins indexed by a tiny float of their size in granules (first level
 //! `floor(log2(size))`, second level the next 5 bits: 32 bins per power of two, and one exact
 //! bin per size below 32 granules), each bin a doubly linked free list, with a two-level bitmap
-//! of non-empty bins. Every block, free or live, is a 32-byte node in a `slab::Slab`, linked to
+//! of non-empty bins. Every block, free or live, is a 32-byte node in an arena (a vector with a list of vacant slots), linked to
 //! its physical neighbours by node key; `free` merges with free neighbours at once, so no two
 //! free regions ever touch.
 //!
@@ -91,7 +91,7 @@
 //!
 //! An ordered set from a crate (`intrusive-collections`' red-black tree) was not needed: the
 //! sorted lists reuse the nodes' free-list links, and are short (one to three blocks in
-//! practice; see Complexity). Such a tree links nodes by address, which a `Slab` that grows
+//! practice; see Complexity). Such a tree links nodes by address, which a vector that grows
 //! does not keep stable.
 //!
 //! # Complexity
@@ -102,7 +102,7 @@
 //!   k free blocks, all of nearly the same size (within 1/32) and each at least
 //!   `capacity / 4096`, so k is below 8192 in any heap and one to three in practice.
 //! * [`Heap::alloc`]: O(1) for a small request on the good-fit and fast paths: a few masked bit
-//!   scans and at most two node insertions into the slab (amortized O(1); it grows as needed,
+//!   scans and at most two node insertions into the arena (amortized O(1); it grows as needed,
 //!   with no fixed block limit). The fallback runs only when every bin from the rounded request
 //!   up is empty (the heap is nearly exhausted for that size); it costs O(k) for the k free
 //!   blocks in the skipped bins (only the request's own bin when the alignment is at most the
@@ -138,6 +138,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod arena;
 mod best_fit;
 mod bins;
 mod block;
@@ -152,9 +153,8 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use slab::Slab;
-
 use crate::{Error, OutOfMemory, Result};
+use arena::Arena;
 use bins::Bins;
 use node::{NIL, Node};
 pub(crate) use op_hash::fold_words;
@@ -194,7 +194,7 @@ pub struct Heap {
     live_blocks: usize,
     /// Number of nodes in the free lists.
     free_regions: usize,
-    nodes: Slab<Node>,
+    nodes: Arena,
     bins: Bins,
     /// The first bin whose free list is kept sorted for exact best fit (see [`best_fit`]).
     large_from: usize,
@@ -248,7 +248,7 @@ impl Heap {
             free_units: 0,
             live_blocks: 0,
             free_regions: 0,
-            nodes: Slab::new(),
+            nodes: Arena::new(),
             bins: Bins::new(),
             large_from: best_fit::large_bins_from(capacity >> shift),
             hash: OpHash::new(capacity, granularity),
@@ -447,7 +447,7 @@ impl Heap {
         if block.heap != self.id {
             return None;
         }
-        let node = self.nodes.get(block.node as usize)?;
+        let node = self.nodes.get(block.node)?;
         let matches = !node.is_free()
             && node.offset << self.shift == block.offset
             && node.size << self.shift == block.size;

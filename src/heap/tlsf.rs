@@ -167,7 +167,7 @@ impl Heap {
     #[inline(always)]
     fn absorb_next(&mut self, key: u32) {
         let next = self.nodes[key as usize].next_phys;
-        let gone = self.nodes.remove(next as usize);
+        let gone = self.nodes.remove(next);
         let node = &mut self.nodes[key as usize];
         node.size += gone.size;
         node.next_phys = gone.next_phys;
@@ -179,10 +179,10 @@ impl Heap {
     /// Adds a node (live, in no list) and returns its key.
     #[inline]
     pub(super) fn new_node(&mut self, node: Node) -> u32 {
+        // `find` refuses before the arena can reach NIL keys.
         let key = self.nodes.insert(node);
-        // `find` refuses before the slab can reach NIL keys.
-        debug_assert!(key < NIL as usize);
-        key as u32
+        debug_assert!(key < NIL);
+        key
     }
 
     /// Puts node `key` in its bin's free list (which marks it free): on the front of an
@@ -320,8 +320,7 @@ mod tests {
         }
 
         fn first_node(&self) -> u32 {
-            let (key, _) = self.nodes.iter().next().expect("a heap always has a node");
-            let mut key = key as u32;
+            let mut key = self.nodes.any_key().expect("a heap always has a node");
             while self.nodes[key as usize].prev_phys() != NIL {
                 key = self.nodes[key as usize].prev_phys();
             }
