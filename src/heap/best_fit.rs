@@ -8,8 +8,8 @@
 //!
 //! Keeping a list sorted costs a walk on insertion, but only over free blocks of the same bin
 //! (sizes within 1/32 of each other) that are all at least `capacity >> LARGE_SHIFT`: there are
-//! fewer than `2^LARGE_SHIFT` of those in any heap, and in practice one to three. Small blocks,
-//! the many, keep the unsorted O(1) lists of [`super::tlsf`].
+//! fewer than `2^(LARGE_SHIFT + 1)` of those in any heap, and in practice one to three. Small
+//! blocks, the many, keep the unsorted O(1) lists of [`super::tlsf`].
 
 use super::node::NIL;
 use super::size_class::bin_at_least;
@@ -18,9 +18,10 @@ use super::{Heap, Request};
 
 /// Blocks of at least `capacity >> LARGE_SHIFT` are placed by exact best fit.
 ///
-/// Chosen on the benchmarks (`benches/README.md`): from `capacity / 64` down to
-/// `capacity / 4096` the fill at the first failure is within noise, with the exact best fit's
-/// on every workload measured; a lower threshold only makes more lists sorted.
+/// Chosen on the fill benchmarks (`benches/README.md`, seeds 1000..1300): of `capacity / 64`,
+/// `/ 256`, `/ 1024`, `/ 4096` and `/ 16384`, only `/ 4096` was at or above the exact best fit's
+/// mean and minimum fill on every workload; the others were within noise on the means but below
+/// on some minimum. A lower threshold also sorts more lists, which costs time in `free`.
 pub(super) const LARGE_SHIFT: u32 = 12;
 
 /// The first ordered bin of a heap of `capacity_units` granules: the first bin whose every
