@@ -106,6 +106,26 @@ impl Model {
         })
     }
 
+    /// Where an exact best fit puts `size` bytes (rounded to the granularity) without an
+    /// alignment requirement: the start of the smallest gap that holds it, the lowest of equal
+    /// ones.
+    fn best_fit(&self, size: u64) -> Option<u64> {
+        let size = size.div_ceil(self.granularity) * self.granularity;
+        self.gaps()
+            .into_iter()
+            .filter(|&(start, end)| end - start >= size)
+            .min_by_key(|&(start, end)| (end - start, start))
+            .map(|(start, _)| start)
+    }
+
+    /// Whether the heap promises an exact best fit for `size` bytes at `align`: no alignment
+    /// above the granularity, and well above the large-block threshold (`capacity / 4096`; twice
+    /// that, so the request's whole size class is above it).
+    fn promises_best_fit(&self, size: u64, align: u64) -> bool {
+        let threshold = ((self.capacity / self.granularity) >> 12).max(1) * self.granularity;
+        align <= self.granularity && size >= 2 * threshold
+    }
+
     /// Checks a freshly allocated block and records it.
     fn add(&mut self, block: &Block, size: u64, align: u64) {
         let (offset, granted) = (block.offset(), block.size());
@@ -156,7 +176,7 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
         live: BTreeMap::new(),
     };
     let mut blocks: Vec<Block> = Vec::new();
-    let (mut served, mut refused) = (0, 0);
+    let (mut served, mut refused, mut large) = (0, 0, 0);
     for step in 0..steps {
         // Alternate filling and draining phases so the heap spends time both full and empty.
         let alloc_bias = if (step / 300) % 2 == 0 { 0.75 } else { 0.3 };
@@ -165,9 +185,16 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
             let size = random_size(&mut rng, capacity, spread);
             let align = random_align(&mut rng, capacity);
             let fits = model.can_fit(size, align);
+            let best = model
+                .promises_best_fit(size, align)
+                .then(|| model.best_fit(size));
             match heap.alloc(size, align) {
                 Ok(block) => {
                     assert!(fits, "the model has no room for {size} @ {align}");
+                    if let Some(best) = best {
+                        assert_eq!(Some(block.offset()), best, "not the best fit for {size}");
+                        large += 1;
+                    }
                     model.add(&block, size, align);
                     blocks.push(block);
                     served += 1;
@@ -200,8 +227,8 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
         );
     }
     assert!(
-        served > 0 && refused > 0,
-        "the sequence should exercise both outcomes"
+        served > 0 && refused > 0 && large > 0,
+        "the sequence should exercise both outcomes, and best fits"
     );
     for block in blocks.drain(..) {
         heap.free(block).unwrap();

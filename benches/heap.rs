@@ -1,9 +1,11 @@
 //! symheap's heap against its peers, all in the same run: offset-allocator 0.2 (TLSF, 512-byte
 //! units) and an exact best fit over B-trees with coalescing. Numbers: `benches/README.md`.
+//! (rlsf is not among them: it keeps its headers in the memory it manages, see the README.)
 //!
-//! `cargo bench --bench heap` first prints what is not a criterion timing: fill efficiency,
-//! the inference trace's space use, and a steady-state timing taken in alternation as a
-//! cross-check. Then the criterion groups run:
+//! `cargo bench --bench heap` first prints what is not a criterion timing: the fill at the first
+//! failure on four workloads (three random size mixes and the inference traces), the inference
+//! trace's space use, and a steady-state timing taken in alternation as a cross-check. Then the
+//! criterion groups run:
 //! * `steady_state/{1000,4000}`: one random free + one random alloc (512 B..1 MiB, log-uniform)
 //!   in 1 GiB holding that many live blocks; the time is per free+alloc pair;
 //! * `llm_trace`: one whole inference-shaped trace (`support::workloads::llm_trace`), replayed
@@ -31,10 +33,17 @@ const TRACE_SEED: u64 = 7;
 const STEADY_SEED: u64 = 42;
 
 fn print_tables(ops: &[TraceOp], slots: usize) {
-    report::efficiency_header();
-    report::efficiency_row::<Heap>();
-    report::efficiency_row::<OffsetAllocator>();
-    report::efficiency_row::<BestFit>();
+    report::fill_header();
+    for fill in [workloads::ISSUE, workloads::LARGE, workloads::MIXED] {
+        report::fill_title(fill.name);
+        report::fill_row::<Heap>(fill);
+        report::fill_row::<OffsetAllocator>(fill);
+        report::fill_row::<BestFit>(fill);
+    }
+    report::fill_title("llm trace (support::workloads::llm_trace)");
+    report::trace_fill_row::<Heap>();
+    report::trace_fill_row::<OffsetAllocator>();
+    report::trace_fill_row::<BestFit>();
 
     report::trace_header(ops);
     report::trace_row::<Heap>(ops, slots);

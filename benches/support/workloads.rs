@@ -1,4 +1,5 @@
-//! The workloads: steady-state churn, fill-until-failure efficiency, and an inference trace.
+//! The workloads: steady-state churn, fill until the first failure (three size mixes), and an
+//! inference trace.
 //!
 //! Every random choice comes from the seeded [`Rng`], so each allocator sees exactly the same
 //! calls.
@@ -59,16 +60,61 @@ impl<A: Allocator> Steady<A> {
     }
 }
 
-/// Random actions (60 % alloc of 512 B .. 16 MiB, 40 % free of a random live block) from
-/// empty until the first alloc fails; returns the percentage of the capacity in use then.
-pub fn efficiency<A: Allocator>(seed: u64) -> f64 {
+/// How a fill workload draws the size of each allocation, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub enum Sizes {
+    /// Log-uniform from 512 B to `max`: every octave about equally likely, most blocks small.
+    LogUniform { max: u64 },
+    /// Uniform from 512 B to `max`: most blocks large.
+    Uniform { max: u64 },
+}
+
+impl Sizes {
+    fn draw(self, rng: &mut Rng) -> u64 {
+        match self {
+            Sizes::LogUniform { max } => log_uniform_bytes(rng, max),
+            Sizes::Uniform { max } => (1 + rng.below(max / UNIT)) * UNIT,
+        }
+    }
+}
+
+/// A fill-until-failure workload: random actions (60 % alloc of a size drawn from `sizes`,
+/// 40 % free of a random live block) from empty until the first alloc fails.
+#[derive(Debug, Clone, Copy)]
+pub struct Fill {
+    /// Its name in tables.
+    pub name: &'static str,
+    /// Its sizes.
+    pub sizes: Sizes,
+}
+
+/// Issue 12's workload: random blocks up to a few percent of the heap (log-uniform up to
+/// 40 MiB, 3.9 % of 1 GiB).
+pub const ISSUE: Fill = Fill {
+    name: "issue: log-uniform 512 B..40 MiB",
+    sizes: Sizes::LogUniform { max: 40 * MIB },
+};
+/// Large blocks: uniform up to 1/32 of the heap (32 MiB).
+pub const LARGE: Fill = Fill {
+    name: "large: uniform 512 B..32 MiB",
+    sizes: Sizes::Uniform { max: 32 * MIB },
+};
+/// The original efficiency workload: log-uniform up to 1/64 of the heap (16 MiB).
+pub const MIXED: Fill = Fill {
+    name: "mixed: log-uniform 512 B..16 MiB",
+    sizes: Sizes::LogUniform { max: 16 * MIB },
+};
+
+/// Runs `fill` with `seed` until the first alloc fails; returns the percentage of the capacity
+/// in use then.
+pub fn fill_at_first_failure<A: Allocator>(fill: Fill, seed: u64) -> f64 {
     let mut rng = Rng::new(seed);
     let mut alloc = A::with_capacity(CAPACITY);
     let mut live: Vec<(A::Handle, u64)> = Vec::new();
     let mut in_use = 0;
     loop {
         if live.is_empty() || rng.chance(0.6) {
-            let bytes = log_uniform_bytes(&mut rng, 16 * MIB);
+            let bytes = fill.sizes.draw(&mut rng);
             match alloc.alloc(bytes) {
                 Some(handle) => {
                     live.push((handle, bytes));
@@ -82,6 +128,15 @@ pub fn efficiency<A: Allocator>(seed: u64) -> f64 {
             in_use -= bytes;
         }
     }
+}
+
+/// The inference trace's counterpart of [`fill_at_first_failure`]: the trace of `seed`, replayed
+/// in the smallest capacity (to 1 MiB) at which it runs without a failed alloc, fills it to
+/// `peak live bytes / that capacity` (one MiB less, and some alloc fails). In percent.
+pub fn trace_fill<A: Allocator>(seed: u64) -> f64 {
+    let (ops, slots) = llm_trace(seed);
+    let peak_live = trace_stats::<A>(&ops, slots, CAPACITY).peak_live;
+    100.0 * peak_live as f64 / min_capacity::<A>(&ops, slots, peak_live) as f64
 }
 
 /// One call of a recorded trace. Slots name blocks, so the trace is independent of handles.

@@ -52,6 +52,15 @@ impl Bins {
         (head.key != NIL && may_fit).then_some(head.key)
     }
 
+    /// Whether a block of `size` granules is smaller than the head of `bin`'s list, or the list
+    /// is empty. `false` also when the cached head size cannot tell (both sizes at or above
+    /// `u32::MAX`).
+    #[inline]
+    pub(super) fn is_below_head(&self, bin: usize, size: u64) -> bool {
+        let head = self.heads[bin];
+        head.key == NIL || size < u64::from(head.size)
+    }
+
     /// Makes `node` (of `size` granules) the head of `bin`'s list, which held `old_head`
     /// ([`NIL`] if it was empty).
     #[inline]

@@ -33,7 +33,7 @@ use std::num::NonZeroU32;
 pub struct Block {
     pub(super) offset: u64,
     pub(super) size: u64,
-    /// The block's node in the heap's slab.
+    /// The key of the block's node in the heap's arena.
     pub(super) node: u32,
     /// The id of the heap that made it (process-unique; never used for placement). Non-zero,
     /// so `Option<Block>` is no bigger than `Block` (24 bytes).

@@ -1,36 +1,14 @@
 //! Out-of-band block metadata: one node per block, free or live, 32 bytes each.
 
-use std::num::NonZeroU32;
-
 /// "No node": the end of a free list or of the physical chain. Node keys stay below it.
 pub(super) const NIL: u32 = u32::MAX - 1;
 
 /// The `prev_free` of a live node: live nodes are in no list, so the field says "not free".
 const LIVE: u32 = u32::MAX;
 
-/// A node key (or [`NIL`]) stored as `key + 1`, so the field is never zero. That niche lets
-/// `slab` store its vacant entries in the same 32 bytes as a node instead of adding a tag word:
-/// a quarter fewer cache lines on the hot path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Link(NonZeroU32);
-
-impl Link {
-    #[inline]
-    fn new(key: u32) -> Self {
-        debug_assert!(key <= NIL);
-        // `key + 1 <= u32::MAX`: never saturates.
-        Link(NonZeroU32::MIN.saturating_add(key))
-    }
-
-    #[inline]
-    fn get(self) -> u32 {
-        self.0.get() - 1
-    }
-}
-
 /// One block of the heap, in granules.
 ///
-/// Nodes live in a `slab::Slab` and refer to each other by key. Two doubly linked lists run
+/// Nodes live in an [`Arena`](super::arena::Arena) and refer to each other by key. Two doubly linked lists run
 /// through them: the physical chain (`prev_phys`/`next_phys`, in offset order, covering the whole
 /// heap without gaps) used to coalesce neighbours in O(1), and, for free nodes only, the free list
 /// of their bin (`prev_free`/`next_free`).
@@ -38,10 +16,10 @@ impl Link {
 pub(super) struct Node {
     /// Start, in granules from the heap's start.
     pub(super) offset: u64,
-    /// Length in granules; never zero.
+    /// Length in granules; never zero (zero marks a vacant arena slot).
     pub(super) size: u64,
     /// The block just below in memory, or [`NIL`] for the first block.
-    prev_phys: Link,
+    prev_phys: u32,
     /// The block just above in memory, or [`NIL`] for the last block.
     pub(super) next_phys: u32,
     /// Previous node in this bin's free list ([`NIL`] at the head), or [`LIVE`].
@@ -59,11 +37,30 @@ impl Node {
         Node {
             offset,
             size,
-            prev_phys: Link::new(prev_phys),
+            prev_phys,
             next_phys,
             prev_free: LIVE,
             next_free: NIL,
         }
+    }
+
+    /// A vacant arena slot, chained to the vacant slot `next` ([`NIL`] for none).
+    #[inline]
+    pub(super) fn vacant(next: u32) -> Self {
+        Node {
+            offset: 0,
+            size: 0,
+            prev_phys: NIL,
+            next_phys: next,
+            prev_free: LIVE,
+            next_free: NIL,
+        }
+    }
+
+    /// Whether this is a vacant arena slot rather than a block.
+    #[inline]
+    pub(super) fn is_vacant(&self) -> bool {
+        self.size == 0
     }
 
     /// Whether the block is free (in a bin's list) rather than handed out.
@@ -75,13 +72,13 @@ impl Node {
     /// The block just below in memory, or [`NIL`].
     #[inline]
     pub(super) fn prev_phys(&self) -> u32 {
-        self.prev_phys.get()
+        self.prev_phys
     }
 
     /// Sets the block just below in memory ([`NIL`] for none).
     #[inline]
     pub(super) fn set_prev_phys(&mut self, key: u32) {
-        self.prev_phys = Link::new(key);
+        self.prev_phys = key;
     }
 
     /// Previous node in the free list ([`NIL`] at the head). Only meaningful for free nodes.
@@ -111,26 +108,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slab_entries_are_node_sized() {
-        // The shape of slab 0.4's private entry type: vacant entries hide in `Link`'s niche.
-        #[allow(dead_code)]
-        enum Entry {
-            Vacant(usize),
-            Occupied(Node),
-        }
-        assert_eq!(size_of::<Entry>(), size_of::<Node>());
-    }
-
-    #[test]
-    fn links_round_trip() {
-        for key in [0, 1, 12345, NIL - 1, NIL] {
-            assert_eq!(Link::new(key).get(), key);
-        }
+    fn live_free_and_vacant() {
         let mut node = Node::new(0, 1, NIL, NIL);
-        assert!(!node.is_free());
+        assert!(!node.is_free() && !node.is_vacant());
         node.set_prev_free(NIL);
         assert!(node.is_free());
         node.set_live();
         assert!(!node.is_free());
+        assert!(Node::vacant(NIL).is_vacant());
     }
 }

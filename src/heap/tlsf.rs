@@ -1,8 +1,12 @@
 //! The TLSF mechanics behind [`Heap`]'s public methods: search, split, merge, free lists.
+//! (The exact best fit of large requests, and the sorted lists it needs, are in
+//! [`super::best_fit`].)
 //!
 //! Everything here works in granules and node keys. Invariants kept by every method:
 //! * the physical chain covers `[0, capacity)` in offset order without gaps or overlaps;
 //! * a node is in exactly one free list (its size's bin) iff it is free;
+//! * the list of an ordered bin (`bin >= large_from`, see [`super::best_fit`]) is sorted by
+//!   `(size, offset)`; the others are in no particular order (newest first, as it happens);
 //! * no two free nodes are physical neighbours;
 //! * `free_units` and `free_regions` are the sum of sizes and the number of nodes in the lists.
 
@@ -14,11 +18,11 @@ use super::{Heap, Request};
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Found {
     /// The free node.
-    key: u32,
+    pub(super) key: u32,
     /// Its bin.
-    bin: usize,
+    pub(super) bin: usize,
     /// Granules to skip at its start for alignment.
-    pad: u64,
+    pub(super) pad: u64,
 }
 
 /// Node keys must stay below [`NIL`], and an `alloc` adds at most two nodes, so `find` refuses
@@ -41,6 +45,9 @@ impl Heap {
             return None;
         }
         let own = bin_of(units);
+        if own >= self.large_from {
+            return self.best_fit(request, own);
+        }
         // The first bin whose every block holds `units` after any alignment pad: the request
         // (plus the alignment slack) rounded up to a bin boundary. `Heap::request` made sure
         // the sum does not overflow.
@@ -97,7 +104,7 @@ impl Heap {
 
     /// The leading pad that makes `node` hold `units` at a multiple of `align_units`, if any.
     #[inline]
-    fn fit(&self, node: &Node, units: u64, align_units: u64) -> Option<u64> {
+    pub(super) fn fit(&self, node: &Node, units: u64, align_units: u64) -> Option<u64> {
         let pad = align_up(node.offset, align_units)? - node.offset;
         (pad < node.size && node.size - pad >= units).then_some(pad)
     }
@@ -160,7 +167,7 @@ impl Heap {
     #[inline(always)]
     fn absorb_next(&mut self, key: u32) {
         let next = self.nodes[key as usize].next_phys;
-        let gone = self.nodes.remove(next as usize);
+        let gone = self.nodes.remove(next);
         let node = &mut self.nodes[key as usize];
         node.size += gone.size;
         node.next_phys = gone.next_phys;
@@ -172,26 +179,34 @@ impl Heap {
     /// Adds a node (live, in no list) and returns its key.
     #[inline]
     pub(super) fn new_node(&mut self, node: Node) -> u32 {
+        // `find` refuses before the arena can reach NIL keys.
         let key = self.nodes.insert(node);
-        // `find` refuses before the slab can reach NIL keys.
-        debug_assert!(key < NIL as usize);
-        key as u32
+        debug_assert!(key < NIL);
+        key
     }
 
-    /// Pushes node `key` on the front of its bin's free list (which marks it free).
+    /// Puts node `key` in its bin's free list (which marks it free): on the front of an
+    /// unordered bin, in order in an ordered one.
     #[inline(always)]
     pub(super) fn insert_free(&mut self, key: u32) {
-        let node = &mut self.nodes[key as usize];
-        let (size, bin) = (node.size, bin_of(node.size));
+        let size = self.nodes[key as usize].size;
+        let bin = bin_of(size);
+        self.free_units += size;
+        self.free_regions += 1;
         let head = self.bins.head(bin);
+        // An ordered bin's list stays sorted: the front is right only for a block smaller than
+        // the head (or in an empty bin), which the cached head size tells without a node read.
+        if bin >= self.large_from && !self.bins.is_below_head(bin, size) {
+            self.insert_sorted(key, size, bin, head);
+            return;
+        }
+        let node = &mut self.nodes[key as usize];
         node.set_prev_free(NIL);
         node.next_free = head;
         if head != NIL {
             self.nodes[head as usize].set_prev_free(key);
         }
         self.bins.push_head(bin, head, key, size);
-        self.free_units += size;
-        self.free_regions += 1;
     }
 
     /// Unlinks free node `key` from its bin's list and marks it live. Its size must not have
@@ -292,6 +307,10 @@ mod tests {
                 while key != NIL {
                     let node = &self.nodes[key as usize];
                     assert!(node.is_free() && bin_of(node.size) == bin && node.prev_free() == prev);
+                    if bin >= self.large_from && prev != NIL {
+                        let before = &self.nodes[prev as usize];
+                        assert!((before.size, before.offset) < (node.size, node.offset));
+                    }
                     listed += 1;
                     prev = key;
                     key = node.next_free;
@@ -301,8 +320,7 @@ mod tests {
         }
 
         fn first_node(&self) -> u32 {
-            let (key, _) = self.nodes.iter().next().expect("a heap always has a node");
-            let mut key = key as u32;
+            let mut key = self.nodes.any_key().expect("a heap always has a node");
             while self.nodes[key as usize].prev_phys() != NIL {
                 key = self.nodes[key as usize].prev_phys();
             }
@@ -389,9 +407,16 @@ mod tests {
     fn random_calls_keep_every_invariant() {
         // The integration tests check the public view against a model; this checks the
         // internals (links, lists, bitmaps, cached head sizes) after every call.
-        for (seed, granularity) in [(1, 512u64), (2, 1), (3, 4096)] {
+        // 3000 granules: every bin is ordered (exact best fit); 2^16: only those of 16 granules
+        // and up.
+        for (seed, granularity, units) in [
+            (1, 512u64, 3000),
+            (2, 1, 3000),
+            (3, 4096, 3000),
+            (4, 512, 1 << 16),
+        ] {
             let mut rng = rng::Rng::new(seed);
-            let capacity = 3000 * granularity;
+            let capacity = units * granularity;
             let mut heap = Heap::new(capacity, granularity).unwrap();
             let mut blocks = Vec::new();
             for step in 0..4000 {
