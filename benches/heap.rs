@@ -3,8 +3,10 @@
 //! (rlsf is not among them: it keeps its headers in the memory it manages, see the README.)
 //!
 //! `cargo bench --bench heap` first prints what is not a criterion timing: the fill at the first
-//! failure on four workloads (three random size mixes and the inference traces), the inference
-//! trace's space use, and a steady-state timing taken in alternation as a cross-check. Then the
+//! failure on four workloads (three random size mixes and the inference traces; with
+//! `HEAP_FILL_SEEDS=start..end`, also a seed-by-seed comparison with the best fit over those
+//! seeds), the inference trace's space use, and a steady-state timing taken in alternation as a
+//! cross-check. Then the
 //! criterion groups run:
 //! * `steady_state/{1000,4000}`: one random free + one random alloc (512 B..1 MiB, log-uniform)
 //!   in 1 GiB holding that many live blocks; the time is per free+alloc pair;
@@ -44,6 +46,17 @@ fn print_tables(ops: &[TraceOp], slots: usize) {
     report::trace_fill_row::<Heap>();
     report::trace_fill_row::<OffsetAllocator>();
     report::trace_fill_row::<BestFit>();
+
+    // More seeds on request, compared seed by seed with the best fit (README: "30 seeds are
+    // not enough").
+    if let Ok(seeds) = std::env::var("HEAP_FILL_SEEDS") {
+        let (start, end) = seeds
+            .split_once("..")
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .expect("HEAP_FILL_SEEDS=start..end");
+        report::paired_fill::<Heap>(start..end);
+        report::paired_fill::<OffsetAllocator>(start..end);
+    }
 
     report::trace_header(ops);
     report::trace_row::<Heap>(ops, slots);

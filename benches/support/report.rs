@@ -4,6 +4,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::allocators::Allocator;
+use super::best_fit::BestFit;
 use super::workloads::{self, CAPACITY, Fill, Steady, TraceOp};
 
 /// Seeds of the fill runs that the targets are stated for (fixed before any tuning).
@@ -55,6 +56,42 @@ pub fn fill_row<A: Allocator>(fill: Fill) {
         "    {:<32} {mean:>6.2} % {min:>6.2} %   {more_mean:>6.2} % {more_min:>6.2} %",
         A::NAME
     );
+}
+
+/// The paired comparison with the exact best fit over `seeds` (`HEAP_FILL_SEEDS=a..b`): per
+/// random workload, `A`'s mean and minimum fill, the mean of its per-seed difference from the
+/// best fit's fill with its standard error, and the number of seeds on which the two fills are
+/// equal. Fills at the first failure are chaotic (one placement that differs changes the rest of
+/// the run), so a 30-seed mean moves by about half a point either way; the paired difference over
+/// thousands of seeds tells a real difference from that noise.
+pub fn paired_fill<A: Allocator>(seeds: Range<u64>) {
+    println!(
+        "\n{} against btree-best-fit, seeds {}..{}: mean, min, mean difference ± standard error, \
+         seeds with equal fill",
+        A::NAME,
+        seeds.start,
+        seeds.end
+    );
+    for fill in [workloads::ISSUE, workloads::LARGE, workloads::MIXED] {
+        let (mut runs, mut diffs) = (Vec::new(), Vec::new());
+        for seed in seeds.clone() {
+            let own = workloads::fill_at_first_failure::<A>(fill, seed);
+            let best = workloads::fill_at_first_failure::<BestFit>(fill, seed);
+            runs.push(own);
+            diffs.push(own - best);
+        }
+        let (mean, min) = mean_min(&runs);
+        let n = diffs.len() as f64;
+        let diff = diffs.iter().sum::<f64>() / n;
+        let var = diffs.iter().map(|d| (d - diff) * (d - diff)).sum::<f64>() / (n - 1.0);
+        let equal = diffs.iter().filter(|d| **d == 0.0).count();
+        println!(
+            "  {:<34} {mean:>6.2} % {min:>6.2} %   {diff:+.3} ± {:.3}   {equal} of {}",
+            fill.name,
+            (var / n).sqrt(),
+            diffs.len()
+        );
+    }
 }
 
 /// One row of the fill table: `A` on the inference traces of [`FILL_SEEDS`].
