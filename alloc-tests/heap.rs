@@ -239,8 +239,11 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
 
 #[test]
 fn model_based_random_sequences() {
-    // Sized for a few seconds on two cores in --release; fewer steps in debug builds.
-    let (seeds, steps) = if cfg!(debug_assertions) {
+    // Sized for a few seconds on two cores in --release; fewer steps in debug builds, fewer
+    // still under Miri (which checks the same code paths, a hundred times slower).
+    let (seeds, steps) = if cfg!(miri) {
+        (1, 40)
+    } else if cfg!(debug_assertions) {
         (4, 600)
     } else {
         (64, 4000)
@@ -291,23 +294,25 @@ fn replay(heap: &mut Heap, seed: u64, steps: usize) -> Vec<(Option<u64>, u64)> {
 
 #[test]
 fn same_calls_same_offsets_and_hashes() {
-    for seed in 0..8 {
+    let (seeds, steps) = if cfg!(miri) { (2, 200) } else { (8, 2000) };
+    for seed in 0..seeds {
         let mut a = Heap::new(1 << 24, 512).unwrap();
         let _other_heap_in_between = Heap::new(1 << 24, 512).unwrap(); // ids differ; no effect
         let mut b = Heap::new(1 << 24, 512).unwrap();
-        assert_eq!(replay(&mut a, seed, 2000), replay(&mut b, seed, 2000));
+        assert_eq!(replay(&mut a, seed, steps), replay(&mut b, seed, steps));
         assert_eq!(a.report(), b.report());
     }
 }
 
 #[test]
 fn different_calls_different_hashes() {
+    let (seeds, steps) = if cfg!(miri) { (8, 100) } else { (64, 500) };
     let hash_of = |seed| {
         let mut heap = Heap::new(1 << 24, 512).unwrap();
-        replay(&mut heap, seed, 500);
+        replay(&mut heap, seed, steps);
         heap.op_hash()
     };
-    let hashes: Vec<u64> = (0..64).map(hash_of).collect();
+    let hashes: Vec<u64> = (0..seeds).map(hash_of).collect();
     let mut unique = hashes.clone();
     unique.sort_unstable();
     unique.dedup();
