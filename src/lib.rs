@@ -8,6 +8,7 @@ pub mod heap;
 pub mod launcher;
 mod pool;
 pub mod runtime;
+mod snapshot;
 mod sym_box;
 mod sym_vec;
 pub mod sys;
@@ -18,7 +19,8 @@ pub use allocator::SymAllocator;
 /// version might differ.
 pub use allocator_api2;
 pub use error::{Error, OutOfMemory, Result};
-pub use pool::{PoolConfig, PoolStats, SymAlloc, SymPool};
+pub use pool::{PoolConfig, PoolStats, SymAlloc, SymPool, TagStats};
 pub use runtime::{Comm, CommConfig, DevicePtr, Element, ReduceOp, Runtime, Stream, WindowHandle};
+pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
 pub use sym_box::SymBox;
 pub use sym_vec::SymVec;

@@ -30,8 +30,16 @@ impl<T: Element> SymBox<T> {
     /// # Errors
     /// The pool's allocation errors; the runtime's error.
     pub fn new(pool: &SymPool, value: T) -> Result<Self> {
+        SymBox::new_tagged(pool, value, "")
+    }
+
+    /// [`new`](Self::new), tagged (see [`SymPool::alloc_tagged`]).
+    ///
+    /// # Errors
+    /// As for [`new`](Self::new).
+    pub fn new_tagged(pool: &SymPool, value: T, tag: &'static str) -> Result<Self> {
         Ok(SymBox {
-            inner: SymVec::from_host(pool, &[value])?,
+            inner: SymVec::from_host_tagged(pool, &[value], tag)?,
         })
     }
 

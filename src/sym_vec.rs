@@ -50,10 +50,18 @@ impl<T: Element> SymVec<T> {
     /// # Errors
     /// [`Error::OutOfMemory`] and the pool's other allocation errors; the runtime's error.
     pub fn zeroed(pool: &SymPool, len: usize) -> Result<Self> {
+        SymVec::zeroed_tagged(pool, len, "")
+    }
+
+    /// [`zeroed`](Self::zeroed), tagged (see [`SymPool::alloc_tagged`]).
+    ///
+    /// # Errors
+    /// As for [`zeroed`](Self::zeroed).
+    pub fn zeroed_tagged(pool: &SymPool, len: usize, tag: &'static str) -> Result<Self> {
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
-        let alloc = pool.alloc(bytes.max(1) as u64, align_of::<T>() as u64)?;
+        let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
         // SAFETY: the block is fresh (no queued work uses it) and at least `bytes` long.
         unsafe { pool.comm().runtime().memset(alloc.device_ptr(), 0, bytes)? };
         Ok(SymVec {
@@ -68,8 +76,16 @@ impl<T: Element> SymVec<T> {
     /// # Errors
     /// As for [`zeroed`](Self::zeroed).
     pub fn from_host(pool: &SymPool, data: &[T]) -> Result<Self> {
+        SymVec::from_host_tagged(pool, data, "")
+    }
+
+    /// [`from_host`](Self::from_host), tagged (see [`SymPool::alloc_tagged`]).
+    ///
+    /// # Errors
+    /// As for [`zeroed`](Self::zeroed).
+    pub fn from_host_tagged(pool: &SymPool, data: &[T], tag: &'static str) -> Result<Self> {
         let bytes = size_of_val(data);
-        let alloc = pool.alloc(bytes.max(1) as u64, align_of::<T>() as u64)?;
+        let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
         // SAFETY: the block is fresh and at least `bytes` long.
         unsafe {
             pool.comm()

@@ -80,6 +80,15 @@ impl Arena {
         let key = self.slots.iter().position(|node| !node.is_vacant())?;
         Some(key as u32)
     }
+
+    /// The key of the node at `offset` (in granules), if any: a scan, for rare walks.
+    pub(super) fn key_at(&self, offset: u64) -> Option<u32> {
+        let key = self
+            .slots
+            .iter()
+            .position(|node| !node.is_vacant() && node.offset == offset)?;
+        Some(key as u32)
+    }
 }
 
 impl Index<usize> for Arena {

@@ -41,6 +41,12 @@ pub struct Block {
 }
 
 impl Block {
+    /// The key of the block's node: unique among the heap's live blocks, and reused after a
+    /// free (the pool keys per-block data by it).
+    pub(crate) fn key(&self) -> u32 {
+        self.node
+    }
+
     /// Offset of the first byte from the start of the heap; a multiple of the granularity and of
     /// the alignment asked for.
     #[inline]
@@ -59,6 +65,19 @@ impl Block {
     pub fn end(&self) -> u64 {
         self.offset + self.size
     }
+}
+
+/// A range of a heap, from [`Heap::regions`](super::Heap::regions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeapRegion {
+    /// Offset in bytes.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// A live block (else a free region).
+    pub live: bool,
+    /// The range's node: a live block's is its [`Block::key`].
+    pub(crate) key: u32,
 }
 
 /// A snapshot of a heap's accounting, from [`Heap::report`](super::Heap::report).

@@ -160,7 +160,7 @@ mod op_hash;
 mod size_class;
 mod tlsf;
 
-pub use block::{Block, HeapReport};
+pub use block::{Block, HeapRegion, HeapReport};
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -347,6 +347,24 @@ impl Heap {
         self.release(block.node, prev, next);
         self.hash.record(Op::Free, block.offset, block.size, 0);
         Ok(())
+    }
+
+    /// Every range of the heap in offset order, live blocks and free regions, covering
+    /// `0..capacity`. O(n) in the number of ranges: for snapshots, not for hot paths.
+    pub fn regions(&self) -> Vec<HeapRegion> {
+        let mut regions = Vec::with_capacity(self.live_blocks + self.free_regions);
+        let mut key = self.nodes.key_at(0).unwrap_or(NIL);
+        while key != NIL {
+            let node = &self.nodes[key as usize];
+            regions.push(HeapRegion {
+                offset: node.offset << self.shift,
+                size: node.size << self.shift,
+                live: !node.is_free(),
+                key,
+            });
+            key = node.next_phys;
+        }
+        regions
     }
 
     /// A snapshot of the heap's accounting. O(1) plus a walk of the highest non-empty bin.

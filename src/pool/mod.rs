@@ -20,8 +20,10 @@ mod collectives;
 mod config;
 mod private;
 mod segment;
+mod snapshot;
 mod stats;
 mod symmetry;
+mod tags;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -34,10 +36,11 @@ use crate::{Error, OutOfMemory, Result};
 
 pub use alloc::SymAlloc;
 pub use config::PoolConfig;
-pub use stats::PoolStats;
+pub use stats::{PoolStats, TagStats};
 
 use private::PrivateRegion;
 use segment::Segment;
+use tags::{BlockInfo, POOL_TAG, Tags};
 
 /// What an out-of-memory error from the pool tells the caller to raise.
 const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call synchronize)";
@@ -102,6 +105,8 @@ struct PoolState {
     free_count: u64,
     oom_count: u64,
     registrations: u64,
+    /// Live blocks and bytes per tag.
+    tags: Tags,
     /// A rolling hash of every collective called, in order (see [`PoolState::op_hash`]).
     collectives: u64,
 }
@@ -194,6 +199,7 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
+            tags: Tags::default(),
             collectives: 0,
         };
         let segment = state.segments.insert(first);
@@ -201,6 +207,7 @@ impl SymPool {
         let block = state.segments[segment].heap.alloc(check_bytes, 0)?;
         state.allocated = block.size();
         state.peak_allocated = block.size();
+        state.record(segment, &block, POOL_TAG);
         state.check_block = Some(PoolBlock { segment, block });
         let shared = Arc::new(PoolShared {
             comm: comm.clone(),
@@ -244,9 +251,19 @@ impl SymPool {
     /// granularity; [`Error::OutOfMemory`] saying what was asked, what is free, the largest
     /// free region and the setting to raise; the runtime's error if growing fails.
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
+        self.alloc_tagged(size, align, "")
+    }
+
+    /// [`alloc`](Self::alloc), with a tag saying what the memory is for ("kv-cache",
+    /// "activations", ...): [`stats`](Self::stats), [`memory_summary`](Self::memory_summary)
+    /// and [`snapshot`](Self::snapshot) account by it.
+    ///
+    /// # Errors
+    /// As for [`alloc`](Self::alloc).
+    pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymAlloc> {
         let placed = {
             let mut state = self.shared.lock();
-            self.shared.alloc_locked(&mut state, size, align)?
+            self.shared.alloc_locked(&mut state, size, align, tag)?
         };
         Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
     }
@@ -339,6 +356,7 @@ impl SymPool {
             windows: state.segments.len(),
             registrations: state.registrations,
             pending_frees: state.pending.len(),
+            tags: state.tags.stats(),
             private_allocated: state.private.as_ref().map_or(0, PrivateRegion::allocated),
             private_reserved: state.private.as_ref().map_or(0, PrivateRegion::size),
         }
@@ -378,7 +396,13 @@ impl PoolShared {
     /// Places a block in free space. When none fits, releases the pending frees
     /// (synchronising), then grows the pool by a window: collective steps, which every rank
     /// takes at the same call since every rank calls `alloc` in the same program order.
-    fn alloc_locked(&self, state: &mut PoolState, size: u64, align: u64) -> Result<Placed> {
+    fn alloc_locked(
+        &self,
+        state: &mut PoolState,
+        size: u64,
+        align: u64,
+        tag: &'static str,
+    ) -> Result<Placed> {
         self.check_usable()?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
@@ -409,6 +433,7 @@ impl PoolShared {
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
         state.alloc_count += 1;
+        state.record(block.segment, &block.block, tag);
         Ok(Placed {
             ptr: state.device_ptr(&block),
             window: state.segments[block.segment].handle,
@@ -566,6 +591,8 @@ impl PoolShared {
         let mut state = self.lock();
         state.allocated -= block.size();
         state.free_count += 1;
+        let info = state.segments[block.segment].infos[block.block.key() as usize];
+        state.tags.remove(info.tag, block.size());
         let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
         if in_flight || self.failure.get().is_some() {
             state.pending.push(Pending { block, streams });
@@ -576,6 +603,15 @@ impl PoolShared {
 }
 
 impl PoolState {
+    /// Counts a new block under `tag` and remembers its tag and allocation number.
+    fn record(&mut self, segment: usize, block: &Block, tag: &'static str) {
+        let info = BlockInfo {
+            tag: self.tags.add(tag, block.size()),
+            seq: self.alloc_count,
+        };
+        tags::record(&mut self.segments[segment].infos, block.key(), info);
+    }
+
     /// First fit over segments in key order; `None` when no segment has room.
     fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<PoolBlock>> {
         for (key, segment) in self.segments.iter_mut() {

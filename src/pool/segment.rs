@@ -3,6 +3,8 @@
 //! and the block's heap offset.
 
 use crate::heap::Heap;
+
+use super::tags::BlockInfo;
 use std::sync::Arc;
 
 use crate::runtime::{Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
@@ -13,6 +15,8 @@ const WARM_UP_OUTPUT: u64 = 64;
 
 pub(super) struct Segment {
     pub(super) heap: Heap,
+    /// Per live block, by heap node key: its tag and allocation number.
+    pub(super) infos: Vec<BlockInfo>,
     pub(super) base: DevicePtr,
     pub(super) handle: WindowHandle,
     pub(super) size: u64,
@@ -65,6 +69,7 @@ impl Segment {
         };
         Ok(Segment {
             heap,
+            infos: Vec::new(),
             base,
             handle: window.handle(),
             size,

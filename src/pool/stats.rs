@@ -5,6 +5,7 @@
 /// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
 /// only the pool builds one.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct PoolStats {
     /// Bytes in live blocks (granted sizes, including the pool's own small symmetry-check
@@ -36,4 +37,22 @@ pub struct PoolStats {
     /// Freed blocks waiting for [`SymPool::synchronize`](super::SymPool::synchronize) because
     /// queued work may still use them.
     pub pending_frees: usize,
+    /// Live blocks and bytes by tag ([`SymPool::alloc_tagged`](super::SymPool::alloc_tagged);
+    /// "" for untagged allocations), in the order the tags first appeared.
+    pub tags: Vec<TagStats>,
+}
+
+/// The live allocations that carry one tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct TagStats {
+    /// The tag ("" for untagged allocations).
+    pub tag: String,
+    /// Live blocks with the tag.
+    pub blocks: u64,
+    /// Bytes in them (granted sizes).
+    pub bytes: u64,
+    /// The most bytes the tag has held at once.
+    pub peak_bytes: u64,
 }
