@@ -228,3 +228,29 @@ fn a_waiting_collective_says_which_ranks_it_waits_for() {
     );
     session.assert_clean();
 }
+
+#[test]
+fn pool_steps_are_traced_and_out_of_memory_shows_the_summary() {
+    let session = EmuSession::start();
+    capture_logs();
+    symheap::emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(4 << 20))?;
+        let grown = SymVec::<f32>::zeroed_tagged(&pool, 1 << 19, "kv-cache")?; // 2 MiB: grows
+        assert!(pool.alloc(8 << 20, 0).is_err());
+        drop(grown);
+        pool.trim()?;
+        Ok(())
+    })
+    .unwrap();
+    let logged = String::from_utf8(LOGGED.lock().unwrap().clone()).unwrap();
+    for needle in [
+        "pool created",
+        "pool grew by a window",
+        "out of memory",
+        "kv-cache", // the summary's tag table, with the OOM warning
+        "trimmed",
+    ] {
+        assert!(logged.contains(needle), "{needle} missing from\n{logged}");
+    }
+    session.assert_clean();
+}

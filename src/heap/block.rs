@@ -105,9 +105,57 @@ pub struct HeapReport {
     pub free_regions: usize,
 }
 
+impl std::fmt::Display for HeapReport {
+    /// One line: "`allocated` of `capacity` in `live_blocks` blocks; `free` free in
+    /// `free_regions` regions, largest `largest_free`", sizes in binary units.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} in {} blocks; {} free in {} regions, largest {}",
+            Bytes(self.allocated),
+            Bytes(self.capacity),
+            self.live_blocks,
+            Bytes(self.free),
+            self.free_regions,
+            Bytes(self.largest_free)
+        )
+    }
+}
+
+/// A byte count in binary units ("512 B", "1.50 KiB", "64.00 MiB", "2.00 GiB").
+pub(crate) struct Bytes(pub(crate) u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut value = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{value:.2} {}", UNITS[unit])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts_read_in_binary_units() {
+        let shown: Vec<String> = [0, 1023, 1536, 64 << 20, 3 << 30]
+            .into_iter()
+            .map(|n| Bytes(n).to_string())
+            .collect();
+        assert_eq!(
+            shown,
+            ["0 B", "1023 B", "1.50 KiB", "64.00 MiB", "3.00 GiB"]
+        );
+    }
 
     #[test]
     fn handles_stay_small() {

@@ -160,6 +160,7 @@ mod op_hash;
 mod size_class;
 mod tlsf;
 
+pub(crate) use block::Bytes;
 pub use block::{Block, HeapRegion, HeapReport};
 
 use std::fmt;

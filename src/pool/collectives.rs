@@ -7,7 +7,7 @@ use crate::sys::HcclDataType;
 use crate::{Error, Result, SymVec};
 
 /// The collectives of the pool, as they enter its op hash.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Kind {
     AllReduce = 1,
     AllGather,
@@ -223,6 +223,12 @@ impl PoolShared {
         if call.count == 0 {
             return Ok(());
         }
+        tracing::debug!(
+            rank = self.comm.rank(),
+            kind = ?call.kind,
+            count = call.count,
+            "symheap: collective"
+        );
         enqueue(&self.comm, &self.stream)?;
         for alloc in call.buffers {
             alloc.mark_used();

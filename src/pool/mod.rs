@@ -22,6 +22,7 @@ mod private;
 mod segment;
 mod snapshot;
 mod stats;
+mod summary;
 mod symmetry;
 mod tags;
 
@@ -221,6 +222,13 @@ impl SymPool {
         // The first window's warm-up. On failure the pool's `Drop` waits again before
         // unmapping: the warm-up may still be queued.
         shared.wait_or_poison([&shared.stream])?;
+        tracing::info!(
+            rank = comm.rank(),
+            ranks = comm.size(),
+            bytes = size,
+            max_bytes = shared.config.max_capacity_bytes(),
+            "symheap: pool created"
+        );
         Ok(SymPool { shared })
     }
 
@@ -263,9 +271,21 @@ impl SymPool {
     pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymAlloc> {
         let placed = {
             let mut state = self.shared.lock();
-            self.shared.alloc_locked(&mut state, size, align, tag)?
+            self.shared.alloc_locked(&mut state, size, align, tag)
         };
-        Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size))
+        match placed {
+            Ok(placed) => Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size)),
+            Err(Error::OutOfMemory(oom)) => {
+                tracing::warn!(
+                    rank = self.shared.comm.rank(),
+                    tag,
+                    "symheap: {oom}\n{}",
+                    self.memory_summary()
+                );
+                Err(Error::OutOfMemory(oom))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The window holding `[ptr, ptr + len)` and the offset of `ptr` in it, through
@@ -332,6 +352,12 @@ impl SymPool {
                 first_error.get_or_insert(e);
             }
         }
+        tracing::info!(
+            rank = self.shared.comm.rank(),
+            released,
+            windows = state.segments.len(),
+            "symheap: trimmed"
+        );
         first_error.map_or(Ok(released), Err)
     }
 
@@ -521,6 +547,12 @@ impl PoolShared {
         )?;
         state.registrations += 1;
         let key = state.segments.insert(segment);
+        tracing::info!(
+            rank = self.comm.rank(),
+            bytes = grow_by,
+            windows = state.segments.len(),
+            "symheap: pool grew by a window"
+        );
         // The warm-up, with the segment in the pool: if it fails, the poisoned pool keeps the
         // segment mapped until its `Drop` has waited again.
         self.wait_or_poison([&self.stream])?;
@@ -572,7 +604,10 @@ impl PoolShared {
         }
         if let Err(e) = &result {
             // The first failure is the cause; a later one may be a consequence of it.
-            self.failure.get_or_init(|| Arc::new(e.clone()));
+            self.failure.get_or_init(|| {
+                tracing::error!(rank = self.comm.rank(), error = %e, "symheap: pool poisoned");
+                Arc::new(e.clone())
+            });
         }
         result
     }

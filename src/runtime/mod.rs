@@ -184,9 +184,10 @@ impl Runtime {
         &self.inner.acl
     }
 
-    /// Records an error from a `Drop` and prints it, so it is never silently lost.
+    /// Records an error from a `Drop` (for [`take_drop_errors`](Self::take_drop_errors)) and
+    /// logs it as a `tracing` error, so it is never silently lost.
     pub(crate) fn record_drop_error(&self, err: Error) {
-        eprintln!("symheap: error while dropping a handle: {err}");
+        tracing::error!(error = %err, "symheap: error while dropping a handle");
         self.inner
             .drop_errors
             .lock()

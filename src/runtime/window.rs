@@ -62,6 +62,11 @@ impl Window {
             // SAFETY: live communicator, mapped memory and a valid out-pointer.
             unsafe { register(c, mapping.ptr().as_raw(), mapping.size(), &mut raw, 1) }
         })?;
+        tracing::debug!(
+            rank = comm.rank(),
+            bytes = mapping.size(),
+            "symheap: window registered"
+        );
         Ok(Window {
             comm: comm.clone(),
             handle: WindowHandle::from_raw(raw),
@@ -157,8 +162,13 @@ impl Window {
                 unsafe { deregister(self.handle.as_raw()) }
             })
         });
-        if result.is_err() {
-            self.comm.adopt_orphan(Arc::clone(&self.mapping));
+        match &result {
+            Ok(()) => tracing::debug!(
+                rank = self.comm.rank(),
+                bytes = self.mapping.size(),
+                "symheap: window deregistered"
+            ),
+            Err(_) => self.comm.adopt_orphan(Arc::clone(&self.mapping)),
         }
         result
     }

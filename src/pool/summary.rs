@@ -1,0 +1,120 @@
+//! Reading a pool's accounting as a person would: `Display` for [`PoolStats`] and
+//! [`SymPool::memory_summary`], a table like PyTorch's `memory_summary()`.
+
+use std::fmt::{self, Write as _};
+
+use super::{PoolStats, SymPool};
+use crate::heap::Bytes;
+
+impl fmt::Display for PoolStats {
+    /// A few lines: allocated (and peak), reserved, free and fragmentation, the adapter's
+    /// private region, counts; sizes in binary units.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let free = self.reserved - self.allocated;
+        writeln!(
+            f,
+            "allocated  {:>12}  (peak {})",
+            Bytes(self.allocated),
+            Bytes(self.peak_allocated)
+        )?;
+        writeln!(
+            f,
+            "reserved   {:>12}  in {} window(s), {} registration(s)",
+            Bytes(self.reserved),
+            self.windows,
+            self.registrations
+        )?;
+        writeln!(
+            f,
+            "free       {:>12}  largest region {}, fragmentation {:.1} %",
+            Bytes(free),
+            Bytes(self.largest_free),
+            self.fragmentation * 100.0
+        )?;
+        writeln!(
+            f,
+            "private    {:>12}  of {} (allocator adapter)",
+            Bytes(self.private_allocated),
+            Bytes(self.private_reserved)
+        )?;
+        write!(
+            f,
+            "calls      {} allocations, {} frees ({} pending), {} out of memory",
+            self.alloc_count, self.free_count, self.pending_frees, self.oom_count
+        )
+    }
+}
+
+impl SymPool {
+    /// The pool's accounting as a table: the totals (as [`PoolStats`] displays them), then
+    /// live memory by tag, then each window's use. Rank-local.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{PoolConfig, SymPool, SymVec, emu};
+    ///
+    /// emu::launch(1, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let _kv = SymVec::<f32>::zeroed_tagged(&pool, 256 << 10, "kv-cache")?;
+    ///     let summary = pool.memory_summary();
+    ///     assert!(summary.contains("kv-cache"));
+    ///     assert!(summary.contains("1.00 MiB"));
+    ///     println!("{summary}");
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    pub fn memory_summary(&self) -> String {
+        let snapshot = self.snapshot();
+        let mut out = String::new();
+        let rule = "-".repeat(72);
+        let _ = writeln!(
+            out,
+            "symheap pool, rank {} of {}, op hash {:#018x}\n{rule}",
+            snapshot.rank, snapshot.world_size, snapshot.op_hash
+        );
+        let _ = writeln!(out, "{}\n{rule}", snapshot.stats);
+        let _ = writeln!(
+            out,
+            "{:<24} {:>8} {:>14} {:>14}",
+            "tag", "blocks", "allocated", "peak"
+        );
+        for tag in &snapshot.stats.tags {
+            let name = if tag.tag.is_empty() {
+                "(untagged)"
+            } else {
+                &tag.tag
+            };
+            let _ = writeln!(
+                out,
+                "{name:<24} {:>8} {:>14} {:>14}",
+                tag.blocks,
+                Bytes(tag.bytes).to_string(),
+                Bytes(tag.peak_bytes).to_string()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{rule}\n{:<8} {:>12} {:>12} {:>12} {:>14}",
+            "window", "size", "allocated", "free", "largest free"
+        );
+        for (i, window) in snapshot.windows.iter().enumerate() {
+            let free: Vec<u64> = window
+                .regions
+                .iter()
+                .filter(|r| r.tag.is_none())
+                .map(|r| r.size)
+                .collect();
+            let total_free: u64 = free.iter().sum();
+            let _ = writeln!(
+                out,
+                "{i:<8} {:>12} {:>12} {:>12} {:>14}",
+                Bytes(window.size).to_string(),
+                Bytes(window.size - total_free).to_string(),
+                Bytes(total_free).to_string(),
+                Bytes(free.iter().copied().max().unwrap_or(0)).to_string()
+            );
+        }
+        out
+    }
+}
