@@ -42,7 +42,12 @@ struct TagCount {
 impl Tags {
     /// Counts a new block of `bytes` under `tag`; returns the tag's index.
     pub(super) fn add(&mut self, tag: &'static str, bytes: u64) -> u32 {
-        let i = match self.counts.iter().position(|(t, _)| *t == tag) {
+        // Tags are string literals, so the same tag is nearly always the same pointer: look
+        // for that first (comparing contents calls memcmp, which the hot path notices).
+        let same = |t: &&str| std::ptr::eq(t.as_ptr(), tag.as_ptr()) && t.len() == tag.len();
+        let found = (self.counts.iter().position(|(t, _)| same(t)))
+            .or_else(|| self.counts.iter().position(|(t, _)| *t == tag));
+        let i = match found {
             Some(i) => i,
             None => {
                 self.counts.push((tag, TagCount::default()));
