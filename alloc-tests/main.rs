@@ -5,6 +5,7 @@ mod dlopen;
 mod faults;
 mod harness;
 mod heap;
+mod heap_map;
 mod pool;
 mod processes;
 mod runtime;
