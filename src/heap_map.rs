@@ -185,7 +185,7 @@ impl Scale {
         match self.bounds.binary_search(&offset) {
             Ok(i) => self.xs[i],
             // Not a boundary (cannot happen for drawn regions): interpolate.
-            Err(i) if i == 0 => self.xs[0],
+            Err(0) => self.xs[0],
             Err(i) if i >= self.bounds.len() => self.xs[self.xs.len() - 1],
             Err(i) => {
                 let (a, b) = (self.bounds[i - 1], self.bounds[i]);
