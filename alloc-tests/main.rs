@@ -5,6 +5,7 @@ mod dlopen;
 mod faults;
 mod harness;
 mod heap;
+mod heap_map;
 mod inspect;
 mod pool;
 mod processes;

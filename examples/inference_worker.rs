@@ -5,6 +5,8 @@
 //! ```sh
 //! cargo run --release --example inference_worker              # 4 processes
 //! cargo run --release --example inference_worker -- --threads # 4 threads
+//! cargo run --release --example inference_worker -- --snapshot /tmp/snap
+//! cargo run --release --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
 //! ```
 //!
 //! Started plainly, the program re-runs itself through the launcher as four processes
@@ -17,12 +19,17 @@
 //! to vocabulary logits (column-parallel) and AllGathers them to pick the next token. It then
 //! runs the same loop registering and deregistering a window per tensor, the naive alternative,
 //! and prints both rates and their ratio.
+//!
+//! With `--snapshot DIR` every rank writes `DIR/rank-N.json`, its pool's
+//! [`snapshot`](SymPool::snapshot) during the last decode step (weights, the KV cache, that
+//! step's tensors, tagged), and rank 0 prints the `symheap-map` command that draws them.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use symheap::launcher::{self, Job};
 use symheap::runtime::{Comm, ReduceOp, Stream, Window};
-use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, SymPool, SymVec, emu};
+use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu};
 
 const RANKS: u32 = 4;
 const STEPS: usize = 300;
@@ -36,11 +43,16 @@ const KV_CHUNK: usize = 32;
 /// Where a step's tensors come from: the pool, or a freshly registered window each.
 trait Tensors {
     type Tensor;
-    fn zeros(&self, len: usize) -> Result<Self::Tensor>;
+    /// A zeroed tensor; `tag` says what it is for (the pool's stats and snapshots use it).
+    fn zeros(&self, len: usize, tag: &'static str) -> Result<Self::Tensor>;
     fn host<'a>(&self, t: &'a mut Self::Tensor) -> Result<&'a mut [f32]>;
     fn all_reduce(&self, t: &mut Self::Tensor) -> Result<()>;
     fn all_gather(&self, input: &Self::Tensor, output: &mut Self::Tensor) -> Result<()>;
     fn end_step(&self) -> Result<()>;
+    /// What the backing memory holds now, where there is a pool to ask.
+    fn snapshot(&self) -> Option<Snapshot> {
+        None
+    }
 }
 
 /// symheap: one window registered at start, blocks carved per tensor.
@@ -48,8 +60,8 @@ struct Pooled(SymPool);
 
 impl Tensors for Pooled {
     type Tensor = SymVec<f32>;
-    fn zeros(&self, len: usize) -> Result<SymVec<f32>> {
-        SymVec::zeroed(&self.0, len)
+    fn zeros(&self, len: usize, tag: &'static str) -> Result<SymVec<f32>> {
+        SymVec::zeroed_tagged(&self.0, len, tag)
     }
     fn host<'a>(&self, t: &'a mut SymVec<f32>) -> Result<&'a mut [f32]> {
         t.host_mut()
@@ -62,6 +74,9 @@ impl Tensors for Pooled {
     }
     fn end_step(&self) -> Result<()> {
         self.0.synchronize()
+    }
+    fn snapshot(&self) -> Option<Snapshot> {
+        Some(self.0.snapshot())
     }
 }
 
@@ -80,7 +95,7 @@ struct Registered {
 
 impl Tensors for PerTensor {
     type Tensor = Registered;
-    fn zeros(&self, len: usize) -> Result<Registered> {
+    fn zeros(&self, len: usize, _tag: &'static str) -> Result<Registered> {
         let window = Window::allocate(&self.comm, (len * 4) as u64)?;
         // SAFETY: fresh, mapped memory of at least `len` floats, not yet used by any stream.
         unsafe { self.comm.runtime().memset(window.ptr(), 0, len * 4)? };
@@ -172,30 +187,41 @@ fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
 }
 
-/// Runs the decode loop; returns (steps per second, the token sequence of batch row 0).
-fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
+/// What a decode loop produced.
+struct Decoded {
+    /// Steps per second.
+    rate: f64,
+    /// The token sequence of batch row 0.
+    tokens: Vec<usize>,
+    /// The backend's snapshot during the last step, before its synchronisation.
+    snapshot: Option<Snapshot>,
+}
+
+/// Runs the decode loop.
+fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<Decoded> {
     let ranks = comm.size() as usize;
     let w = Weights::new(comm.rank());
     let mut tokens = [1usize; BATCH];
     let mut history = Vec::with_capacity(STEPS);
-    let mut kv = backend.zeros(KV_CHUNK * BATCH * HIDDEN)?;
+    let mut kv = backend.zeros(KV_CHUNK * BATCH * HIDDEN, "kv-cache")?;
+    let mut snapshot = None;
     let start = Instant::now();
     // One token per step is appended to the KV cache, so the step is also its length.
     for kv_tokens in 0..STEPS {
         // Embedding lookup (replicated).
-        let mut x = backend.zeros(BATCH * HIDDEN)?;
+        let mut x = backend.zeros(BATCH * HIDDEN, "activations")?;
         for (b, row) in backend.host(&mut x)?.chunks_mut(HIDDEN).enumerate() {
             row.copy_from_slice(&w.embed[tokens[b] * HIDDEN..][..HIDDEN]);
         }
         // Column-parallel up-projection and GELU, then row-parallel down-projection.
-        let mut h = backend.zeros(BATCH * FFN / ranks)?;
+        let mut h = backend.zeros(BATCH * FFN / ranks, "activations")?;
         {
             let xs = backend.host(&mut x)?.to_vec();
             let hs = backend.host(&mut h)?;
             matmul(&xs, &w.w1, hs, HIDDEN, FFN / ranks);
             hs.iter_mut().for_each(|v| *v = gelu(*v));
         }
-        let mut y = backend.zeros(BATCH * HIDDEN)?;
+        let mut y = backend.zeros(BATCH * HIDDEN, "activations")?;
         {
             let hs = backend.host(&mut h)?.to_vec();
             matmul(&hs, &w.w2, backend.host(&mut y)?, FFN / ranks, HIDDEN);
@@ -203,7 +229,8 @@ fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
         backend.all_reduce(&mut y)?;
         // Append to the KV cache, growing it by a chunk when full.
         if (kv_tokens + 1) * BATCH * HIDDEN > backend.host(&mut kv)?.len() {
-            let mut bigger = backend.zeros((kv_tokens + 1 + KV_CHUNK) * BATCH * HIDDEN)?;
+            let mut bigger =
+                backend.zeros((kv_tokens + 1 + KV_CHUNK) * BATCH * HIDDEN, "kv-cache")?;
             let old = backend.host(&mut kv)?.to_vec();
             backend.host(&mut bigger)?[..old.len()].copy_from_slice(&old);
             kv = bigger;
@@ -211,7 +238,7 @@ fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
         let ys = backend.host(&mut y)?.to_vec();
         backend.host(&mut kv)?[kv_tokens * BATCH * HIDDEN..][..BATCH * HIDDEN].copy_from_slice(&ys);
         // Column-parallel vocabulary projection; gather the shards and take the argmax.
-        let mut logits = backend.zeros(BATCH * VOCAB / ranks)?;
+        let mut logits = backend.zeros(BATCH * VOCAB / ranks, "logits")?;
         matmul(
             &ys,
             &w.wv,
@@ -219,7 +246,7 @@ fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
             HIDDEN,
             VOCAB / ranks,
         );
-        let mut all_logits = backend.zeros(BATCH * VOCAB)?;
+        let mut all_logits = backend.zeros(BATCH * VOCAB, "logits")?;
         backend.all_gather(&logits, &mut all_logits)?;
         let gathered = backend.host(&mut all_logits)?;
         let shard = BATCH * VOCAB / ranks;
@@ -232,9 +259,19 @@ fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<(f64, Vec<usize>)> {
                 .unwrap_or(0);
         }
         history.push(tokens[0]);
+        // The step's tensors are done with: those that took part in a collective wait for
+        // the synchronisation (pending), the others are free at once.
+        drop((x, h, y, logits, all_logits));
+        if kv_tokens + 1 == STEPS {
+            snapshot = backend.snapshot();
+        }
         backend.end_step()?;
     }
-    Ok((STEPS as f64 / start.elapsed().as_secs_f64(), history))
+    Ok(Decoded {
+        rate: STEPS as f64 / start.elapsed().as_secs_f64(),
+        tokens: history,
+        snapshot,
+    })
 }
 
 /// What one rank measured.
@@ -247,18 +284,38 @@ struct Report {
 }
 
 /// One rank's whole job: the pooled loop, then the window-per-tensor loop, then a check that
-/// every rank computed the same tokens.
-fn rank_main(comm: &Comm) -> Result<Report> {
+/// every rank computed the same tokens. With `snapshot_dir`, writes the pool's snapshot from
+/// the last pooled step to `rank-N.json` there.
+fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>) -> Result<Report> {
     let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
     let registrations_at_start = pool.stats().registrations;
+    // The weights stay resident in device memory, as a real worker keeps them (the emulated
+    // matmuls read the host copies).
+    let w = Weights::new(comm.rank());
+    let resident = [&w.w1, &w.w2, &w.wv, &w.embed]
+        .into_iter()
+        .map(|v| SymVec::from_host_tagged(&pool, v, "weights"))
+        .collect::<Result<Vec<_>>>()?;
     let backend = Pooled(pool);
-    let (pooled_rate, tokens) = decode(&backend, comm)?;
+    let Decoded {
+        rate: pooled_rate,
+        tokens,
+        snapshot,
+    } = decode(&backend, comm)?;
+    drop(resident);
     let stats = backend.0.stats();
+    if let (Some(dir), Some(snapshot)) = (snapshot_dir, snapshot) {
+        write_snapshot(dir, &snapshot)?;
+    }
     let naive = PerTensor {
         comm: comm.clone(),
         stream: Stream::new(comm.runtime())?,
     };
-    let (naive_rate, naive_tokens) = decode(&naive, comm)?;
+    let Decoded {
+        rate: naive_rate,
+        tokens: naive_tokens,
+        ..
+    } = decode(&naive, comm)?;
     assert_eq!(
         naive_tokens, tokens,
         "the naive loop computed different tokens"
@@ -268,8 +325,8 @@ fn rank_main(comm: &Comm) -> Result<Report> {
     let digest = tokens
         .iter()
         .fold(0u64, |h, &t| h.wrapping_mul(31).wrapping_add(t as u64));
-    let mine = SymVec::from_host(pool, &[digest])?;
-    let mut all = SymVec::<u64>::zeroed(pool, comm.size() as usize)?;
+    let mine = SymVec::from_host_tagged(pool, &[digest], "check")?;
+    let mut all = SymVec::<u64>::zeroed_tagged(pool, comm.size() as usize, "check")?;
     pool.all_gather(&mine, &mut all)?;
     assert!(
         all.to_host()?.iter().all(|&d| d == digest),
@@ -282,6 +339,53 @@ fn rank_main(comm: &Comm) -> Result<Report> {
         registrations_at_start,
         stats,
     })
+}
+
+/// Writes `dir/rank-N.json`.
+#[cfg(feature = "serde")]
+fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
+    let path = dir.join(format!("rank-{}.json", snapshot.rank));
+    std::fs::write(&path, snapshot.to_json())
+        .map_err(|e| io_error(format!("cannot write {}", path.display()), e))
+}
+
+#[cfg(feature = "serde")]
+fn io_error(what: String, source: std::io::Error) -> symheap::Error {
+    symheap::Error::Io {
+        what,
+        source: std::sync::Arc::new(source),
+    }
+}
+
+#[cfg(not(feature = "serde"))]
+fn write_snapshot(_dir: &Path, _snapshot: &Snapshot) -> Result<()> {
+    Err(symheap::Error::InvalidArgument(
+        "--snapshot needs symheap's serde feature".into(),
+    ))
+}
+
+/// `--snapshot DIR`, if given.
+fn snapshot_dir() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip_while(|a| a != "--snapshot");
+    args.next()?;
+    match args.next() {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => {
+            eprintln!("--snapshot needs a directory");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Says how to draw the snapshots (rank 0, once every rank has written its own).
+fn print_map_command(dir: Option<&Path>) {
+    if let Some(dir) = dir {
+        let d = dir.display();
+        println!("snapshots: {d}/rank-*.json; draw them with");
+        println!("  cargo run --release --bin symheap-map -- {d}/rank-*.json -o {d}/heap-map.html");
+    }
 }
 
 fn print_report(r: &Report) {
@@ -301,11 +405,13 @@ fn print_report(r: &Report) {
 
 fn main() -> Result<()> {
     let shape = format!("{STEPS} decode steps, batch {BATCH}, hidden {HIDDEN}");
+    let dir = snapshot_dir();
     if std::env::args().any(|a| a == "--threads") {
         // All ranks as threads of this process.
         println!("symheap inference worker: {RANKS} emulated ranks as threads, {shape}");
-        let reports = emu::launch(RANKS, rank_main)?;
+        let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref()))?;
         print_report(&reports[0]);
+        print_map_command(dir.as_deref());
         return Ok(());
     }
     if !launcher::in_a_rank() {
@@ -320,9 +426,10 @@ fn main() -> Result<()> {
     }
     let rt = Runtime::emulated()?;
     let comm = Comm::from_env(&rt, CommConfig::new())?;
-    let report = rank_main(&comm)?;
+    let report = rank_main(&comm, dir.as_deref())?;
     if comm.rank() == 0 {
         print_report(&report);
+        print_map_command(dir.as_deref());
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod allocator;
 pub mod emu;
 mod error;
 pub mod heap;
+pub mod heap_map;
 pub mod launcher;
 mod pool;
 pub mod runtime;
