@@ -164,6 +164,8 @@ impl SymPool {
     /// [`Error::InvalidArgument`] for a bad configuration or a thread bound to another device;
     /// the runtime's error otherwise.
     pub fn new(comm: &Comm, config: PoolConfig) -> Result<SymPool> {
+        // Spans group the events of a collective step (the registration's among them).
+        let _span = tracing::info_span!("symheap.pool_create", rank = comm.rank()).entered();
         config.validate()?;
         let rt = comm.runtime();
         let current = rt.current_device()?;
@@ -334,6 +336,7 @@ impl SymPool {
     /// idle window is still tried, and one that fails to deregister is released when the
     /// communicator is destroyed).
     pub fn trim(&self) -> Result<u64> {
+        let _span = tracing::info_span!("symheap.trim", rank = self.shared.comm.rank()).entered();
         let mut state = self.shared.lock();
         self.shared.flush_pending(&mut state)?;
         let first = state.segments.iter().next().map(|(key, _)| key);
@@ -520,6 +523,7 @@ impl PoolShared {
     /// Adds a segment large enough for `size` bytes at `align`: the initial capacity if the
     /// growth limit allows, else just what is needed. Collective.
     fn grow(&self, state: &mut PoolState, size: u64, align: u64) -> Result<usize> {
+        let _span = tracing::info_span!("symheap.grow", rank = self.comm.rank(), size).entered();
         let slack = align.saturating_sub(self.config.granularity_bytes());
         let needed = size
             .checked_add(slack)
