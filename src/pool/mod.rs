@@ -366,29 +366,7 @@ impl SymPool {
 
     /// A snapshot of the pool's accounting.
     pub fn stats(&self) -> PoolStats {
-        let state = self.shared.lock();
-        let free = state.free();
-        let largest_free = state.largest_free();
-        PoolStats {
-            allocated: state.allocated,
-            reserved: state.reserved(),
-            peak_allocated: state.peak_allocated,
-            alloc_count: state.alloc_count,
-            free_count: state.free_count,
-            oom_count: state.oom_count,
-            largest_free,
-            fragmentation: if free == 0 {
-                0.0
-            } else {
-                1.0 - largest_free as f64 / free as f64
-            },
-            windows: state.segments.len(),
-            registrations: state.registrations,
-            pending_frees: state.pending.len(),
-            tags: state.tags.stats(),
-            private_allocated: state.private.as_ref().map_or(0, PrivateRegion::allocated),
-            private_reserved: state.private.as_ref().map_or(0, PrivateRegion::size),
-        }
+        self.shared.lock().stats()
     }
 
     /// A hash of every allocation, free, growth, trim and collective so far (and of what is
@@ -642,6 +620,32 @@ impl PoolShared {
 }
 
 impl PoolState {
+    /// The accounting, as [`SymPool::stats`] reports it.
+    fn stats(&self) -> PoolStats {
+        let free = self.free();
+        let largest_free = self.largest_free();
+        PoolStats {
+            allocated: self.allocated,
+            reserved: self.reserved(),
+            peak_allocated: self.peak_allocated,
+            alloc_count: self.alloc_count,
+            free_count: self.free_count,
+            oom_count: self.oom_count,
+            largest_free,
+            fragmentation: if free == 0 {
+                0.0
+            } else {
+                1.0 - largest_free as f64 / free as f64
+            },
+            windows: self.segments.len(),
+            registrations: self.registrations,
+            pending_frees: self.pending.len(),
+            tags: self.tags.stats(),
+            private_allocated: self.private.as_ref().map_or(0, PrivateRegion::allocated),
+            private_reserved: self.private.as_ref().map_or(0, PrivateRegion::size),
+        }
+    }
+
     /// Counts a new block under `tag` and remembers its tag and allocation number.
     fn record(&mut self, segment: usize, block: &Block, tag: &'static str) {
         let info = BlockInfo {

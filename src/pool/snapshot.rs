@@ -30,8 +30,8 @@ impl SymPool {
     /// # Ok::<(), symheap::Error>(())
     /// ```
     pub fn snapshot(&self) -> Snapshot {
-        let stats = self.stats();
         let state = self.shared.lock();
+        let stats = state.stats();
         let pending: HashSet<(usize, u64)> = state
             .pending
             .iter()
