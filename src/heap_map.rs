@@ -37,6 +37,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write;
 
+use crate::heap::binary_units;
 use crate::snapshot::{Region, RegionState, Snapshot, WindowMap};
 
 /// Tag colours, in the order tags first appear (then repeated).
@@ -545,20 +546,10 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
 
 /// `bytes` in binary units: "0 B", "512 B", "1.5 KiB", "64 MiB".
 fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
+    match binary_units(bytes) {
+        None => format!("{bytes} B"),
+        Some((value, unit)) if value.fract() == 0.0 => format!("{value:.0} {unit}"),
+        Some((value, unit)) => format!("{value:.1} {unit}"),
     }
 }
 

@@ -127,18 +127,27 @@ pub(crate) struct Bytes(pub(crate) u64);
 
 impl std::fmt::Display for Bytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-        if self.0 < 1024 {
-            return write!(f, "{} B", self.0);
+        match binary_units(self.0) {
+            None => write!(f, "{} B", self.0),
+            Some((value, unit)) => write!(f, "{value:.2} {unit}"),
         }
-        let mut value = self.0 as f64 / 1024.0;
-        let mut unit = 0;
-        while value >= 1024.0 && unit + 1 < UNITS.len() {
-            value /= 1024.0;
-            unit += 1;
-        }
-        write!(f, "{value:.2} {}", UNITS[unit])
     }
+}
+
+/// `bytes` in the largest binary unit (KiB .. EiB) it reaches, or `None` below 1 KiB: the one
+/// scaling that every human-readable size in the crate uses.
+pub(crate) fn binary_units(bytes: u64) -> Option<(f64, &'static str)> {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return None;
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    Some((value, UNITS[unit]))
 }
 
 #[cfg(test)]

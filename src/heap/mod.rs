@@ -160,8 +160,8 @@ mod op_hash;
 mod size_class;
 mod tlsf;
 
-pub(crate) use block::Bytes;
 pub use block::{Block, HeapRegion, HeapReport};
+pub(crate) use block::{Bytes, binary_units};
 
 use std::fmt;
 use std::num::NonZeroU32;
