@@ -200,3 +200,130 @@ pub(super) unsafe fn aclrtMemGetAllocationGranularity(
 pub(super) unsafe fn aclGetRecentErrMsg(_: args::aclGetRecentErrMsg) -> *const c_char {
     take_recent()
 }
+
+// TODO(issue 9): stubs until the bodies land.
+
+/// `aclrtGetDeviceCount`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtGetDeviceCount(_: args::aclrtGetDeviceCount) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtGetDeviceCount is not emulated yet",
+    )
+}
+
+/// `aclrtSetDeviceSatMode`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtSetDeviceSatMode(_: args::aclrtSetDeviceSatMode) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtSetDeviceSatMode is not emulated yet",
+    )
+}
+
+/// `aclrtGetDeviceSatMode`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtGetDeviceSatMode(_: args::aclrtGetDeviceSatMode) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtGetDeviceSatMode is not emulated yet",
+    )
+}
+
+/// `aclrtSetStreamFailureMode`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtSetStreamFailureMode(_: args::aclrtSetStreamFailureMode) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtSetStreamFailureMode is not emulated yet",
+    )
+}
+
+/// `aclrtMalloc`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtMalloc(_: args::aclrtMalloc) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMalloc is not emulated yet",
+    )
+}
+
+/// `aclrtFree`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtFree(_: args::aclrtFree) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtFree is not emulated yet",
+    )
+}
+
+/// `aclrtMallocHost`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtMallocHost(_: args::aclrtMallocHost) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtMallocHost is not emulated yet",
+    )
+}
+
+/// `aclrtFreeHost`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtFreeHost(_: args::aclrtFreeHost) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtFreeHost is not emulated yet",
+    )
+}
+
+/// `aclrtCreateEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtCreateEvent(_: args::aclrtCreateEvent) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtCreateEvent is not emulated yet",
+    )
+}
+
+/// `aclrtRecordEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtRecordEvent(_: args::aclrtRecordEvent) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtRecordEvent is not emulated yet",
+    )
+}
+
+/// `aclrtSynchronizeEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtSynchronizeEvent(_: args::aclrtSynchronizeEvent) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtSynchronizeEvent is not emulated yet",
+    )
+}
+
+/// `aclrtStreamWaitEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtStreamWaitEvent(_: args::aclrtStreamWaitEvent) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtStreamWaitEvent is not emulated yet",
+    )
+}
+
+/// `aclrtQueryEventStatus`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtQueryEventStatus(_: args::aclrtQueryEventStatus) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtQueryEventStatus is not emulated yet",
+    )
+}
+
+/// `aclrtEventElapsedTime`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtEventElapsedTime(_: args::aclrtEventElapsedTime) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtEventElapsedTime is not emulated yet",
+    )
+}
+
+/// `aclrtDestroyEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
+pub(super) unsafe fn aclrtDestroyEvent(_: args::aclrtDestroyEvent) -> AclResult {
+    super::errors::acl_fail(
+        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "aclrtDestroyEvent is not emulated yet",
+    )
+}
+
+/// `aclrtGetSocName`: not emulated yet (NULL).
+pub(super) unsafe fn aclrtGetSocName(_: args::aclrtGetSocName) -> *const c_char {
+    std::ptr::null()
+}

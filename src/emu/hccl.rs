@@ -237,3 +237,119 @@ pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
     req.sig.root = a.root;
     queue(a.comm, a.stream, req)
 }
+
+// TODO(issue 9): stubs until the bodies land.
+
+/// `HcclCommInitAll`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclCommInitAll(_: args::HcclCommInitAll) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclCommInitAll is not emulated yet",
+    )
+}
+
+/// `HcclGetCommName`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclGetCommName(_: args::HcclGetCommName) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclGetCommName is not emulated yet",
+    )
+}
+
+/// `HcclAllGatherV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclAllGatherV(_: args::HcclAllGatherV) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclAllGatherV is not emulated yet",
+    )
+}
+
+/// `HcclReduceScatterV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclReduceScatterV(_: args::HcclReduceScatterV) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclReduceScatterV is not emulated yet",
+    )
+}
+
+/// `HcclAlltoAllV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclAlltoAllV(_: args::HcclAlltoAllV) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclAlltoAllV is not emulated yet",
+    )
+}
+
+/// `HcclReduce`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclReduce(_: args::HcclReduce) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclReduce is not emulated yet",
+    )
+}
+
+/// `HcclScatter`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclScatter(_: args::HcclScatter) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclScatter is not emulated yet",
+    )
+}
+
+/// `HcclSend`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclSend(_: args::HcclSend) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclSend is not emulated yet",
+    )
+}
+
+/// `HcclRecv`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclRecv(_: args::HcclRecv) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclRecv is not emulated yet",
+    )
+}
+
+/// `HcclBatchSendRecv`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclBatchSendRecv(_: args::HcclBatchSendRecv) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclBatchSendRecv is not emulated yet",
+    )
+}
+
+/// `HcclCommSetMemoryRange`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclCommSetMemoryRange(_: args::HcclCommSetMemoryRange) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclCommSetMemoryRange is not emulated yet",
+    )
+}
+
+/// `HcclCommUnsetMemoryRange`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclCommUnsetMemoryRange(_: args::HcclCommUnsetMemoryRange) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclCommUnsetMemoryRange is not emulated yet",
+    )
+}
+
+/// `HcclCommActivateCommMemory`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclCommActivateCommMemory(_: args::HcclCommActivateCommMemory) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclCommActivateCommMemory is not emulated yet",
+    )
+}
+
+/// `HcclCommDeactivateCommMemory`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+pub(super) unsafe fn HcclCommDeactivateCommMemory(
+    _: args::HcclCommDeactivateCommMemory,
+) -> HcclRes {
+    hccl_fail(
+        HcclResult::HCCL_E_NOT_SUPPORT,
+        "HcclCommDeactivateCommMemory is not emulated yet",
+    )
+}

@@ -57,6 +57,20 @@ macro_rules! hccl_functions {
                 HcclCommSymWinRegister(comm: HcclComm, addr: *mut c_void, size: u64, winHandle: *mut HcclCommSymWindow, flag: u32) -> HcclResult;
                 HcclCommSymWinDeregister(winHandle: HcclCommSymWindow) -> HcclResult;
                 HcclCommSymWinGet(comm: HcclComm, ptr: *mut c_void, size: usize, winHandle: *mut HcclCommSymWindow, offset: *mut usize) -> HcclResult;
+                HcclCommInitAll(ndev: u32, devices: *mut i32, comms: *mut HcclComm) -> HcclResult;
+                HcclGetCommName(comm: HcclComm, commName: *mut c_char) -> HcclResult;
+                HcclAllGatherV(sendBuf: *mut c_void, sendCount: u64, recvBuf: *mut c_void, recvCounts: *const c_void, recvDispls: *const c_void, dataType: HcclDataType, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclReduceScatterV(sendBuf: *mut c_void, sendCounts: *const c_void, sendDispls: *const c_void, recvBuf: *mut c_void, recvCount: u64, dataType: HcclDataType, op: HcclReduceOp, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclAlltoAllV(sendBuf: *const c_void, sendCounts: *const c_void, sdispls: *const c_void, sendType: HcclDataType, recvBuf: *const c_void, recvCounts: *const c_void, rdispls: *const c_void, recvType: HcclDataType, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclReduce(sendBuf: *mut c_void, recvBuf: *mut c_void, count: u64, dataType: HcclDataType, op: HcclReduceOp, root: u32, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclScatter(sendBuf: *mut c_void, recvBuf: *mut c_void, recvCount: u64, dataType: HcclDataType, root: u32, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclSend(sendBuf: *mut c_void, count: u64, dataType: HcclDataType, destRank: u32, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclRecv(recvBuf: *mut c_void, count: u64, dataType: HcclDataType, srcRank: u32, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclBatchSendRecv(sendRecvInfo: *mut HcclSendRecvItem, itemNum: u32, comm: HcclComm, stream: aclrtStream) -> HcclResult;
+                HcclCommSetMemoryRange(comm: HcclComm, baseVirPtr: *mut c_void, size: usize, alignment: usize, flags: u64) -> HcclResult;
+                HcclCommUnsetMemoryRange(comm: HcclComm, baseVirPtr: *mut c_void) -> HcclResult;
+                HcclCommActivateCommMemory(comm: HcclComm, virPtr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) -> HcclResult;
+                HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
             }
         }
     };
@@ -91,6 +105,22 @@ macro_rules! acl_functions {
             }
             optional {
                 aclGetRecentErrMsg() -> *const c_char;
+                aclrtGetDeviceCount(count: *mut u32) -> aclError;
+                aclrtGetSocName() -> *const c_char;
+                aclrtSetDeviceSatMode(mode: aclrtFloatOverflowMode) -> aclError;
+                aclrtGetDeviceSatMode(mode: *mut aclrtFloatOverflowMode) -> aclError;
+                aclrtSetStreamFailureMode(stream: aclrtStream, mode: u64) -> aclError;
+                aclrtMalloc(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
+                aclrtFree(devPtr: *mut c_void) -> aclError;
+                aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize) -> aclError;
+                aclrtFreeHost(hostPtr: *mut c_void) -> aclError;
+                aclrtCreateEvent(event: *mut aclrtEvent) -> aclError;
+                aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
+                aclrtSynchronizeEvent(event: aclrtEvent) -> aclError;
+                aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) -> aclError;
+                aclrtQueryEventStatus(event: aclrtEvent, status: *mut aclrtEventRecordedStatus) -> aclError;
+                aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError;
+                aclrtDestroyEvent(event: aclrtEvent) -> aclError;
             }
         }
     };

@@ -16,6 +16,8 @@ pub type HcclCommSymWindow = *mut c_void;
 pub type aclrtStream = *mut c_void;
 /// A physical memory allocation (opaque).
 pub type aclrtDrvMemHandle = *mut c_void;
+/// An ACL event (opaque).
+pub type aclrtEvent = *mut c_void;
 /// An ACL status code; [`ACL_SUCCESS`] is 0.
 pub type aclError = i32;
 
@@ -23,6 +25,12 @@ pub type aclError = i32;
 pub const ACL_SUCCESS: aclError = 0;
 /// Invalid parameter (generic ACL).
 pub const ACL_ERROR_INVALID_PARAM: aclError = 100000;
+/// `aclInit` was not called (generic ACL).
+pub const ACL_ERROR_UNINITIALIZE: aclError = 100001;
+/// `aclInit` called again (generic ACL); the documentation says it may be ignored.
+pub const ACL_ERROR_REPEAT_INITIALIZE: aclError = 100002;
+/// `aclFinalize` called again (generic ACL).
+pub const ACL_ERROR_REPEAT_FINALIZE: aclError = 100037;
 /// Allocation failed (generic ACL).
 pub const ACL_ERROR_BAD_ALLOC: aclError = 200000;
 /// Invalid parameter (runtime).
@@ -31,8 +39,13 @@ pub const ACL_ERROR_RT_PARAM_INVALID: aclError = 107000;
 pub const ACL_ERROR_RT_INVALID_DEVICEID: aclError = 107001;
 /// The calling thread has no current device, no `aclrtSetDevice` (runtime).
 pub const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107002;
+/// An event's timestamp is invalid: the event was not recorded, or its work has not run
+/// (runtime).
+pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: aclError = 107006;
 /// Invalid handle (runtime).
 pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107017;
+/// The feature is not supported (runtime).
+pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: aclError = 207000;
 /// Out of memory (runtime).
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: aclError = 207001;
 /// Device out of memory (runtime).
@@ -41,6 +54,14 @@ pub const ACL_ERROR_RT_DEVICE_OOM: aclError = 207018;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507000;
 /// Stream synchronisation timed out (runtime).
 pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507046;
+
+/// The most bytes `HcclGetCommName` writes, its NUL included (`COMM_NAME_MAX_LENGTH`).
+pub const COMM_NAME_MAX_LENGTH: usize = 128;
+
+/// `ACL_CONTINUE_ON_FAILURE`: a stream keeps running later tasks after one fails (default).
+pub const ACL_CONTINUE_ON_FAILURE: u64 = 0;
+/// `ACL_STOP_ON_FAILURE`: a stream stops at its first failed task.
+pub const ACL_STOP_ON_FAILURE: u64 = 1;
 
 /// Size in bytes of [`HcclRootInfo`] (`HCCL_ROOT_INFO_BYTES`).
 pub const HCCL_ROOT_INFO_BYTES: usize = 4108;
@@ -249,6 +270,80 @@ c_enum! {
         /// HBM, 1 GiB pages.
         ACL_HBM_MEM_HUGE1G = 10,
     }
+}
+
+c_enum! {
+    /// `aclrtMemMallocPolicy`: the pages `aclrtMalloc` uses (flags may be OR-ed in above the
+    /// low byte).
+    aclrtMemMallocPolicy {
+        /// 2 MiB pages when available, normal pages otherwise (and for 1 MiB or less).
+        ACL_MEM_MALLOC_HUGE_FIRST = 0,
+        /// 2 MiB pages only.
+        ACL_MEM_MALLOC_HUGE_ONLY = 1,
+        /// Normal pages only.
+        ACL_MEM_MALLOC_NORMAL_ONLY = 2,
+        /// As `HUGE_FIRST`, for memory copied between devices.
+        ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3,
+        /// As `HUGE_ONLY`, for memory copied between devices.
+        ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4,
+        /// As `NORMAL_ONLY`, for memory copied between devices.
+        ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
+        /// 1 GiB pages only.
+        ACL_MEM_MALLOC_HUGE1G_ONLY = 6,
+        /// 1 GiB pages only, for memory copied between devices.
+        ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7,
+    }
+}
+
+c_enum! {
+    /// `aclrtFloatOverflowMode`: how float overflow is written on a device.
+    aclrtFloatOverflowMode {
+        /// Saturate: Inf becomes the largest finite value, NaN becomes 0.
+        ACL_RT_OVERFLOW_MODE_SATURATION = 0,
+        /// IEEE Inf and NaN (the default on Atlas A2 / A3).
+        ACL_RT_OVERFLOW_MODE_INFNAN = 1,
+        /// Undefined.
+        ACL_RT_OVERFLOW_MODE_UNDEF = 2,
+    }
+}
+
+c_enum! {
+    /// `aclrtEventRecordedStatus`: whether the work an event captured has run (note the
+    /// numbering, the opposite of the deprecated `aclrtEventStatus`).
+    aclrtEventRecordedStatus {
+        /// Not run yet (or never recorded).
+        ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+        /// Run.
+        ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+    }
+}
+
+c_enum! {
+    /// `HcclSendRecvType`: one item of `HcclBatchSendRecv`.
+    HcclSendRecvType {
+        /// Send `buf` to `remoteRank`.
+        HCCL_SEND = 0,
+        /// Receive into `buf` from `remoteRank`.
+        HCCL_RECV = 1,
+        /// Reserved.
+        HCCL_SEND_RECV_RESERVED = 2,
+    }
+}
+
+/// `HcclSendRecvItem`: one send or receive of `HcclBatchSendRecv`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HcclSendRecvItem {
+    /// Send or receive.
+    pub sendRecvType: HcclSendRecvType,
+    /// The device buffer.
+    pub buf: *mut c_void,
+    /// Elements.
+    pub count: u64,
+    /// Element type.
+    pub dataType: HcclDataType,
+    /// The peer.
+    pub remoteRank: u32,
 }
 
 /// `ACL_MEM_HANDLE_TYPE_NONE`.
@@ -498,6 +593,12 @@ const_assert_eq!(
     16
 );
 const_assert_eq!(offset_of!(aclrtPhysicalMemProp, reserve), 24);
+const_assert_eq!(size_of::<HcclSendRecvItem>(), 32);
+const_assert_eq!(offset_of!(HcclSendRecvItem, sendRecvType), 0);
+const_assert_eq!(offset_of!(HcclSendRecvItem, buf), 8);
+const_assert_eq!(offset_of!(HcclSendRecvItem, count), 16);
+const_assert_eq!(offset_of!(HcclSendRecvItem, dataType), 24);
+const_assert_eq!(offset_of!(HcclSendRecvItem, remoteRank), 28);
 const_assert_eq!(size_of::<HcclResult>(), 4);
 const_assert_eq!(size_of::<HcclDataType>(), 4);
 const_assert_eq!(size_of::<HcclReduceOp>(), 4);
