@@ -20,7 +20,7 @@ pub use allocator::SymAllocator;
 /// version might differ.
 pub use allocator_api2;
 pub use error::{Error, OutOfMemory, Result};
-pub use pool::{PoolConfig, PoolStats, SymAlloc, SymPool, TagStats};
+pub use pool::{PoolConfig, PoolStats, SymAlloc, SymPool, TagStats, packed_displacements};
 pub use runtime::{Comm, CommConfig, DevicePtr, Element, ReduceOp, Runtime, Stream, WindowHandle};
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
 pub use sym_box::SymBox;

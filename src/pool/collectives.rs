@@ -1,28 +1,47 @@
 //! Typed collectives on pooled memory, checked before any C call.
+//!
+//! Every collective enters the pool's op hash as a [`Call`]: what all ranks' calls must agree
+//! on. The vector collectives ([`super::vector`]) fold their count and displacement arrays
+//! in where every rank passes the same ones; point-to-point calls ([`super::p2p`]) do not
+//! enter it at all, since only two ranks take part.
 
-use super::{PoolShared, SymAlloc, SymPool};
+use super::{PoolShared, PoolState, SymAlloc, SymPool};
 use crate::heap::fold_words;
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
 use crate::sys::HcclDataType;
 use crate::{Error, Result, SymVec};
 
-/// The collectives of the pool, as they enter its op hash.
+/// The collectives of the pool, as they enter its op hash (and its trace events).
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+pub(super) enum Kind {
     AllReduce = 1,
     AllGather,
     ReduceScatter,
     AllToAll,
+    AllToAllV,
+    AllGatherV,
+    ReduceScatterV,
+    Broadcast,
+    Reduce,
+    /// Point-to-point: traced, never hashed.
+    Send,
+    /// Point-to-point: traced, never hashed.
+    Recv,
 }
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
-/// the kind, the element count and type, the reduction, and where the buffers are.
-struct Call<'a> {
-    kind: Kind,
-    count: u64,
-    dtype: HcclDataType,
-    op: Option<ReduceOp>,
-    buffers: &'a [&'a SymAlloc],
+/// the kind, the element count and type, the reduction, further arguments (a root, the
+/// arrays of a vector collective that every rank passes alike), and where the buffers are.
+pub(super) struct Call<'a> {
+    pub(super) kind: Kind,
+    /// The element count every rank passes alike; `None` where ranks' counts differ by design
+    /// (AlltoAllV), so it is neither hashed nor a reason to skip the call.
+    pub(super) count: Option<u64>,
+    pub(super) dtype: HcclDataType,
+    pub(super) op: Option<ReduceOp>,
+    /// Further words every rank passes alike: a root, counts and displacements.
+    pub(super) args: &'a [u64],
+    pub(super) buffers: &'a [&'a SymAlloc],
 }
 
 impl Call<'_> {
@@ -30,9 +49,13 @@ impl Call<'_> {
     /// pool's own numbering (segment key), which is the same on every rank.
     fn hash(&self) -> u64 {
         let op = self.op.map_or(0, |op| op.to_raw().0 as u64 + 1);
-        let head = [self.kind as u64, self.count, self.dtype.0 as u64, op];
+        let count = self.count.unwrap_or(u64::MAX);
+        let head = [self.kind as u64, count, self.dtype.0 as u64, op];
+        let args = [self.args.len() as u64]
+            .into_iter()
+            .chain(self.args.iter().copied());
         let buffers = self.buffers.iter().flat_map(|a| a.placement());
-        fold_words(head.into_iter().chain(buffers))
+        fold_words(head.into_iter().chain(args).chain(buffers))
     }
 }
 
@@ -53,9 +76,10 @@ impl SymPool {
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Kind::AllReduce,
-            count,
+            count: Some(count),
             dtype: T::DATA_TYPE,
             op: Some(op),
+            args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(call, |comm, stream| {
@@ -78,9 +102,10 @@ impl SymPool {
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         let call = Call {
             kind: Kind::AllReduce,
-            count,
+            count: Some(count),
             dtype: T::DATA_TYPE,
             op: Some(op),
+            args: &[],
             buffers: &[data.alloc()],
         };
         self.shared.enqueue(call, |comm, stream| {
@@ -105,9 +130,10 @@ impl SymPool {
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Kind::AllGather,
-            count,
+            count: Some(count),
             dtype: T::DATA_TYPE,
             op: None,
+            args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(call, |comm, stream| {
@@ -137,9 +163,10 @@ impl SymPool {
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), output.len() as u64);
         let call = Call {
             kind: Kind::ReduceScatter,
-            count,
+            count: Some(count),
             dtype: T::DATA_TYPE,
             op: Some(op),
+            args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(call, |comm, stream| {
@@ -167,9 +194,10 @@ impl SymPool {
         let count = (input.len() / self.ranks()) as u64;
         let call = Call {
             kind: Kind::AllToAll,
-            count,
+            count: Some(count),
             dtype: T::DATA_TYPE,
             op: None,
+            args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(call, |comm, stream| {
@@ -178,11 +206,124 @@ impl SymPool {
         })
     }
 
-    fn ranks(&self) -> usize {
+    /// Copies rank `root`'s `data` into every rank's `data` (`HcclBroadcast`). Every rank
+    /// passes the same root and length.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{PoolConfig, SymPool, SymVec, emu};
+    ///
+    /// let got = emu::launch(3, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+    ///     let mut v = SymVec::from_host(&pool, &[comm.rank() as i32 * 10; 4])?;
+    ///     pool.broadcast(&mut v, 2)?;
+    ///     v.to_host()
+    /// })?;
+    /// assert!(got.iter().all(|v| v == &[20; 4]));
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `root` is not a rank or the buffer is from another pool;
+    /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
+    pub fn broadcast<T: Element>(&self, data: &mut SymVec<T>, root: u32) -> Result<()> {
+        self.check_owned("broadcast", &[data.alloc()])?;
+        self.check_rank("broadcast", "root", root)?;
+        let (ptr, count) = (data.device_ptr(), data.len() as u64);
+        let call = Call {
+            kind: Kind::Broadcast,
+            count: Some(count),
+            dtype: T::DATA_TYPE,
+            op: None,
+            args: &[u64::from(root)],
+            buffers: &[data.alloc()],
+        };
+        self.shared.enqueue(call, |comm, stream| {
+            // SAFETY: as for `all_reduce`; one buffer of `count` elements.
+            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE, root, stream) }
+        })
+    }
+
+    /// Element-wise reduction of `input` across ranks into rank `root`'s `output`
+    /// (`HcclReduce`); other ranks' `output` is left as it was. Every rank passes the same
+    /// lengths, reduction and root.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{PoolConfig, ReduceOp, SymPool, SymVec, emu};
+    ///
+    /// let got = emu::launch(2, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+    ///     let input = SymVec::from_host(&pool, &[comm.rank() as f32 + 1.0; 3])?;
+    ///     let mut output = SymVec::zeroed(&pool, 3)?;
+    ///     pool.reduce(&input, &mut output, ReduceOp::Sum, 0)?;
+    ///     output.to_host()
+    /// })?;
+    /// assert_eq!(got, [vec![3.0; 3], vec![0.0; 3]]);
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the lengths differ, `root` is not a rank or a buffer is
+    /// from another pool; [`Error::Unsupported`] if the library lacks `HcclReduce`;
+    /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
+    pub fn reduce<T: Element>(
+        &self,
+        input: &SymVec<T>,
+        output: &mut SymVec<T>,
+        op: ReduceOp,
+        root: u32,
+    ) -> Result<()> {
+        self.check_owned("reduce", &[input.alloc(), output.alloc()])?;
+        check_len("reduce", "output", output.len(), input.len())?;
+        self.check_rank("reduce", "root", root)?;
+        self.require("HcclReduce", |h| h.HcclReduce.is_some())?;
+        let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
+        let call = Call {
+            kind: Kind::Reduce,
+            count: Some(count),
+            dtype: T::DATA_TYPE,
+            op: Some(op),
+            args: &[u64::from(root)],
+            buffers: &[input.alloc(), output.alloc()],
+        };
+        self.shared.enqueue(call, |comm, stream| {
+            // SAFETY: as for `all_reduce`.
+            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE, op, root, stream) }
+        })
+    }
+
+    pub(super) fn ranks(&self) -> usize {
         self.shared.comm().size() as usize
     }
 
-    fn check_owned(&self, what: &str, allocs: &[&SymAlloc]) -> Result<()> {
+    /// [`Error::InvalidArgument`] unless `rank` is a rank of the communicator.
+    pub(super) fn check_rank(&self, what: &str, name: &str, rank: u32) -> Result<()> {
+        if (rank as usize) < self.ranks() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "{what}: {name} {rank} is not a rank (there are {})",
+                self.ranks()
+            )))
+        }
+    }
+
+    /// [`Error::Unsupported`] naming `call` when the library lacks it: checked before the
+    /// call is recorded, so an unsupported collective leaves the op hash alone.
+    pub(super) fn require(
+        &self,
+        call: &'static str,
+        present: impl FnOnce(&crate::sys::HcclApi) -> bool,
+    ) -> Result<()> {
+        if present(self.shared.comm().runtime().hccl()) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported { call })
+        }
+    }
+
+    pub(super) fn check_owned(&self, what: &str, allocs: &[&SymAlloc]) -> Result<()> {
         if allocs.iter().all(|a| a.belongs_to(&self.shared)) {
             Ok(())
         } else {
@@ -193,7 +334,7 @@ impl SymPool {
     }
 }
 
-fn check_len(what: &str, name: &str, got: usize, want: usize) -> Result<()> {
+pub(super) fn check_len(what: &str, name: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
     } else {
@@ -209,7 +350,7 @@ impl PoolShared {
     /// marks the buffers as used by queued work. Holding the lock orders this against
     /// `synchronize`, so a buffer's mark always refers to work the next synchronise waits for.
     /// A zero-element collective is skipped on every rank alike (but recorded).
-    fn enqueue(
+    pub(super) fn enqueue(
         &self,
         call: Call<'_>,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
@@ -220,17 +361,43 @@ impl PoolShared {
         if self.config.is_strict_symmetry() {
             self.verify_locked(&mut state)?;
         }
-        if call.count == 0 {
+        if call.count == Some(0) {
             return Ok(());
         }
-        tracing::debug!(
-            rank = self.comm.rank(),
-            kind = ?call.kind,
-            count = call.count,
-            "symheap: collective"
-        );
+        self.run_locked(&state, call.kind, call.count, call.buffers, enqueue)
+    }
+
+    /// A point-to-point call: like [`enqueue`](Self::enqueue) but neither recorded in the op
+    /// hash nor preceded by the strict check, both of which involve every rank while only
+    /// two take part (see [`SymPool::send`]). Skipped when empty: its peer's matching call
+    /// has the same count.
+    pub(super) fn enqueue_pair(
+        &self,
+        kind: Kind,
+        count: u64,
+        buffer: &SymAlloc,
+        enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
+    ) -> Result<()> {
+        let state = self.lock();
+        self.check_usable()?;
+        if count == 0 {
+            return Ok(());
+        }
+        self.run_locked(&state, kind, Some(count), &[buffer], enqueue)
+    }
+
+    /// Enqueues with the state lock held (`_locked` proves it) and marks the buffers used.
+    fn run_locked(
+        &self,
+        _locked: &PoolState,
+        kind: Kind,
+        count: Option<u64>,
+        buffers: &[&SymAlloc],
+        enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
+    ) -> Result<()> {
+        tracing::debug!(rank = self.comm.rank(), ?kind, count, "symheap: collective");
         enqueue(&self.comm, &self.stream)?;
-        for alloc in call.buffers {
+        for alloc in buffers {
             alloc.mark_used();
         }
         Ok(())

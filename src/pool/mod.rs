@@ -18,6 +18,7 @@
 mod alloc;
 mod collectives;
 mod config;
+mod p2p;
 mod private;
 mod segment;
 mod snapshot;
@@ -25,6 +26,7 @@ mod stats;
 mod summary;
 mod symmetry;
 mod tags;
+mod vector;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -38,6 +40,7 @@ use crate::{Error, OutOfMemory, Result};
 pub use alloc::SymAlloc;
 pub use config::PoolConfig;
 pub use stats::{PoolStats, TagStats};
+pub use vector::packed_displacements;
 
 use private::PrivateRegion;
 use segment::Segment;
