@@ -8,6 +8,7 @@ mod heap;
 mod heap_map;
 mod inspect;
 mod pool;
+mod pool_vector;
 mod processes;
 mod runtime;
 mod soak;
