@@ -11,7 +11,7 @@ use symheap::runtime::{RootInfo, Window};
 use symheap::sys::HcclResult;
 use symheap::{Comm, CommConfig, Error, PoolConfig, Runtime, Stream, SymPool, SymVec};
 
-use crate::collectives::every_wrapper;
+use crate::collectives::{every_vector_wrapper, every_wrapper};
 use crate::harness::DeviceBuf;
 use crate::pool::random_program;
 
@@ -95,6 +95,26 @@ fn the_collective_matrix_in_4_processes() {
 #[test]
 fn the_collective_matrix_in_8_processes() {
     assert_success(&as_processes(8, "rank_of_matrix"));
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_vector_matrix() {
+    let _ = placement();
+    let (_rt, comm) = join();
+    let stream = Stream::new(comm.runtime()).unwrap();
+    for registered in [true, false] {
+        let input = DeviceBuf::new(&comm, 1, registered).unwrap();
+        let output = DeviceBuf::new(&comm, 1, registered).unwrap();
+        crate::for_each_elem!(T => every_vector_wrapper::<T>(&comm, &stream, &input, &output).unwrap());
+    }
+}
+
+/// The wrappers of issue 9 (vector collectives, Reduce, Scatter, point-to-point) on ranks as
+/// processes, on registered and plain buffers.
+#[test]
+fn the_vector_collective_matrix_in_3_processes() {
+    assert_success(&as_processes(3, "rank_of_vector_matrix"));
 }
 
 /// Two processes of two rank threads each: process `p`'s thread `t` is rank `2p + t` of 4.
