@@ -7,6 +7,7 @@ mod harness;
 mod heap;
 mod heap_map;
 mod inspect;
+mod moe;
 mod pool;
 mod pool_vector;
 mod processes;
