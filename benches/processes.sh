@@ -20,8 +20,8 @@ declare -A values
 for round in $(seq "$rounds"); do
   for mode in threads procs; do
     flag=--ranks; [ "$mode" = procs ] && flag=--procs
-    big=$($bin/coll_perf $flag 4 --min 64M --max 64M --iters 10 | column 67108864 7)
-    small=$($bin/coll_perf $flag 4 --min 1K --max 1K --iters 300 | column 1024 5)
+    big=$($bin/coll_perf $flag 4 --min 64M --max 64M --iters 10 | column 67108864 8)
+    small=$($bin/coll_perf $flag 4 --min 1K --max 1K --iters 300 | column 1024 6)
     if [ "$mode" = procs ]; then worker=$($bin/inference_worker | speedup)
     else worker=$($bin/inference_worker --threads | speedup); fi
     values[$mode.busbw]+="$big "; values[$mode.latency]+="$small "; values[$mode.worker]+="$worker "
