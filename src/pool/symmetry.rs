@@ -10,12 +10,18 @@ impl SymPool {
     ///
     /// It catches a rank whose pool calls differ from rank 0's since the pool was made: an
     /// extra or missing allocation or free, and a skipped, extra or different collective
-    /// (kind, count, type, reduction or buffers). In strict mode
+    /// (kind, count, type, reduction, root, buffers, and the count and displacement arrays of
+    /// `all_gather_v` and `reduce_scatter_v`, which every rank passes alike). In strict mode
     /// ([`PoolConfig::strict_symmetry`](crate::PoolConfig::strict_symmetry)) the check runs
     /// before every collective, with that collective already counted, so a mismatched one
     /// never runs. What it cannot see:
     /// - calls that bypass the pool (collectives issued on the [`Comm`](crate::Comm)
     ///   directly), and the values in the buffers;
+    /// - [`all_to_all_v`](Self::all_to_all_v)'s count and displacement arrays, which differ
+    ///   between ranks by design (its kind, type and buffers are recorded);
+    /// - point-to-point [`send`](Self::send) and [`recv`](Self::recv): only two ranks take
+    ///   part, so they are not recorded (a third rank would disagree), and strict mode does
+    ///   not check before them (its check is a collective of every rank);
     /// - without strict mode, what happened between the divergence and the check: the
     ///   collectives in between were paired by order, and on real hardware a mismatched pair
     ///   can exchange wrong data before the check reports it (the emulator rejects one whose
