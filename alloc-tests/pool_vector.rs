@@ -48,8 +48,17 @@ fn all_to_all_v_on(n: u32) {
         let (r, n) = (comm.rank() as usize, n as usize);
         let send_counts: Vec<usize> = (0..n).map(|p| pair_count(r, p)).collect();
         let recv_counts: Vec<usize> = (0..n).map(|p| pair_count(p, r)).collect();
-        let (send_displs, in_len) = scattered(&send_counts);
-        let (recv_displs, out_len) = scattered(&recv_counts);
+        let (send_displs, _) = scattered(&send_counts);
+        let (recv_displs, _) = scattered(&recv_counts);
+        // Buffers as long on every rank (the pool needs the same allocations everywhere):
+        // long enough for any rank's layout.
+        let longest = |side: fn(usize, usize) -> usize| {
+            (0..n)
+                .map(|q| scattered(&(0..n).map(|p| side(q, p)).collect::<Vec<_>>()).1)
+                .max()
+                .unwrap()
+        };
+        let (in_len, out_len) = (longest(pair_count), longest(|q, p| pair_count(p, q)));
         let mut host_in = vec![UNTOUCHED; in_len];
         for p in 0..n {
             for k in 0..send_counts[p] {
@@ -109,7 +118,9 @@ fn all_gather_v_on(n: u32) {
         let (r, n) = (comm.rank() as usize, n as usize);
         let counts = shared_counts(n);
         let (displs, out_len) = scattered(&counts);
-        let mine: Vec<i32> = (0..counts[r]).map(|k| (r * 100 + k) as i32).collect();
+        // An input as long on every rank; this rank's part is its first counts[r] elements.
+        let longest = *counts.iter().max().unwrap();
+        let mine: Vec<i32> = (0..longest).map(|k| (r * 100 + k) as i32).collect();
         let input = SymVec::from_host(&pool, &mine)?;
         let mut output = SymVec::from_host(&pool, &vec![UNTOUCHED as i32; out_len])?;
         pool.all_gather_v(&input, &mut output, &counts, &displs)?;
@@ -145,13 +156,16 @@ fn reduce_scatter_v_on(n: u32) {
         let value = |rank: usize, i: usize| (rank * 10 + i) as i64;
         let mine: Vec<i64> = (0..len).map(|i| value(r, i)).collect();
         let input = SymVec::from_host(&pool, &mine)?;
+        // An output as long on every rank; this rank's block lands in its first elements.
+        let longest = *counts.iter().max().unwrap();
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-            let mut output = SymVec::<i64>::zeroed(&pool, counts[r])?;
+            let mut output = SymVec::from_host(&pool, &vec![UNTOUCHED; longest])?;
             pool.reduce_scatter_v(&input, &counts, &displs, &mut output, op)?;
-            let want: Vec<i64> = (0..counts[r])
+            let want: Vec<i64> = (0..longest)
                 .map(|k| {
                     let column = (0..n).map(|p| value(p, displs[r] + k));
                     match op {
+                        _ if k >= counts[r] => UNTOUCHED,
                         ReduceOp::Sum => column.sum(),
                         ReduceOp::Max => column.max().unwrap(),
                         _ => column.min().unwrap(),
@@ -379,7 +393,10 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
         let other = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let me = comm.rank() as usize;
         let four = SymVec::<f32>::zeroed(&pool, 4)?;
-        let short = SymVec::<f32>::zeroed(&pool, 2)?;
+        let short = std::cell::RefCell::new(SymVec::<f32>::zeroed(&pool, 2)?);
+        // This rank's part is 3 elements, its peer's 1: valid regions of `four`.
+        let (mut mine_big, big_displs) = ([1usize, 1], if me == 0 { [0, 3] } else { [0, 1] });
+        mine_big[me] = 3;
         let out = std::cell::RefCell::new(SymVec::<f32>::zeroed(&pool, 4)?);
         let foreign = std::cell::RefCell::new(SymVec::<f32>::zeroed(&other, 4)?);
         let (two, packed) = ([2usize, 2], [0usize, 2]);
@@ -466,9 +483,16 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
                 Box::new(|| pool.all_gather_v(&four, &mut out.borrow_mut(), &two, &[1, 0])),
             ),
             (
-                "all_gather_v, input length is not its own count",
-                "input has 4 elements, expected 2",
-                Box::new(|| pool.all_gather_v(&four, &mut out.borrow_mut(), &two, &packed)),
+                "all_gather_v, input shorter than its own count",
+                "input has 2 elements, fewer than this rank's recv_counts",
+                Box::new(|| {
+                    pool.all_gather_v(
+                        &short.borrow(),
+                        &mut out.borrow_mut(),
+                        &mine_big,
+                        &big_displs,
+                    )
+                }),
             ),
             (
                 "all_gather_v, foreign input",
@@ -505,10 +529,10 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
                 }),
             ),
             (
-                "reduce_scatter_v, output length is not its own count",
-                "output has 4 elements, expected 2",
+                "reduce_scatter_v, output shorter than its own count",
+                "output has 2 elements, fewer than this rank's send_counts",
                 Box::new(|| {
-                    pool.reduce_scatter_v(&four, &two, &packed, &mut out.borrow_mut(), sum)
+                    pool.reduce_scatter_v(&four, &[3, 3], &[0, 1], &mut short.borrow_mut(), sum)
                 }),
             ),
             (
@@ -541,7 +565,7 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
             (
                 "reduce, lengths differ",
                 "output has 4 elements, expected 2",
-                Box::new(|| pool.reduce(&short, &mut out.borrow_mut(), sum, 0)),
+                Box::new(|| pool.reduce(&short.borrow(), &mut out.borrow_mut(), sum, 0)),
             ),
             (
                 "reduce, foreign input",

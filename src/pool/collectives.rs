@@ -334,7 +334,7 @@ impl SymPool {
     }
 }
 
-pub(super) fn check_len(what: &str, name: &str, got: usize, want: usize) -> Result<()> {
+fn check_len(what: &str, name: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
     } else {

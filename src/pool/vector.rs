@@ -1,6 +1,14 @@
 //! The vector collectives on pooled memory (AlltoAllV, AllGatherV, ReduceScatterV): every
 //! rank's part has its own count and displacement, all checked before any C call.
 //!
+//! # Buffers are as long on every rank
+//! The pool needs the same allocations on every rank, so a rank's part of a vector collective
+//! is a region of a buffer allocated alike everywhere (sized for the largest part), never a
+//! buffer of its own length: `all_gather_v` sends the first `recv_counts[rank]` elements of
+//! its input, `reduce_scatter_v` writes the first `send_counts[rank]` elements of its output,
+//! and `all_to_all_v`'s regions lie anywhere in theirs. Each buffer must hold its regions;
+//! elements outside them are neither sent nor written.
+//!
 //! # What the op hash records
 //! - `all_gather_v` and `reduce_scatter_v`: HCCL requires the count and displacement arrays
 //!   to be the same on every rank, so both are folded into the hash, and strict mode refuses a
@@ -13,7 +21,7 @@
 //!   mismatched pair of peers is the library's to report when the exchange runs.
 
 use super::SymPool;
-use super::collectives::{Call, Kind, check_len};
+use super::collectives::{Call, Kind};
 use crate::runtime::Element;
 use crate::{Error, Result, SymVec};
 
@@ -33,6 +41,24 @@ pub fn packed_displacements(counts: &[usize]) -> Vec<usize> {
             Some(start)
         })
         .collect()
+}
+
+/// [`Error::InvalidArgument`] unless a buffer of `len` elements holds this rank's part,
+/// `array[rank]` elements.
+fn check_holds(
+    what: &str,
+    name: &str,
+    len: usize,
+    array: &str,
+    rank: usize,
+    count: usize,
+) -> Result<()> {
+    if len >= count {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{what}: {name} has {len} elements, fewer than this rank's {array}[{rank}] = {count}"
+    )))
 }
 
 /// One side of a vector collective: per rank a count and a displacement, in elements of a
@@ -104,7 +130,9 @@ impl SymPool {
     /// exchanges nothing.
     ///
     /// # Examples
-    /// Rank `r` sends `p + 1` copies of its number to rank `p`:
+    /// Rank `r` sends `p + 1` copies of its number to rank `p`; the buffers are as long on
+    /// every rank (the pool needs the same allocations everywhere), sized for the most a rank
+    /// sends or receives:
     /// ```
     /// use symheap::{PoolConfig, SymPool, SymVec, emu, packed_displacements};
     ///
@@ -113,8 +141,8 @@ impl SymPool {
     ///     let (r, n) = (comm.rank() as usize, comm.size() as usize);
     ///     let send_counts: Vec<usize> = (0..n).map(|p| p + 1).collect();
     ///     let recv_counts = vec![r + 1; n];
-    ///     let input = SymVec::from_host(&pool, &vec![r as i32; send_counts.iter().sum()])?;
-    ///     let mut output = SymVec::zeroed(&pool, recv_counts.iter().sum())?;
+    ///     let input = SymVec::from_host(&pool, &[r as i32; 4])?;
+    ///     let mut output = SymVec::from_host(&pool, &[-1; 4])?;
     ///     pool.all_to_all_v(
     ///         &input,
     ///         &send_counts,
@@ -125,7 +153,7 @@ impl SymPool {
     ///     )?;
     ///     output.to_host()
     /// })?;
-    /// assert_eq!(got, [vec![0, 1], vec![0, 0, 1, 1]]);
+    /// assert_eq!(got, [vec![0, 1, -1, -1], vec![0, 0, 1, 1]]);
     /// # Ok::<(), symheap::Error>(())
     /// ```
     ///
@@ -185,13 +213,14 @@ impl SymPool {
         })
     }
 
-    /// Gathers every rank's `input` into `output`: rank `p`'s lands in `recv_counts[p]`
-    /// elements at element `recv_displs[p]` (`HcclAllGatherV`). Every rank passes the same
-    /// arrays, and `input.len()` equals `recv_counts[rank]`. Regions may not overlap;
-    /// elements of `output` outside them are left as they were.
+    /// Gathers every rank's part into `output`: rank `p`'s first `recv_counts[p]` elements of
+    /// `input` land at element `recv_displs[p]` (`HcclAllGatherV`). Every rank passes the same
+    /// arrays, and `input` holds at least `recv_counts[rank]` elements (buffers are allocated
+    /// alike on every rank: see the module notes in `pool/vector.rs`). Regions may not
+    /// overlap; elements of `output` outside them are left as they were.
     ///
     /// # Examples
-    /// Rank `r` contributes `r + 1` elements:
+    /// Rank `r` contributes `r + 1` elements, from an input as long on every rank:
     /// ```
     /// use symheap::{PoolConfig, SymPool, SymVec, emu, packed_displacements};
     ///
@@ -199,7 +228,7 @@ impl SymPool {
     ///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
     ///     let r = comm.rank() as usize;
     ///     let counts = [1, 2, 3];
-    ///     let input = SymVec::from_host(&pool, &vec![r as u8; r + 1])?;
+    ///     let input = SymVec::from_host(&pool, &[r as u8; 3])?;
     ///     let mut output = SymVec::zeroed(&pool, 6)?;
     ///     pool.all_gather_v(&input, &mut output, &counts, &packed_displacements(&counts))?;
     ///     output.to_host()
@@ -211,7 +240,8 @@ impl SymPool {
     /// # Errors
     /// [`Error::InvalidArgument`], before anything is recorded or enqueued, if an array does
     /// not have one entry per rank, a region ends past `output` (or its end overflows), two
-    /// regions overlap, `input.len() != recv_counts[rank]`, or a buffer is from another pool;
+    /// regions overlap, `input` is shorter than `recv_counts[rank]`, or a buffer is from
+    /// another pool;
     /// [`Error::Unsupported`] if the library lacks `HcclAllGatherV`; [`Error::Asymmetric`] in
     /// strict mode when ranks' histories (these arrays included) differ; the library's error.
     pub fn all_gather_v<T: Element>(
@@ -231,10 +261,17 @@ impl SymPool {
         };
         let (rc, rd) = recv.check(WHAT, self.ranks(), true)?;
         let me = self.shared.comm().rank() as usize;
-        check_len(WHAT, "input", input.len(), recv_counts[me])?;
+        check_holds(
+            WHAT,
+            "input",
+            input.len(),
+            "recv_counts",
+            me,
+            recv_counts[me],
+        )?;
         self.require("HcclAllGatherV", |h| h.HcclAllGatherV.is_some())?;
         let args: Vec<u64> = rc.iter().chain(&rd).copied().collect();
-        let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
+        let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), rc[me]);
         let call = Call {
             kind: Kind::AllGatherV,
             count: Some(rc.iter().sum()),
@@ -250,33 +287,35 @@ impl SymPool {
     }
 
     /// Reduces every rank's `input` across ranks and leaves rank `r`'s block of the result,
-    /// `send_counts[r]` elements at element `send_displs[r]` of the inputs, in rank `r`'s
-    /// `output` (`HcclReduceScatterV`). Every rank passes the same arrays, and `output.len()`
-    /// equals `send_counts[rank]`. Blocks may overlap (they are only read).
+    /// `send_counts[r]` elements at element `send_displs[r]` of the inputs, in the first
+    /// `send_counts[r]` elements of rank `r`'s `output` (`HcclReduceScatterV`). Every rank
+    /// passes the same arrays, and `output` holds at least `send_counts[rank]` elements
+    /// (buffers are allocated alike on every rank: see the module notes in
+    /// `pool/vector.rs`); the rest of it is left as it was. Blocks may overlap (they are only
+    /// read).
     ///
     /// # Examples
-    /// Rank `r` gets `r + 1` sums:
+    /// Rank `r` gets `r + 1` sums, in an output as long on every rank:
     /// ```
     /// use symheap::{PoolConfig, ReduceOp, SymPool, SymVec, emu, packed_displacements};
     ///
     /// let got = emu::launch(2, |comm| {
     ///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
-    ///     let r = comm.rank() as usize;
     ///     let counts = [1, 2];
     ///     let input = SymVec::from_host(&pool, &[1.0f32, 2.0, 3.0])?;
-    ///     let mut output = SymVec::zeroed(&pool, r + 1)?;
+    ///     let mut output = SymVec::zeroed(&pool, 2)?;
     ///     let displs = packed_displacements(&counts);
     ///     pool.reduce_scatter_v(&input, &counts, &displs, &mut output, ReduceOp::Sum)?;
     ///     output.to_host()
     /// })?;
-    /// assert_eq!(got, [vec![2.0], vec![4.0, 6.0]]);
+    /// assert_eq!(got, [vec![2.0, 0.0], vec![4.0, 6.0]]);
     /// # Ok::<(), symheap::Error>(())
     /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`], before anything is recorded or enqueued, if an array does
     /// not have one entry per rank, a block ends past `input` (or its end overflows),
-    /// `output.len() != send_counts[rank]`, or a buffer is from another pool;
+    /// `output` is shorter than `send_counts[rank]`, or a buffer is from another pool;
     /// [`Error::Unsupported`] if the library lacks `HcclReduceScatterV`; [`Error::Asymmetric`]
     /// in strict mode when ranks' histories (these arrays included) differ; the library's
     /// error.
@@ -298,10 +337,17 @@ impl SymPool {
         };
         let (sc, sd) = send.check(WHAT, self.ranks(), false)?;
         let me = self.shared.comm().rank() as usize;
-        check_len(WHAT, "output", output.len(), send_counts[me])?;
+        check_holds(
+            WHAT,
+            "output",
+            output.len(),
+            "send_counts",
+            me,
+            send_counts[me],
+        )?;
         self.require("HcclReduceScatterV", |h| h.HcclReduceScatterV.is_some())?;
         let args: Vec<u64> = sc.iter().chain(&sd).copied().collect();
-        let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), output.len() as u64);
+        let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), sc[me]);
         let call = Call {
             kind: Kind::ReduceScatterV,
             count: Some(sc.iter().sum()),
