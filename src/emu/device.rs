@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use super::errors::{AclResult, acl_fail, param};
 use super::os;
-use crate::sys::{ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID, aclrtFloatOverflowMode};
+use crate::sys::{
+    ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID, aclrtFloatOverflowMode,
+};
 
 /// The most devices the emulator can have (the size of its per-device tables).
 pub(crate) const MAX_DEVICES: usize = 64;
@@ -64,7 +66,7 @@ thread_local! {
 }
 
 /// Sets the physical memory each emulated device has (by default 64 GiB, or the host's RAM if
-/// that is less; 0 restores the default). `aclrtMallocPhysical` fails with
+/// that is less; 0 restores the default). `aclrtMallocPhysical` and `aclrtMalloc` fail with
 /// `ACL_ERROR_RT_MEMORY_ALLOCATION` beyond it and `aclrtGetMemInfo` reports it. Whatever the
 /// limit, all devices together never get more than the host's RAM (see the
 /// [emulator's choices](crate::emu)).
@@ -95,7 +97,9 @@ pub(crate) fn check_id(id: i32) -> AclResult<u32> {
         Ok(id) if id < n => Ok(id),
         _ => acl_fail(
             ACL_ERROR_RT_INVALID_DEVICEID,
-            format!("device id {id} is not in 0..{n} (the emulator has {n} devices; {DEVICE_COUNT_ENV} sets how many)"),
+            format!(
+                "device id {id} is not in 0..{n} (the emulator has {n} devices; {DEVICE_COUNT_ENV} sets how many)"
+            ),
         ),
     }
 }
@@ -177,6 +181,7 @@ mod tests {
     use super::super::{inject_failure, test_lock};
     use crate::sys::{
         ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID,
+        ACL_ERROR_RT_PARAM_INVALID,
     };
 
     #[test]
@@ -214,6 +219,113 @@ mod tests {
             assert_eq!(id, 1, "the injected failure changed nothing");
             ok((a.aclrtSetDevice)(2));
             ok((a.aclrtResetDevice)(2));
+        }
+    }
+
+    #[test]
+    fn the_device_count_comes_from_the_environment_or_is_16() {
+        use super::parse_device_count as parse;
+        assert_eq!(parse(None), 16);
+        assert_eq!(parse(Some("")), 16);
+        assert_eq!(parse(Some(" 8 ")), 8);
+        assert_eq!(parse(Some("1")), 1);
+        assert_eq!(parse(Some("64")), 64);
+        for bad in ["0", "65", "-3", "x", "8.5"] {
+            assert_eq!(parse(Some(bad)), 16, "{bad}");
+        }
+    }
+
+    #[test]
+    fn device_count_ids_and_soc_name() {
+        let _g = test_lock();
+        let a = acl();
+        let n = super::count();
+        let mut got = 0u32;
+        // SAFETY: valid out-pointers, or null where the emulator must refuse.
+        unsafe {
+            ok(a.aclrtGetDeviceCount.unwrap()(&mut got));
+            assert_eq!(got, n);
+            assert_eq!(
+                a.aclrtGetDeviceCount.unwrap()(std::ptr::null_mut()),
+                ACL_ERROR_INVALID_PARAM
+            );
+            assert_eq!((a.aclrtSetDevice)(n as i32), ACL_ERROR_RT_INVALID_DEVICEID);
+            assert!(recent().contains("SYMHEAP_EMU_DEVICE_COUNT"));
+            ok((a.aclrtSetDevice)(n as i32 - 1));
+            ok((a.aclrtResetDevice)(n as i32 - 1));
+            assert_eq!(
+                (a.aclrtResetDevice)(n as i32),
+                ACL_ERROR_RT_INVALID_DEVICEID
+            );
+            let soc = a.aclrtGetSocName.unwrap()();
+            assert!(!soc.is_null());
+            let name = std::ffi::CStr::from_ptr(soc).to_str().unwrap();
+            assert_eq!(name, "Ascend910_9391");
+            // CANN's own test for an Atlas A3.
+            assert!(name.starts_with("Ascend910_93"));
+            assert_eq!(a.aclrtGetSocName.unwrap()(), soc, "a static string");
+        }
+    }
+
+    #[test]
+    fn saturation_mode_is_per_device_and_taken_by_new_streams() {
+        use crate::sys::aclrtFloatOverflowMode as Mode;
+        let _g = test_lock();
+        let a = acl();
+        let (set, get) = (
+            a.aclrtSetDeviceSatMode.unwrap(),
+            a.aclrtGetDeviceSatMode.unwrap(),
+        );
+        let mut mode = Mode(-1);
+        let stream_mode = |s: crate::sys::aclrtStream| {
+            super::super::stream::lookup(s as usize)
+                .unwrap()
+                .overflow_mode
+        };
+        // SAFETY: valid out-pointers, or null where the emulator must refuse.
+        unsafe {
+            assert_eq!(
+                set(Mode::ACL_RT_OVERFLOW_MODE_SATURATION),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert_eq!(get(&mut mode), ACL_ERROR_RT_CONTEXT_NULL);
+            ok((a.aclrtSetDevice)(14));
+            ok(get(&mut mode));
+            assert_eq!(
+                mode,
+                Mode::ACL_RT_OVERFLOW_MODE_INFNAN,
+                "the A2 / A3 default"
+            );
+            assert_eq!(get(std::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
+            let (mut before, mut after) = (std::ptr::null_mut(), std::ptr::null_mut());
+            ok((a.aclrtCreateStream)(&mut before));
+            ok(set(Mode::ACL_RT_OVERFLOW_MODE_SATURATION));
+            for bad in [Mode::ACL_RT_OVERFLOW_MODE_UNDEF, Mode(-1)] {
+                assert_eq!(set(bad), ACL_ERROR_RT_PARAM_INVALID);
+            }
+            ok(get(&mut mode));
+            assert_eq!(
+                mode,
+                Mode::ACL_RT_OVERFLOW_MODE_SATURATION,
+                "bad values change nothing"
+            );
+            ok((a.aclrtCreateStream)(&mut after));
+            // Only streams created after the call take the new mode.
+            assert_eq!(stream_mode(before), Mode::ACL_RT_OVERFLOW_MODE_INFNAN);
+            assert_eq!(stream_mode(after), Mode::ACL_RT_OVERFLOW_MODE_SATURATION);
+            // Another device keeps its own mode.
+            ok((a.aclrtSetDevice)(13));
+            ok(get(&mut mode));
+            assert_eq!(mode, Mode::ACL_RT_OVERFLOW_MODE_INFNAN);
+            ok((a.aclrtResetDevice)(13));
+            ok((a.aclrtDestroyStream)(before));
+            ok((a.aclrtDestroyStream)(after));
+            // Resetting the device ends its context: the default again.
+            ok((a.aclrtResetDevice)(14));
+            ok((a.aclrtSetDevice)(14));
+            ok(get(&mut mode));
+            assert_eq!(mode, Mode::ACL_RT_OVERFLOW_MODE_INFNAN);
+            ok((a.aclrtResetDevice)(14));
         }
     }
 }

@@ -28,7 +28,7 @@ pub(crate) const EVENT_WAIT_ENV: &str = "SYMHEAP_EMU_EVENT_WAIT_S";
 
 const DEFAULT_EVENT_WAIT: Duration = Duration::from_secs(1800);
 
-/// The bound set by [`set_wait_limit`] in milliseconds; `u64::MAX` while unset.
+/// The bound set by `set_wait_limit` (tests) in milliseconds; `u64::MAX` while unset.
 static WAIT_LIMIT_MS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Sets the bound of stream waits (tests use short ones).
@@ -251,8 +251,8 @@ pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
 }
 
 /// The time of an event's latest record, which must have run.
-fn stamp(handle: usize, what: &str) -> AclResult<Instant> {
-    let Some(rec) = latest(handle, what)? else {
+fn stamp(handle: usize, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
+    let Some(rec) = rec else {
         return acl_fail(
             ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
             format!("{what} {handle:#x} was never recorded"),
@@ -277,8 +277,10 @@ fn stamp(handle: usize, what: &str) -> AclResult<Instant> {
 /// (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID` otherwise); an end before the start is
 /// `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL`.
 pub(crate) fn elapsed_ms(start: usize, end: usize) -> AclResult<f32> {
-    let from = stamp(start, "startEvent")?;
-    let to = stamp(end, "endEvent")?;
+    // Both handles are checked before either time.
+    let (first, last) = (latest(start, "startEvent")?, latest(end, "endEvent")?);
+    let from = stamp(start, "startEvent", first)?;
+    let to = stamp(end, "endEvent", last)?;
     let Some(span) = to.checked_duration_since(from) else {
         return Err(Fail {
             code: ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
@@ -286,4 +288,400 @@ pub(crate) fn elapsed_ms(start: usize, end: usize) -> AclResult<f32> {
         });
     };
     Ok((span.as_secs_f64() * 1000.0) as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+    use std::time::Duration;
+
+    use super::super::stream::lookup as stream_lookup;
+    use super::super::testutil::{DevBuf, acl, assert_clean, gate, ok, recent};
+    use super::super::{GRANULARITY as G, counters, test_lock};
+    use super::set_wait_limit;
+    use crate::sys::*;
+
+    const COMPLETE: aclrtEventRecordedStatus =
+        aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    const NOT_READY: aclrtEventRecordedStatus =
+        aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_NOT_READY;
+
+    /// The event functions (optional entries the emulator fills).
+    struct Ev {
+        create: unsafe extern "C" fn(*mut aclrtEvent) -> aclError,
+        record: unsafe extern "C" fn(aclrtEvent, aclrtStream) -> aclError,
+        sync: unsafe extern "C" fn(aclrtEvent) -> aclError,
+        wait: unsafe extern "C" fn(aclrtStream, aclrtEvent) -> aclError,
+        query: unsafe extern "C" fn(aclrtEvent, *mut aclrtEventRecordedStatus) -> aclError,
+        elapsed: unsafe extern "C" fn(*mut f32, aclrtEvent, aclrtEvent) -> aclError,
+        destroy: unsafe extern "C" fn(aclrtEvent) -> aclError,
+    }
+
+    fn ev() -> Ev {
+        let a = acl();
+        Ev {
+            create: a.aclrtCreateEvent.unwrap(),
+            record: a.aclrtRecordEvent.unwrap(),
+            sync: a.aclrtSynchronizeEvent.unwrap(),
+            wait: a.aclrtStreamWaitEvent.unwrap(),
+            query: a.aclrtQueryEventStatus.unwrap(),
+            elapsed: a.aclrtEventElapsedTime.unwrap(),
+            destroy: a.aclrtDestroyEvent.unwrap(),
+        }
+    }
+
+    // The wrappers below pass handles to the emulator, which validates them.
+    impl Ev {
+        fn new_event(&self) -> aclrtEvent {
+            let mut e = null_mut();
+            // SAFETY: a valid out-pointer.
+            ok(unsafe { (self.create)(&mut e) });
+            e
+        }
+        fn status(&self, e: aclrtEvent) -> aclrtEventRecordedStatus {
+            let mut s = aclrtEventRecordedStatus(-1);
+            // SAFETY: a valid out-pointer.
+            ok(unsafe { (self.query)(e, &mut s) });
+            s
+        }
+        fn ms(&self, start: aclrtEvent, end: aclrtEvent) -> Result<f32, aclError> {
+            let mut ms = -1.0f32;
+            // SAFETY: a valid out-pointer.
+            match unsafe { (self.elapsed)(&mut ms, start, end) } {
+                ACL_SUCCESS => Ok(ms),
+                code => Err(code),
+            }
+        }
+    }
+
+    /// Runs `body` with two streams on `device`, then releases everything.
+    fn on_two_streams(device: i32, body: impl FnOnce(aclrtStream, aclrtStream)) {
+        let a = acl();
+        let (mut s1, mut s2) = (null_mut(), null_mut());
+        // SAFETY: valid out-pointers; the handles are destroyed below.
+        unsafe {
+            ok((a.aclrtSetDevice)(device));
+            ok((a.aclrtCreateStream)(&mut s1));
+            ok((a.aclrtCreateStream)(&mut s2));
+        }
+        body(s1, s2);
+        // SAFETY: handles from above.
+        unsafe {
+            ok((a.aclrtDestroyStream)(s1));
+            ok((a.aclrtDestroyStream)(s2));
+            ok((a.aclrtResetDevice)(device));
+        }
+    }
+
+    /// Queues a task that sleeps for `d` on `s`.
+    fn sleep_on(s: aclrtStream, d: Duration) {
+        stream_lookup(s as usize)
+            .unwrap()
+            .enqueue(Box::new(move || {
+                std::thread::sleep(d);
+                Ok(())
+            }))
+            .unwrap();
+    }
+
+    #[test]
+    fn events_are_validated_handles() {
+        let _g = test_lock();
+        let e = ev();
+        let mut h = null_mut();
+        // SAFETY: every handle and pointer is validated by the emulator.
+        unsafe {
+            assert_eq!((e.create)(&mut h), ACL_ERROR_RT_CONTEXT_NULL, "no device");
+        }
+        on_two_streams(0, |s, _| {
+            let bogus = 0x5000 as aclrtEvent;
+            let mut st = COMPLETE;
+            let mut ms = 0f32;
+            // SAFETY: as above.
+            unsafe {
+                assert_eq!((e.create)(null_mut()), ACL_ERROR_INVALID_PARAM);
+                for code in [
+                    (e.record)(null_mut(), s),
+                    (e.sync)(null_mut()),
+                    (e.wait)(s, null_mut()),
+                    (e.query)(null_mut(), &mut st),
+                    (e.elapsed)(&mut ms, null_mut(), bogus),
+                    (e.destroy)(null_mut()),
+                ] {
+                    assert_eq!(code, ACL_ERROR_INVALID_PARAM);
+                }
+                for code in [
+                    (e.record)(bogus, s),
+                    (e.sync)(bogus),
+                    (e.wait)(s, bogus),
+                    (e.query)(bogus, &mut st),
+                    (e.destroy)(bogus),
+                ] {
+                    assert_eq!(code, ACL_ERROR_RT_INVALID_HANDLE);
+                }
+                let x = e.new_event();
+                assert_eq!(counters().events, 1);
+                assert_eq!((e.query)(x, null_mut()), ACL_ERROR_INVALID_PARAM);
+                assert_eq!((e.elapsed)(null_mut(), x, x), ACL_ERROR_INVALID_PARAM);
+                assert_eq!((e.elapsed)(&mut ms, x, null_mut()), ACL_ERROR_INVALID_PARAM);
+                assert_eq!((e.elapsed)(&mut ms, x, bogus), ACL_ERROR_RT_INVALID_HANDLE);
+                // The emulator has no default stream.
+                assert_eq!((e.record)(x, null_mut()), ACL_ERROR_RT_PARAM_INVALID);
+                assert_eq!((e.wait)(null_mut(), x), ACL_ERROR_RT_PARAM_INVALID);
+                assert_eq!(
+                    (e.record)(x, 0x5000 as aclrtStream),
+                    ACL_ERROR_RT_INVALID_HANDLE
+                );
+                ok((e.destroy)(x));
+                assert_eq!(counters().events, 0);
+                // A destroyed event is an unknown handle, never a dangling pointer.
+                assert_eq!((e.destroy)(x), ACL_ERROR_RT_INVALID_HANDLE);
+                assert_eq!((e.record)(x, s), ACL_ERROR_RT_INVALID_HANDLE);
+                assert_eq!((e.query)(x, &mut st), ACL_ERROR_RT_INVALID_HANDLE);
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn an_event_never_recorded_is_complete_but_has_no_time() {
+        let _g = test_lock();
+        let e = ev();
+        on_two_streams(0, |s, _| {
+            let x = e.new_event();
+            assert_eq!(e.status(x), COMPLETE);
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.sync)(x));
+                ok((e.wait)(s, x));
+                ok((acl().aclrtSynchronizeStream)(s));
+            }
+            assert_eq!(e.ms(x, x), Err(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID));
+            assert!(recent().contains("never recorded"));
+            // SAFETY: a live handle.
+            ok(unsafe { (e.destroy)(x) });
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn a_pending_record_is_not_ready_until_its_stream_reaches_it() {
+        let _g = test_lock();
+        let e = ev();
+        on_two_streams(0, |s, _| {
+            let x = e.new_event();
+            let open = gate(s);
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s)) };
+            assert_eq!(e.status(x), NOT_READY);
+            assert_eq!(e.ms(x, x), Err(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID));
+            assert!(recent().contains("not completed"));
+            let opener = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                drop(open);
+            });
+            // SAFETY: a live handle; blocks until the gate opens.
+            unsafe { ok((e.sync)(x)) };
+            opener.join().unwrap();
+            assert_eq!(e.status(x), COMPLETE);
+            assert_eq!(e.ms(x, x), Ok(0.0));
+            // SAFETY: a live handle.
+            ok(unsafe { (e.destroy)(x) });
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn elapsed_time_is_the_run_time_of_the_work_between_two_records() {
+        let _g = test_lock();
+        let e = ev();
+        on_two_streams(0, |s, _| {
+            let (start, end) = (e.new_event(), e.new_event());
+            // Held first, so the time the host takes to queue does not count.
+            let open = gate(s);
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(start, s)) };
+            sleep_on(s, Duration::from_millis(60));
+            // SAFETY: as above.
+            unsafe { ok((e.record)(end, s)) };
+            std::thread::sleep(Duration::from_millis(30));
+            drop(open);
+            // SAFETY: a live stream.
+            unsafe { ok((acl().aclrtSynchronizeStream)(s)) };
+            let ms = e.ms(start, end).unwrap();
+            // The 60 ms task, not the 30 ms the stream was held before it.
+            assert!((59.0..2000.0).contains(&ms), "{ms} ms");
+            assert_eq!(e.ms(end, start), Err(ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL));
+            // Recording again replaces the record: now nothing runs between them.
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.record)(start, s));
+                ok((e.record)(end, s));
+                ok((e.sync)(end));
+            }
+            let again = e.ms(start, end).unwrap();
+            assert!((0.0..ms).contains(&again), "{again} ms after {ms} ms");
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.destroy)(start));
+                ok((e.destroy)(end));
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn a_stream_waits_for_the_work_another_stream_recorded() {
+        let _g = test_lock();
+        let a = acl();
+        let e = ev();
+        let buf = DevBuf::new(0, G);
+        let mut out = [0u8; 16];
+        on_two_streams(0, |producer, consumer| {
+            let (x, done) = (e.new_event(), e.new_event());
+            let open = gate(producer);
+            // SAFETY: device ranges validated; `out` outlives the synchronize below.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 16, 0x11, 16, producer));
+                ok((e.record)(x, producer));
+                ok((e.wait)(consumer, x));
+                ok((a.aclrtMemcpyAsync)(
+                    out.as_mut_ptr().cast::<c_void>(),
+                    16,
+                    buf.ptr,
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                    consumer,
+                ));
+                ok((e.record)(done, consumer));
+                // The wait captured the record of the call's time: a later record of the
+                // same event does not change what the consumer waits for.
+                ok((e.record)(x, consumer));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            // Held by the producer's gate: the consumer has not copied yet.
+            assert_eq!(e.status(done), NOT_READY);
+            drop(open);
+            // SAFETY: a live stream.
+            unsafe { ok((a.aclrtSynchronizeStream)(consumer)) };
+            assert_eq!(e.status(done), COMPLETE);
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.destroy)(x));
+                ok((e.destroy)(done));
+            }
+        });
+        assert_eq!(out, [0x11; 16]);
+        buf.free();
+        assert_clean();
+    }
+
+    #[test]
+    fn a_stream_wait_is_bounded_and_fails_its_stream() {
+        let _g = test_lock();
+        let a = acl();
+        let e = ev();
+        on_two_streams(0, |producer, consumer| {
+            let x = e.new_event();
+            let open = gate(producer);
+            set_wait_limit(Some(Duration::from_millis(50)));
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.record)(x, producer));
+                ok((e.wait)(consumer, x));
+                assert_eq!(
+                    (a.aclrtSynchronizeStream)(consumer),
+                    ACL_ERROR_RT_EVENT_SYNC_TIMEOUT
+                );
+            }
+            set_wait_limit(None);
+            assert!(
+                recent().contains("SYMHEAP_EMU_EVENT_WAIT_S"),
+                "{}",
+                recent()
+            );
+            drop(open);
+            // SAFETY: live handles.
+            unsafe {
+                ok((a.aclrtSynchronizeStream)(producer));
+                ok((e.destroy)(x));
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn a_record_skipped_by_a_stopped_stream_fails_its_waiters() {
+        let _g = test_lock();
+        let a = acl();
+        let e = ev();
+        // Device 15: stop mode covers the device's context, and no other test uses it.
+        on_two_streams(15, |producer, consumer| {
+            let x = e.new_event();
+            let open = gate(producer);
+            // SAFETY: live handles.
+            unsafe {
+                ok(a.aclrtSetStreamFailureMode.unwrap()(
+                    producer,
+                    ACL_STOP_ON_FAILURE,
+                ));
+            }
+            stream_lookup(producer as usize)
+                .unwrap()
+                .enqueue(Box::new(|| {
+                    Err(super::TaskFailure {
+                        code: ACL_ERROR_RT_INTERNAL_ERROR,
+                        msg: "the collective failed".into(),
+                    })
+                }))
+                .unwrap();
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.record)(x, producer));
+                ok((e.wait)(consumer, x));
+                drop(open);
+                assert_eq!((e.sync)(x), ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("stopped at a failed task"));
+                assert_eq!(e.status(x), NOT_READY);
+                assert_eq!(e.ms(x, x), Err(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID));
+                assert_eq!(
+                    (a.aclrtSynchronizeStream)(consumer),
+                    ACL_ERROR_RT_INTERNAL_ERROR
+                );
+                assert!(recent().contains("did not run"));
+                assert_eq!(
+                    (a.aclrtSynchronizeStream)(producer),
+                    ACL_ERROR_RT_INTERNAL_ERROR
+                );
+                ok((e.destroy)(x));
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn destroying_a_pending_event_does_not_block_or_break_its_waiters() {
+        let _g = test_lock();
+        let a = acl();
+        let e = ev();
+        on_two_streams(0, |producer, consumer| {
+            let x = e.new_event();
+            let open = gate(producer);
+            // SAFETY: live handles.
+            unsafe {
+                ok((e.record)(x, producer));
+                ok((e.wait)(consumer, x));
+                ok((e.destroy)(x));
+            }
+            assert_eq!(counters().events, 0);
+            drop(open);
+            // SAFETY: live streams.
+            unsafe {
+                ok((a.aclrtSynchronizeStream)(consumer));
+                ok((a.aclrtSynchronizeStream)(producer));
+            }
+        });
+        assert_clean();
+    }
 }

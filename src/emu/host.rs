@@ -115,8 +115,14 @@ mod tests {
         assert_eq!(malloc_host(usize::MAX).0, ACL_ERROR_INVALID_PARAM);
         // SAFETY: the emulator checks every argument.
         unsafe {
-            assert_eq!(a.aclrtMallocHost.unwrap()(null_mut(), 64), ACL_ERROR_INVALID_PARAM);
-            assert_eq!(a.aclrtFreeHost.unwrap()(null_mut()), ACL_ERROR_INVALID_PARAM);
+            assert_eq!(
+                a.aclrtMallocHost.unwrap()(null_mut(), 64),
+                ACL_ERROR_INVALID_PARAM
+            );
+            assert_eq!(
+                a.aclrtFreeHost.unwrap()(null_mut()),
+                ACL_ERROR_INVALID_PARAM
+            );
         }
         let (code, p) = malloc_host(100);
         ok(code);
@@ -136,7 +142,11 @@ mod tests {
                 "not the start"
             );
             ok(a.aclrtFreeHost.unwrap()(p));
-            assert_eq!(a.aclrtFreeHost.unwrap()(p), ACL_ERROR_RT_PARAM_INVALID, "double free");
+            assert_eq!(
+                a.aclrtFreeHost.unwrap()(p),
+                ACL_ERROR_RT_PARAM_INVALID,
+                "double free"
+            );
         }
         assert_clean();
     }

@@ -919,10 +919,7 @@ mod tests {
                 assert_eq!(g, G);
             }
             assert_eq!(get(&mut prop, aclrtMemGranularityOptions(2), &mut g), PARAM);
-            assert_eq!(
-                get(null_mut(), aclrtMemGranularityOptions(0), &mut g),
-                NULL
-            );
+            assert_eq!(get(null_mut(), aclrtMemGranularityOptions(0), &mut g), NULL);
             assert_eq!(
                 get(&mut prop, aclrtMemGranularityOptions(0), null_mut()),
                 NULL
@@ -956,6 +953,216 @@ mod tests {
         }
         assert_eq!(out, [2, 3]);
         buf.free();
+        assert_clean();
+    }
+
+    /// `aclrtMalloc` through the table (an optional entry the emulator fills).
+    fn dmalloc(size: usize, policy: i32) -> (aclError, *mut c_void) {
+        let mut p = null_mut();
+        // SAFETY: a valid out-pointer.
+        let code =
+            unsafe { acl().aclrtMalloc.unwrap()(&mut p, size, aclrtMemMallocPolicy(policy)) };
+        (code, p)
+    }
+
+    fn dfree(p: *mut c_void) -> aclError {
+        // SAFETY: the emulator validates the pointer.
+        unsafe { acl().aclrtFree.unwrap()(p) }
+    }
+
+    fn free_bytes() -> usize {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        ok(unsafe { (acl().aclrtGetMemInfo)(aclrtMemAttr::ACL_HBM_MEM, &mut free, &mut total) });
+        free
+    }
+
+    #[test]
+    fn malloc_rules_and_accounting() {
+        let _g = test_lock();
+        let a = acl();
+        assert_eq!(dmalloc(64, 0).0, ACL_ERROR_RT_CONTEXT_NULL, "no device");
+        // SAFETY: plain device binding; the emulator validates every pointer below.
+        unsafe { ok((a.aclrtSetDevice)(12)) };
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(
+                a.aclrtMalloc.unwrap()(null_mut(), 64, aclrtMemMallocPolicy(0)),
+                NULL
+            );
+        }
+        assert_eq!(dmalloc(0, 0).0, NULL);
+        assert_eq!(dmalloc(usize::MAX, 0).0, NULL);
+        assert!(recent().contains("too large"));
+        let before = free_bytes();
+        let (code, p) = dmalloc(100, 0);
+        ok(code);
+        assert_eq!(p as usize % 64, 0);
+        assert_eq!(counters().device_allocations, 1);
+        // 100 bytes count as 128 + 32, as CANN rounds and pads on A2 / A3.
+        assert_eq!(before - free_bytes(), 160);
+        // Every policy value is accepted, flags and unknown values too.
+        let (code, q) = dmalloc(G + 1, 0x1000 | 1);
+        ok(code);
+        let (code, r) = dmalloc(8, 99);
+        ok(code);
+
+        let data: Vec<u8> = (0..100).collect();
+        let mut back = [0u8; 100];
+        let (h, hb) = (
+            data.as_ptr().cast::<c_void>(),
+            back.as_mut_ptr().cast::<c_void>(),
+        );
+        // SAFETY: host buffers are valid for 100 bytes; device sides are validated.
+        unsafe {
+            let cp = a.aclrtMemcpy;
+            let kind = |k| aclrtMemcpyKind(k);
+            assert_eq!(cp(p, 101, h, 101, kind(1)), PARAM, "past the allocation");
+            assert_eq!(
+                cp(p, 100, h, 100, kind(0)),
+                PARAM,
+                "device memory, not host"
+            );
+            ok(cp(p, 100, h, 100, kind(1)));
+            ok(cp(q.wrapping_byte_add(G - 99), 100, p, 100, kind(3)));
+            ok(cp(hb, 100, q.wrapping_byte_add(G - 99), 100, kind(4)));
+            assert_eq!(back.as_slice(), data.as_slice());
+            ok((a.aclrtMemset)(p, 100, 0xEE, 100));
+            assert_eq!(
+                (a.aclrtMemset)(p, 200, 0, 101),
+                PARAM,
+                "past the allocation"
+            );
+            assert_eq!((a.aclrtMemset)(p, 4, 0, 8), PARAM, "count > maxCount");
+            ok(cp(hb, 100, p, 100, kind(2)));
+            assert_eq!(back, [0xEE; 100]);
+            // Not a mapping of the VMM calls.
+            assert_eq!((a.aclrtUnmapMem)(p), PARAM);
+            assert_eq!((a.aclrtReleaseMemAddress)(p), PARAM);
+        }
+        assert_eq!(dfree(null_mut()), NULL);
+        assert_eq!(dfree(p.wrapping_byte_add(64)), PARAM, "not the start");
+        assert_eq!(dfree(back.as_mut_ptr().cast()), PARAM, "host memory");
+        ok(dfree(p));
+        assert_eq!(dfree(p), PARAM, "double free");
+        // Freed memory is no longer device memory.
+        // SAFETY: as above.
+        let code =
+            unsafe { (a.aclrtMemcpy)(p, 100, h, 100, aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE) };
+        assert_eq!(code, PARAM);
+        ok(dfree(q));
+        ok(dfree(r));
+        assert_eq!(free_bytes(), before);
+
+        // Counted against the device's limit, with CANN's padding.
+        set_device_memory_limit(4096);
+        assert_eq!(dmalloc(4096, 0).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        let (code, p) = dmalloc(4064, 0);
+        ok(code);
+        assert_eq!(free_bytes(), 0);
+        assert_eq!(dmalloc(1, 0).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        ok(dfree(p));
+        set_device_memory_limit(0);
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtResetDevice)(12)) };
+        assert_clean();
+    }
+
+    #[test]
+    fn free_does_not_wait_for_queued_work_which_still_runs_safely() {
+        let _g = test_lock();
+        let a = acl();
+        let mut s = null_mut();
+        let mut out = [0u8; 64];
+        // SAFETY: valid out-pointers; `out` outlives the synchronize.
+        unsafe {
+            ok((a.aclrtSetDevice)(12));
+            ok((a.aclrtCreateStream)(&mut s));
+            let before = free_bytes();
+            let (code, p) = dmalloc(64, 0);
+            ok(code);
+            let open = super::super::testutil::gate(s);
+            ok((a.aclrtMemsetAsync)(p, 64, 0x42, 64, s));
+            ok((a.aclrtMemcpyAsync)(
+                out.as_mut_ptr().cast(),
+                64,
+                p,
+                64,
+                aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                s,
+            ));
+            // Freed at once, while the work is queued: the bytes stop counting now.
+            ok(dfree(p));
+            assert_eq!(free_bytes(), before);
+            assert_eq!(counters().device_allocations, 0);
+            drop(open);
+            ok((a.aclrtSynchronizeStream)(s));
+            ok((a.aclrtDestroyStream)(s));
+            ok((a.aclrtResetDevice)(12));
+        }
+        // The queued work ran on memory that stayed mapped until it was done.
+        assert_eq!(out, [0x42; 64]);
+        assert_clean();
+    }
+
+    #[test]
+    fn staged_collectives_accept_malloc_memory() {
+        use super::super::testutil::{hccl, hok, run_ranks, test_config};
+        let _g = test_lock();
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let (code, send) = dmalloc(16, 0);
+            ok(code);
+            let (code, recv) = dmalloc(16, 0);
+            ok(code);
+            let mine = [r.rank as f32 + 1.0; 4];
+            let mut sum = [0f32; 4];
+            // SAFETY: host buffers valid for 16 bytes; device buffers validated.
+            unsafe {
+                ok((a.aclrtMemcpy)(
+                    send,
+                    16,
+                    mine.as_ptr().cast(),
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+                ));
+                hok((hccl().HcclAllReduce)(
+                    send,
+                    recv,
+                    4,
+                    HcclDataType::HCCL_DATA_TYPE_FP32,
+                    HcclReduceOp::HCCL_REDUCE_SUM,
+                    r.comm,
+                    r.stream,
+                ));
+                // A range past the allocation is refused when called.
+                assert_eq!(
+                    (hccl().HcclAllReduce)(
+                        send,
+                        recv,
+                        5,
+                        HcclDataType::HCCL_DATA_TYPE_FP32,
+                        HcclReduceOp::HCCL_REDUCE_SUM,
+                        r.comm,
+                        r.stream,
+                    ),
+                    HcclResult::HCCL_E_PARA
+                );
+                ok(r.sync());
+                ok((a.aclrtMemcpy)(
+                    sum.as_mut_ptr().cast(),
+                    16,
+                    recv,
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                ));
+            }
+            ok(dfree(send));
+            ok(dfree(recv));
+            sum
+        })
+        .iter()
+        .for_each(|sum| assert_eq!(*sum, [3.0; 4]));
         assert_clean();
     }
 }

@@ -19,7 +19,7 @@ use crate::sys::{
 
 use super::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use super::device;
-use super::errors::{AclResult, Fail, acl_fail, invalid, param, panic_message};
+use super::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
 use super::registry::{HandleKind, Registry, lock, new_handle};
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
@@ -59,7 +59,10 @@ pub(crate) struct Stream {
     /// The device's float overflow mode when the stream was created (`aclrtSetDeviceSatMode`
     /// applies to streams created after it). Stored only: the emulator's reductions give IEEE
     /// results (Inf and NaN, as `ACL_RT_OVERFLOW_MODE_INFNAN`) whatever the mode.
-    #[cfg_attr(not(test), allow(dead_code, reason = "stored for fidelity; tests read it"))]
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "stored for fidelity; tests read it")
+    )]
     pub(crate) overflow_mode: aclrtFloatOverflowMode,
 }
 
@@ -208,9 +211,12 @@ impl Stream {
             return acl_fail(ACL_ERROR_RT_INVALID_HANDLE, "the stream is being destroyed");
         }
         if q.stopped(self.shared.device) {
-            let (code, msg) = q.failure.as_ref().map_or((ACL_ERROR_RT_INTERNAL_ERROR, ""), |f| {
-                (f.code, f.msg.as_str())
-            });
+            let (code, msg) = q
+                .failure
+                .as_ref()
+                .map_or((ACL_ERROR_RT_INTERNAL_ERROR, ""), |f| {
+                    (f.code, f.msg.as_str())
+                });
             return acl_fail(
                 code,
                 format!(
