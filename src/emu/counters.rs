@@ -28,6 +28,12 @@ pub struct Counters {
     pub streams: u64,
     /// Live communicator handles (per rank).
     pub comms: u64,
+    /// Live events (`aclrtCreateEvent` not yet destroyed).
+    pub events: u64,
+    /// Live device allocations (`aclrtMalloc` not yet freed).
+    pub device_allocations: u64,
+    /// Live host allocations (`aclrtMallocHost` not yet freed).
+    pub host_allocations: u64,
     /// Successful `HcclCommSymWinRegister` calls since the process started, counting each
     /// rank's call (cumulative: never decreases).
     pub registrations: u64,
@@ -61,12 +67,15 @@ pub(crate) enum Counter {
     Windows,
     Streams,
     Comms,
+    Events,
+    DeviceAllocations,
+    HostAllocations,
     Registrations,
     SymmetricCollectives,
     StagedCollectives,
 }
 
-static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+static COUNTS: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
 
 /// Adds one to `c`.
 pub(crate) fn inc(c: Counter) {
@@ -89,6 +98,9 @@ pub fn counters() -> Counters {
         windows: get(Counter::Windows),
         streams: get(Counter::Streams),
         comms: get(Counter::Comms),
+        events: get(Counter::Events),
+        device_allocations: get(Counter::DeviceAllocations),
+        host_allocations: get(Counter::HostAllocations),
         registrations: get(Counter::Registrations),
         symmetric_collectives: get(Counter::SymmetricCollectives),
         staged_collectives: get(Counter::StagedCollectives),

@@ -23,16 +23,22 @@
 //! them.
 //!
 //! # Model
-//! - **Devices**: `aclrtSetDevice` binds the calling thread to a device id in `0..64`.
+//! - **Devices**: there are 16 (an Atlas A3 server's dies), or `SYMHEAP_EMU_DEVICE_COUNT`
+//!   (1 to 64, read once; an unusable value gives 16 and a warning); `aclrtSetDevice` binds the
+//!   calling thread to one of them.
 //! - **Device memory** is host memory managed like device virtual memory: a reservation is
 //!   `mmap` PROT_NONE address space, physical memory a `memfd` of a multiple of
 //!   [`GRANULARITY`], and `aclrtMapMem` maps one into the other with `MAP_FIXED`. Every
 //!   device-addressable range (user mappings and symmetric-heap mappings) is registered;
 //!   copies and collectives validate device-side ranges against the registry and pin them
 //!   while queued work may touch them, so a bad pointer is an error, never an access to
-//!   arbitrary host memory.
+//!   arbitrary host memory. `aclrtMalloc` memory is a memfd of its own, mapped whole outside
+//!   every reservation and registered as device memory the same way.
 //! - **Streams** are threads with a FIFO queue: async calls enqueue and return, and
 //!   `aclrtSynchronizeStream` waits, so a host read before synchronizing can see stale data.
+//! - **Events**: `aclrtRecordEvent` queues a task that stamps the time when the stream thread
+//!   reaches it; `aclrtStreamWaitEvent` queues a task that waits for that record, and
+//!   `aclrtEventElapsedTime` is the real time between two records.
 //! - **Communicators**: `HcclGetRootInfo` starts a rendezvous host (a thread of the calling
 //!   process, listening on an abstract Unix socket) and returns bytes naming it and a random
 //!   session key; any thread of any process on the machine that gets those bytes (from a
@@ -60,17 +66,74 @@
 //!
 //! # Choices where the reference is silent
 //! ACL:
-//! - `aclInit` called again succeeds (no `ACL_ERROR_REPEAT_INITIALIZE`); `aclFinalize`
-//!   succeeds and changes nothing.
-//! - `aclrtGetDevice`, `aclrtCreateStream` and `aclrtGetMemInfo` on a thread without a device:
-//!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..64`:
-//!   `ACL_ERROR_RT_INVALID_DEVICEID` (107001). `aclrtResetDevice` unbinds the thread.
-//! - Null pointer arguments of ACL calls: `ACL_ERROR_RT_PARAM_INVALID` (107000). There is no
-//!   default stream: a NULL stream is 107000 for every call that takes one (ACL and HCCL's
+//! - `aclInit` when already initialised returns `ACL_ERROR_REPEAT_INITIALIZE` (100002), and
+//!   `aclFinalize` when already finalised (no `aclInit` since) `ACL_ERROR_REPEAT_FINALIZE`
+//!   (100037); `aclInit` after `aclFinalize` succeeds, and so does `aclFinalize` before any
+//!   `aclInit` (as CANN's flag checks do). Nothing else needs `aclInit`: every other call works
+//!   before it and after `aclFinalize`, whose live objects stay usable (the emulator needs no
+//!   initialisation, and the layers above may share the process with another ACL user).
+//! - `aclrtGetDevice`, `aclrtCreateStream`, `aclrtCreateEvent`, `aclrtMalloc`,
+//!   `aclrtGetMemInfo` and `aclrtGet/SetDeviceSatMode` on a thread without a device:
+//!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..count`:
+//!   `ACL_ERROR_RT_INVALID_DEVICEID` (107001), with a message naming
+//!   `SYMHEAP_EMU_DEVICE_COUNT`. `aclrtResetDevice` unbinds the thread and ends the device's
+//!   context settings (overflow mode and stop-on-failure back to the defaults), also for other
+//!   threads bound to it (CANN counts references; the emulator does not).
+//! - NULL pointer arguments of ACL calls (out-pointers, addresses, events, physical handles)
+//!   are `ACL_ERROR_INVALID_PARAM` (100000), CANN's `ACL_REQUIRES_NOT_NULL`; other bad values
+//!   keep the runtime's codes. There is no default stream: a NULL stream is
+//!   `ACL_ERROR_RT_PARAM_INVALID` (107000) for every call that takes one (ACL and HCCL's
 //!   collectives, where it is `HCCL_E_PTR`), whereas the real ACL runs work given a NULL stream
-//!   on the device's default stream; an unknown stream or physical handle is
+//!   on the device's default stream; `aclrtDestroyStream(NULL)` is 100000 (the default stream
+//!   cannot be destroyed). An unknown stream, event or physical handle is
 //!   `ACL_ERROR_RT_INVALID_HANDLE` (107017); an address that is not the start of a
-//!   reservation or mapping is 107000.
+//!   reservation, mapping or allocation is 107000.
+//! - `aclrtGetSocName` returns `"Ascend910_9391"` (an Atlas A3 name: CANN's own code tells A3
+//!   by the prefix `Ascend910_93`) for every device, also before `aclrtSetDevice`.
+//! - `aclrtSetDeviceSatMode` accepts `ACL_RT_OVERFLOW_MODE_SATURATION` (0) and
+//!   `ACL_RT_OVERFLOW_MODE_INFNAN` (1, the default); other values are 107000. Each stream takes
+//!   its device's mode when created and keeps it; the emulator only stores it: its reductions
+//!   give IEEE results (Inf and NaN, as `INFNAN`) in both modes.
+//! - Failure modes: in `ACL_CONTINUE_ON_FAILURE` mode (the default) a failed task's failure
+//!   (the first one) is kept while later tasks run, and `aclrtSynchronizeStream` returns its
+//!   code (`ACL_ERROR_RT_INTERNAL_ERROR`, 507000, for a failed collective) and clears it. In
+//!   `ACL_STOP_ON_FAILURE` mode the stream skips the tasks after the failure and refuses new
+//!   ones (with the failure's code) until that synchronize, then runs again (CANN's stream
+//!   stays stopped). Stop mode set on any stream, or on NULL (the default stream, with a
+//!   current device), applies to every stream of that device's context, existing or new,
+//!   until `aclrtResetDevice`, as on A2 / A3; a mode other than 0 or 1 is 107000.
+//! - `aclrtMalloc` needs a current device; size 0 or one that overflows is 100000, and every
+//!   policy value is accepted (CANN treats unknown ones as its default). It counts `size`
+//!   rounded up to 32 plus 32 bytes against the device's memory (as CANN on A2 / A3), beyond
+//!   which it fails with `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001) like
+//!   `aclrtMallocPhysical`; the memory is zeroed, granule-aligned, and exactly `size` bytes
+//!   are addressable (copies past them fail). Copies, memsets and staged collectives accept
+//!   it; it cannot be registered as a symmetric window (it is no `aclrtMapMem` mapping), nor
+//!   unmapped or released with the VMM calls. `aclrtFree` of anything but the start of a live
+//!   allocation is 107000. Like CANN's, `aclrtFree` does not wait for queued work: the memory
+//!   stops being device memory and counting at once, while work already queued on it keeps it
+//!   mapped until that work is done.
+//! - `aclrtMallocHost` needs no device; size 0 is 100000; the memory is 64-byte aligned and
+//!   zeroed. Copies treat it as host memory (and check ranges inside it), `aclrtMemset` /
+//!   `aclrtMemsetAsync` accept it as CANN documents (other host memory is 107000), and
+//!   `aclrtFreeHost` of anything but the start of a live allocation is 107000. Work queued
+//!   on it keeps it until done.
+//! - `aclrtMemset` with `count > maxCount` is 107000 (CANN's runtime check; its code is not
+//!   documented). `aclrtGetMemInfo` reports the same numbers for every attribute, with
+//!   `aclrtMalloc` memory counted.
+//! - Events need a current device to be created. A plain event may be recorded again (the new
+//!   record replaces the old). Never recorded, it queries `COMPLETE` (as CANN's runtime
+//!   answers), synchronizes at once and `aclrtStreamWaitEvent` on it waits for nothing;
+//!   `aclrtEventElapsedTime` needs both records run (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`,
+//!   107006, otherwise), and an end before the start is
+//!   `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL` (107007); the two need not be on one stream. A
+//!   stream waits at most `SYMHEAP_EMU_EVENT_WAIT_S` seconds (1800 by default; CANN waits
+//!   forever unless `aclrtSetOpWaitTimeout`): then its wait task fails with
+//!   `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` (507047), reported by `aclrtSynchronizeStream`. A
+//!   record its stream skipped (stop mode) queries `NOT_READY`, and synchronizing it, or a
+//!   stream waiting for it, fails with 507000. `aclrtSynchronizeEvent` waits as long as
+//!   `aclrtSynchronizeStream` would. `aclrtDestroyEvent` does not block: a pending record
+//!   still completes and its waiters still wait for it.
 //! - `aclrtReserveMemAddress` rejects a non-NULL `expectPtr` (107000) and flags other than
 //!   0 or 1; reservations are aligned to at least the granularity.
 //! - `aclrtMallocPhysical` needs `location.type == ACL_MEM_LOCATION_TYPE_DEVICE`, a device id
@@ -85,9 +148,8 @@
 //! - `aclrtMemcpy` kinds are checked against which side is device address space (inside a
 //!   reservation or a symmetric heap); `ACL_MEMCPY_DEFAULT` infers them. A count of 0 is a
 //!   no-op. Copies may span adjacent mappings.
-//! - A failed task (a collective) makes its stream fail every later task until
-//!   `aclrtSynchronizeStream` returns `ACL_ERROR_RT_INTERNAL_ERROR` (507000) and clears it;
-//!   the detail is copied to the synchronizing thread's `aclGetRecentErrMsg`.
+//! - A failed task's detail is copied to the synchronizing thread's `aclGetRecentErrMsg` (see
+//!   the failure modes above).
 //! - `aclGetRecentErrMsg` returns the calling thread's last failure message of any emulated
 //!   call, ACL or HCCL (read and clear), or NULL.
 //! - `aclrtDestroyStream` runs what is queued (a collective waiting for absent peers until its
@@ -184,8 +246,8 @@
 // - errors, registry, counters, reduce, primitives, wire: leaves (wire: sockets and messages);
 // - os, attendance, board, hub, rendezvous: system calls, who a step waits for, the shared
 //   board of collective steps, the rendezvous host, and a rank's end of the rendezvous;
-// - device, inject, memory, stream, copy: devices, failure injection, device memory, streams,
-//   copies;
+// - device, init, inject, memory, host, stream, event, copy: devices, aclInit / aclFinalize,
+//   failure injection, device memory, aclrtMallocHost memory, streams, events, copies;
 // - window: symmetric heaps, windows and window handles; comm: communicators, which own them;
 // - entry: entering an emulated C function (where a collective call takes its sequence number);
 // - job (a checked collective), steps (its rendezvous steps), staged and symmetric (the two
@@ -203,9 +265,12 @@ mod counters;
 mod device;
 mod entry;
 mod errors;
+mod event;
 mod exports;
 mod hccl;
+mod host;
 mod hub;
+mod init;
 mod inject;
 mod job;
 mod launch;
