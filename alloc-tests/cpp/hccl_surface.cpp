@@ -177,7 +177,7 @@ void device_basics()
     ACL_OK(aclrtGetDeviceSatMode(&mode));
     CHECK(mode == ACL_RT_OVERFLOW_MODE_SATURATION);
     ACL_OK(aclrtSetDeviceSatMode(ACL_RT_OVERFLOW_MODE_INFNAN));
-    EXPECT_ACL(aclrtSetDeviceSatMode((aclrtFloatOverflowMode)7), ACL_ERROR_INVALID_PARAM);
+    EXPECT_ACL(aclrtSetDeviceSatMode((aclrtFloatOverflowMode)7), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT_ACL(aclrtGetDeviceSatMode(nullptr), ACL_ERROR_INVALID_PARAM);
 }
 
@@ -195,9 +195,9 @@ void memory_basics()
     ACL_OK(aclrtMemset(p, big, 0x5a, big));
     std::vector<uint8_t> back = download<uint8_t>(p, 4096);
     for (uint8_t b : back) CHECK(b == 0x5a);
-    EXPECT_ACL(aclrtMemset(p, 16, 0, 32), ACL_ERROR_INVALID_PARAM);
+    EXPECT_ACL(aclrtMemset(p, 16, 0, 32), ACL_ERROR_RT_PARAM_INVALID);
     ACL_OK(aclrtFree(p));
-    EXPECT_ACL(aclrtFree(p), ACL_ERROR_INVALID_PARAM);
+    EXPECT_ACL(aclrtFree(p), ACL_ERROR_RT_PARAM_INVALID);
     EXPECT_ACL(aclrtFree(nullptr), ACL_ERROR_INVALID_PARAM);
     EXPECT_ACL(aclrtMalloc(&p, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
     EXPECT_ACL(aclrtMalloc(nullptr, 1024, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
@@ -556,7 +556,7 @@ int one_rank_of_a_job()
     device_basics();
     ACL_OK(aclrtCreateStream(&k.stream));
     ACL_OK(aclrtSetStreamFailureMode(k.stream, ACL_STOP_ON_FAILURE));
-    EXPECT_ACL(aclrtSetStreamFailureMode(k.stream, 2), ACL_ERROR_INVALID_PARAM);
+    EXPECT_ACL(aclrtSetStreamFailureMode(k.stream, 2), ACL_ERROR_RT_PARAM_INVALID);
 
     HcclRootInfo root;
     share_root_info(&root, env("SYMHEAP_ROOT_INFO"));
