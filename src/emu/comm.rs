@@ -14,6 +14,7 @@ use super::counters::{self, Counter};
 use super::device;
 use super::errors::{Fail, HcclRes, hccl_fail, para};
 use super::hub;
+use super::memory_range::Ranges;
 use super::os;
 use super::registry::{HandleKind, Registry, lock, new_handle};
 use super::rendezvous::{JoinError, Rendezvous};
@@ -43,6 +44,10 @@ pub(crate) struct Group {
     /// here from the memfds the ranks shared when they joined, in rank order. Pages are
     /// allocated when first touched.
     pub(crate) staging: Vec<os::Space>,
+    /// Every rank's point-to-point staging area, in rank order: another `hcclBufferSize` MiB
+    /// after the staging buffer in the same memfd, so sends and collectives never share
+    /// bytes. Rank r's area holds one section per destination ([`super::p2p`]).
+    pub(crate) p2p: Vec<os::Space>,
 }
 
 /// One rank's communicator (what an `HcclComm` handle names).
@@ -52,6 +57,9 @@ pub(crate) struct Comm {
     pub(crate) group: Arc<Group>,
     pub(crate) rank: u32,
     pub(crate) n: u32,
+    /// What `HcclGetCommName` answers: the config's `hcclCommName`, or the rendezvous name
+    /// (the same on every rank).
+    pub(crate) name: String,
     /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
@@ -64,6 +72,12 @@ pub(crate) struct Comm {
     pub(crate) windows: Mutex<Vec<Arc<Window>>>,
     /// The first collective failure not yet read by `HcclGetCommAsyncError`.
     async_error: AtomicI32,
+    /// Point-to-point messages taken to each rank (sends) and from each rank (receives), in
+    /// host order: the k-th send to a rank meets that rank's k-th receive from this one.
+    sent: Box<[AtomicU64]>,
+    received: Box<[AtomicU64]>,
+    /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
+    pub(crate) ranges: Mutex<Ranges>,
 }
 
 static COMMS: Registry<Comm> = Registry::new();
@@ -238,15 +252,21 @@ pub(crate) fn init(
         code: HcclResult::HCCL_E_MEMORY,
         msg: format!("cannot make the {buffer_mb} MiB staging buffer: {e}"),
     };
-    let staging = os::memfd(buffer_mb as usize * (1 << 20)).map_err(memory_error)?;
+    let buffer = buffer_mb as usize * (1 << 20);
+    // The staging buffer, then the point-to-point area of the same size.
+    let staging = os::memfd(2 * buffer).map_err(memory_error)?;
     let timeout = join_timeout(settings.timeout);
     let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout)?;
-    let staging = stagings
-        .iter()
-        .map(|fd| os::map_shared(fd.as_fd(), buffer_mb as usize * (1 << 20)))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(memory_error)?;
-    let group = Arc::new(Group { rv, staging });
+    let map = |offset| {
+        stagings
+            .iter()
+            .map(|fd| os::map_shared_at(fd.as_fd(), offset, buffer))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(memory_error)
+    };
+    let (staging, p2p) = (map(0)?, map(buffer)?);
+    let group = Arc::new(Group { rv, staging, p2p });
+    let counters = || (0..n).map(|_| AtomicU64::new(0)).collect();
     let handle = new_handle(HandleKind::Comm);
     COMMS.insert(
         handle,
@@ -255,6 +275,7 @@ pub(crate) fn init(
             group,
             rank,
             n,
+            name: comm_name(config).unwrap_or(root.name),
             timeout: settings.timeout,
             stride: settings.stride,
             coll_seq: AtomicU64::new(0),
@@ -262,10 +283,94 @@ pub(crate) fn init(
             heap: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
             async_error: AtomicI32::new(0),
+            sent: counters(),
+            received: counters(),
+            ranges: Mutex::new(Ranges::default()),
         }),
     );
     counters::inc(Counter::Comms);
     Ok(handle)
+}
+
+/// `HcclCommInitAll` (after the null checks): `devices.len()` communicators of one group,
+/// rank i on device `devices[i]`, each joined from a thread of its own bound to its device
+/// (the calling thread's binding is untouched). On failure none is left.
+pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
+    if devices.is_empty() {
+        return para("ndev is 0");
+    }
+    for (i, &d) in devices.iter().enumerate() {
+        if let Err(e) = device::check_id(d) {
+            return para(format!("devices[{i}]: {}", e.msg));
+        }
+        if devices[..i].contains(&d) {
+            return para(format!("devices[{i}]: device {d} appears twice"));
+        }
+    }
+    let n = devices.len() as u32;
+    let root = get_root_info()?;
+    let config = HcclCommConfig::init();
+    let joined: Vec<HcclRes<usize>> = std::thread::scope(|s| {
+        let threads: Vec<_> = devices
+            .iter()
+            .zip(0..n)
+            .map(|(&d, rank)| {
+                let (root, config) = (&root, &config);
+                std::thread::Builder::new()
+                    .name(format!("symheap-emu-init-{rank}"))
+                    .spawn_scoped(s, move || {
+                        device::set(d).map_err(|e| Fail {
+                            code: HcclResult::HCCL_E_RUNTIME,
+                            msg: e.msg,
+                        })?;
+                        init(n, root, rank, config)
+                    })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| match t {
+                Ok(t) => t.join().unwrap_or_else(|_| {
+                    hccl_fail(HcclResult::HCCL_E_INTERNAL, "an init thread panicked")
+                }),
+                Err(e) => hccl_fail(
+                    HcclResult::HCCL_E_SYSCALL,
+                    format!("cannot start an init thread: {e}"),
+                ),
+            })
+            .collect()
+    });
+    let (mut handles, mut first) = (Vec::new(), None);
+    for (i, joined) in joined.into_iter().enumerate() {
+        match joined {
+            Ok(handle) => handles.push(handle),
+            Err(f) => {
+                first.get_or_insert((i, f));
+            }
+        }
+    }
+    let Some((i, f)) = first else {
+        return Ok(handles);
+    };
+    for handle in handles {
+        let _ = destroy(handle);
+    }
+    Err(Fail {
+        msg: format!("rank {i} (device {}): {}", devices[i], f.msg),
+        ..f
+    })
+}
+
+/// The config's `hcclCommName` (up to its NUL, at most 127 bytes), if not empty.
+fn comm_name(config: &HcclCommConfig) -> Option<String> {
+    let bytes: Vec<u8> = config
+        .hcclCommName
+        .iter()
+        .take(crate::sys::COMM_NAME_MAX_LENGTH - 1)
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Joins `root` as `rank` of `n`, sharing this rank's `staging` memfd, and waits up to
@@ -311,6 +416,9 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
     };
     // Peers waiting for this rank, now or later, fail at once instead of timing out.
     comm.group.rv.leave(comm.coll_seq.load(Ordering::Relaxed));
+    let taken = |c: &[AtomicU64]| c.iter().map(|k| k.load(Ordering::Relaxed)).collect::<Vec<_>>();
+    let board = comm.group.rv.board();
+    board.leave_pairs(comm.rank as usize, &taken(&comm.sent), &taken(&comm.received));
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);
@@ -326,6 +434,13 @@ impl Comm {
     /// collective call is entered ([`super::entry`]), as is [`Comm::next_host_seq`].
     pub(crate) fn next_collective_seq(&self) -> u64 {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The next point-to-point message number of the pair sending to rank `peer` (`send`) or
+    /// receiving from it (in host order; `peer < n`).
+    pub(crate) fn next_message(&self, peer: u32, send: bool) -> u64 {
+        let counters = if send { &self.sent } else { &self.received };
+        counters[peer as usize].fetch_add(1, Ordering::Relaxed)
     }
 
     /// The next sequence number of a collective host call (window register / deregister).

@@ -37,6 +37,11 @@ pub struct Counters {
     /// Collectives that staged through the communicator's buffer, counting each rank's
     /// (cumulative).
     pub staged_collectives: u64,
+    /// Point-to-point receives (`HcclRecv`, or a receive of `HcclBatchSendRecv`) that read
+    /// the sender's buffer directly in a symmetric window (cumulative).
+    pub direct_receives: u64,
+    /// Point-to-point receives that copied through the sender's staging area (cumulative).
+    pub staged_receives: u64,
 }
 
 impl Counters {
@@ -47,6 +52,8 @@ impl Counters {
             registrations: 0,
             symmetric_collectives: 0,
             staged_collectives: 0,
+            direct_receives: 0,
+            staged_receives: 0,
             ..self
         }
     }
@@ -64,9 +71,11 @@ pub(crate) enum Counter {
     Registrations,
     SymmetricCollectives,
     StagedCollectives,
+    DirectReceives,
+    StagedReceives,
 }
 
-static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+static COUNTS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
 
 /// Adds one to `c`.
 pub(crate) fn inc(c: Counter) {
@@ -92,6 +101,8 @@ pub fn counters() -> Counters {
         registrations: get(Counter::Registrations),
         symmetric_collectives: get(Counter::SymmetricCollectives),
         staged_collectives: get(Counter::StagedCollectives),
+        direct_receives: get(Counter::DirectReceives),
+        staged_receives: get(Counter::StagedReceives),
     }
 }
 

@@ -1,0 +1,1 @@
+//! Point-to-point transfers through the C entry points.
