@@ -50,6 +50,13 @@ pub(crate) struct Group {
     pub(crate) p2p: Vec<os::Space>,
 }
 
+/// How many point-to-point messages a rank queued to each rank (`sent`) and from each rank
+/// (`received`), in host order: its k-th send to a rank meets that rank's k-th receive from it.
+pub(crate) struct Messages {
+    pub(crate) sent: Vec<u64>,
+    pub(crate) received: Vec<u64>,
+}
+
 /// One rank's communicator (what an `HcclComm` handle names).
 pub(crate) struct Comm {
     /// The `HcclComm` value.
@@ -72,10 +79,8 @@ pub(crate) struct Comm {
     pub(crate) windows: Mutex<Vec<Arc<Window>>>,
     /// The first collective failure not yet read by `HcclGetCommAsyncError`.
     async_error: AtomicI32,
-    /// Point-to-point messages taken to each rank (sends) and from each rank (receives), in
-    /// host order: the k-th send to a rank meets that rank's k-th receive from this one.
-    sent: Box<[AtomicU64]>,
-    received: Box<[AtomicU64]>,
+    /// Point-to-point messages queued so far, per pair.
+    pub(crate) messages: Mutex<Messages>,
     /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
     pub(crate) ranges: Mutex<Ranges>,
 }
@@ -266,7 +271,6 @@ pub(crate) fn init(
     };
     let (staging, p2p) = (map(0)?, map(buffer)?);
     let group = Arc::new(Group { rv, staging, p2p });
-    let counters = || (0..n).map(|_| AtomicU64::new(0)).collect();
     let handle = new_handle(HandleKind::Comm);
     COMMS.insert(
         handle,
@@ -283,8 +287,10 @@ pub(crate) fn init(
             heap: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
             async_error: AtomicI32::new(0),
-            sent: counters(),
-            received: counters(),
+            messages: Mutex::new(Messages {
+                sent: vec![0; n as usize],
+                received: vec![0; n as usize],
+            }),
             ranges: Mutex::new(Ranges::default()),
         }),
     );
@@ -416,9 +422,10 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
     };
     // Peers waiting for this rank, now or later, fail at once instead of timing out.
     comm.group.rv.leave(comm.coll_seq.load(Ordering::Relaxed));
-    let taken = |c: &[AtomicU64]| c.iter().map(|k| k.load(Ordering::Relaxed)).collect::<Vec<_>>();
+    let messages = lock(&comm.messages);
     let board = comm.group.rv.board();
-    board.leave_pairs(comm.rank as usize, &taken(&comm.sent), &taken(&comm.received));
+    board.leave_pairs(comm.rank as usize, &messages.sent, &messages.received);
+    drop(messages);
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);
@@ -434,13 +441,6 @@ impl Comm {
     /// collective call is entered ([`super::entry`]), as is [`Comm::next_host_seq`].
     pub(crate) fn next_collective_seq(&self) -> u64 {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The next point-to-point message number of the pair sending to rank `peer` (`send`) or
-    /// receiving from it (in host order; `peer < n`).
-    pub(crate) fn next_message(&self, peer: u32, send: bool) -> u64 {
-        let counters = if send { &self.sent } else { &self.received };
-        counters[peer as usize].fetch_add(1, Ordering::Relaxed)
     }
 
     /// The next sequence number of a collective host call (window register / deregister).

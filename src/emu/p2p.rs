@@ -64,44 +64,45 @@ pub(crate) struct Item {
 /// `HcclSend`, `HcclRecv` and `HcclBatchSendRecv` (called `name`) once their items are read:
 /// checks them, then queues the transfers on `stream`.
 ///
-/// The message numbers of items whose type and peer are valid and whose count is not 0 are
-/// taken as soon as the communicator is found, before any other check, so a call rejected
-/// here still uses up its numbers: the peer's matching call fails, and later pairs stay
-/// matched (as a rejected collective uses up its sequence number).
+/// Message numbers are taken only when the transfers are queued: a call rejected by its
+/// checks takes none (as in HCCL, where it creates no operation), so the peer's matching call
+/// pairs with this rank's next accepted call of the pair. Items with a count of 0 move
+/// nothing and take no number.
 pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static str) -> HcclRes {
     let comm = comm::lookup(comm)?;
-    let mut numbers = Vec::with_capacity(items.len());
-    let mut invalid = Ok(());
-    for (i, item) in items.iter().enumerate() {
-        let checked = check_pair(&comm, item).map_err(|f| Fail {
-            msg: at_item(items.len(), i, f.msg),
-            ..f
-        });
-        match checked {
-            Ok(true) => numbers.push(Some(comm.next_message(item.peer, is_send(item.kind)))),
-            Ok(false) => numbers.push(None),
-            Err(f) => {
-                numbers.push(None);
-                invalid = invalid.and(Err(f));
-            }
-        }
-    }
-    invalid?;
     let stream = stream::lookup(stream).map_err(stream_error)?;
     let mut transfers = Vec::new();
-    for (i, (item, number)) in items.iter().zip(numbers).enumerate() {
-        let Some(msg) = number else { continue };
-        let t = Transfer::check(&comm, item, msg).map_err(|f| Fail {
+    for (i, item) in items.iter().enumerate() {
+        let at = |f: Fail<HcclResult>| Fail {
             msg: at_item(items.len(), i, f.msg),
             ..f
-        })?;
-        transfers.push(t);
+        };
+        if check_pair(&comm, item).map_err(at)? {
+            transfers.push(Transfer::check(&comm, item).map_err(at)?);
+        }
     }
     if transfers.is_empty() {
         return Ok(());
     }
+    // Numbered and queued under the lock, so numbers are taken in queue order and only by
+    // queued transfers.
+    let mut messages = lock(&comm.messages);
+    let mut next = (messages.sent.clone(), messages.received.clone());
+    for t in &mut transfers {
+        let counter = match t.send {
+            true => &mut next.0[t.peer as usize],
+            false => &mut next.1[t.peer as usize],
+        };
+        t.msg = *counter;
+        *counter += 1;
+    }
+    let mut batch = Batch {
+        comm: comm.clone(),
+        transfers,
+    };
     let task = Box::new(move || {
-        run(&comm, &mut transfers).map_err(|f| {
+        let comm = batch.comm.clone();
+        run(&comm, &mut batch.transfers).map_err(|f| {
             comm.set_async_error(f.code);
             TaskFailure {
                 code: ACL_ERROR_RT_INTERNAL_ERROR,
@@ -109,7 +110,9 @@ pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static st
             }
         })
     });
-    stream.enqueue(task).map_err(stream_error)
+    stream.enqueue(task).map_err(stream_error)?;
+    (messages.sent, messages.received) = next;
+    Ok(())
 }
 
 /// `msg`, prefixed with the item it is about when a batch has several.
@@ -124,8 +127,8 @@ fn is_send(kind: HcclSendRecvType) -> bool {
     kind == HcclSendRecvType::HCCL_SEND
 }
 
-/// The checks that decide whether an item takes a message number: a send or a receive, with
-/// a peer other than this rank. Whether it moves anything (a count of 0 does not).
+/// The checks of an item's type and peer: a send or a receive, with a peer other than this
+/// rank. Whether it moves anything (a count of 0 does not).
 fn check_pair(comm: &Comm, item: &Item) -> HcclRes<bool> {
     if item.kind != HcclSendRecvType::HCCL_SEND && item.kind != HcclSendRecvType::HCCL_RECV {
         return para(format!(
@@ -173,7 +176,7 @@ enum State {
     Done,
 }
 
-/// A checked send or receive: message `msg` of its pair.
+/// A checked send or receive: message `msg` of its pair (numbered when queued).
 struct Transfer {
     send: bool,
     peer: u32,
@@ -192,7 +195,7 @@ struct Transfer {
 
 impl Transfer {
     /// The checks of the item's type and buffer, made when it is called.
-    fn check(comm: &Comm, item: &Item, msg: u64) -> HcclRes<Transfer> {
+    fn check(comm: &Comm, item: &Item) -> HcclRes<Transfer> {
         let Some(dtype) = DType::from_hccl(item.dtype) else {
             return para(format!("data type {} is not supported", item.dtype));
         };
@@ -222,7 +225,7 @@ impl Transfer {
         Ok(Transfer {
             send,
             peer: item.peer,
-            msg,
+            msg: 0,
             buf: item.buf,
             count: item.count,
             dtype: item.dtype,
@@ -551,7 +554,7 @@ fn progress_of(word: u64, k: u64) -> Option<u64> {
 }
 
 /// Runs `transfers` on the stream thread until all are done, one fails, or none moves for the
-/// exec timeout. On failure every unfinished one is marked finished, so peers fail at once.
+/// exec timeout.
 fn run(comm: &Comm, transfers: &mut [Transfer]) -> HcclRes {
     let board = comm.group.rv.board();
     let mut patience = Patience::new();
@@ -595,14 +598,30 @@ fn run(comm: &Comm, transfers: &mut [Transfer]) -> HcclRes {
             );
         }
     };
-    if outcome.is_err() {
-        for t in transfers.iter_mut().filter(|t| !t.done()) {
+    outcome
+}
+
+/// A queued call's transfers. Dropped with some unfinished (it failed, or its stream skipped
+/// it after an earlier failure), it marks them finished, so their peers fail at once and this
+/// rank's later messages of the pairs can go ahead.
+struct Batch {
+    comm: Arc<Comm>,
+    transfers: Vec<Transfer>,
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let comm = &self.comm;
+        let mut any = false;
+        for t in self.transfers.iter_mut().filter(|t| !t.done()) {
             let (mine, _) = t.mailboxes(comm);
             t.finish(mine);
+            any = true;
         }
-        board.notify();
+        if any {
+            comm.group.rv.board().notify();
+        }
     }
-    outcome
 }
 
 /// What the unfinished `transfers` wait for.
