@@ -492,7 +492,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::super::testutil::{
-        acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
+        DevBuf, acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
     };
     use super::super::{counters, test_lock};
     use crate::sys::*;
@@ -639,6 +639,133 @@ mod tests {
         assert!(err.msg.contains("[1]"), "{}", err.msg);
         assert!(start.elapsed().as_secs_f64() < 5.0);
         drop(staging);
+        assert_clean();
+    }
+
+    /// `HcclGetCommName` of `comm`.
+    fn name(comm: HcclComm) -> String {
+        let mut buf = [0x55 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+        // SAFETY: a buffer of COMM_NAME_MAX_LENGTH bytes.
+        hok(unsafe { (hccl().HcclGetCommName.unwrap())(comm, buf.as_mut_ptr()) });
+        let bytes: Vec<u8> = buf.iter().map(|&c| c as u8).collect();
+        let nul = bytes.iter().position(|&b| b == 0).expect("NUL-terminated");
+        String::from_utf8(bytes[..nul].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn comm_names_are_the_same_on_every_rank() {
+        let _g = test_lock();
+        let names = run_ranks(3, &test_config(), |r| name(r.comm));
+        assert!(names[0].starts_with("symheap-emu-"), "{}", names[0]);
+        assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+        // Another communicator gets another name.
+        let other = run_ranks(2, &test_config(), |r| name(r.comm));
+        assert_ne!(other[0], names[0]);
+        // The config's name, cut to 127 bytes.
+        let mut cfg = test_config();
+        for (dst, &b) in cfg.hcclCommName.iter_mut().zip(b"pp_group_7") {
+            *dst = b as std::ffi::c_char;
+        }
+        assert_eq!(run_ranks(2, &cfg, |r| name(r.comm)), ["pp_group_7"; 2]);
+        cfg.hcclCommName = [b'x' as std::ffi::c_char; 128];
+        assert_eq!(run_ranks(1, &cfg, |r| name(r.comm)), ["x".repeat(127)]);
+        let get = hccl().HcclGetCommName.unwrap();
+        run_ranks(1, &test_config(), |r| {
+            let mut buf = [0 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+            // SAFETY: the emulator validates the arguments.
+            unsafe {
+                assert_eq!(get(r.comm, null_mut()), PTR);
+                assert_eq!(get(null_mut(), buf.as_mut_ptr()), PTR);
+                assert_eq!(get(0x77 as HcclComm, buf.as_mut_ptr()), PARA);
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn init_all_makes_a_communicator_per_device() {
+        let _g = test_lock();
+        let (a, h) = (acl(), hccl());
+        let init_all = h.HcclCommInitAll.unwrap();
+        let mut comms = [null_mut(); 4];
+        let mut devices = [3, 1, 0, 2];
+        // SAFETY: arrays of ndev entries, or null where the emulator must refuse.
+        unsafe {
+            ok((a.aclrtSetDevice)(5));
+            assert_eq!(init_all(4, null_mut(), comms.as_mut_ptr()), PTR);
+            assert_eq!(init_all(4, devices.as_mut_ptr(), null_mut()), PTR);
+            assert_eq!(init_all(0, devices.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            let mut twice = [0, 1, 0];
+            assert_eq!(init_all(3, twice.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            assert!(recent().contains("twice"), "{}", recent());
+            for bad in [-1, 64] {
+                let mut bad = [0, bad];
+                assert_eq!(init_all(2, bad.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            }
+            assert_eq!(counters().comms, 0);
+            hok(init_all(4, devices.as_mut_ptr(), comms.as_mut_ptr()));
+            // The calling thread's device is unchanged.
+            let mut dev = -1;
+            ok((a.aclrtGetDevice)(&mut dev));
+            assert_eq!(dev, 5);
+            ok((a.aclrtResetDevice)(5));
+        }
+        assert_eq!(counters().comms, 4);
+        let names: Vec<String> = comms.iter().map(|&c| name(c)).collect();
+        assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+        // One thread per device runs a collective on its communicator.
+        let count = 1000usize;
+        let sums = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|i| {
+                    let (comm, device) = (comms[i] as usize, devices[i]);
+                    s.spawn(move || {
+                        let comm = comm as HcclComm;
+                        let mut stream = null_mut();
+                        let (mut rank, mut size) = (9, 0);
+                        // SAFETY: live handles and valid out-pointers.
+                        unsafe {
+                            ok((a.aclrtSetDevice)(device));
+                            hok((h.HcclGetRankId)(comm, &mut rank));
+                            hok((h.HcclGetRankSize)(comm, &mut size));
+                            ok((a.aclrtCreateStream)(&mut stream));
+                        }
+                        assert_eq!((rank, size), (i as u32, 4));
+                        let buf = DevBuf::new(device as u32, crate::emu::GRANULARITY);
+                        let input: Vec<i64> = (0..count as i64).map(|e| e * (i as i64 + 1)).collect();
+                        buf.write(0, &input);
+                        // SAFETY: live handles, mapped device memory.
+                        unsafe {
+                            hok((h.HcclAllReduce)(
+                                buf.ptr,
+                                buf.ptr,
+                                count as u64,
+                                HcclDataType::HCCL_DATA_TYPE_INT64,
+                                HcclReduceOp::HCCL_REDUCE_SUM,
+                                comm,
+                                stream,
+                            ));
+                            ok((a.aclrtSynchronizeStream)(stream));
+                        }
+                        let out = buf.read::<i64>(0, count);
+                        buf.free();
+                        // SAFETY: handles made above.
+                        unsafe {
+                            ok((a.aclrtDestroyStream)(stream));
+                            hok((h.HcclCommDestroy)(comm));
+                            ok((a.aclrtResetDevice)(device));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+        });
+        for out in sums {
+            for (e, &v) in out.iter().enumerate() {
+                assert_eq!(v, 10 * e as i64, "element {e}");
+            }
+        }
         assert_clean();
     }
 

@@ -167,12 +167,192 @@ impl Ranges {
             None => para(format!("{ptr:#x} is not the start of an activated block")),
         }
     }
+}
 
-    /// The activated block holding `[addr, addr + len)` whole, as `(start, size)`.
-    #[cfg(test)]
-    pub(crate) fn activated(&self, addr: usize, len: usize) -> Option<(usize, usize)> {
-        let (_, r) = self.ranges.range(..=addr).next_back()?;
-        let (&a, b) = r.active.range(..=addr).next_back()?;
-        (addr + len <= a + b.size).then_some((a, b.size))
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+
+    use super::super::testutil::{
+        DevBuf, acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
+    };
+    use super::super::{GRANULARITY as G, test_lock};
+    use crate::sys::*;
+
+    const PARA: HcclResult = HcclResult::HCCL_E_PARA;
+    const PTR: HcclResult = HcclResult::HCCL_E_PTR;
+
+    /// A reservation of `size` bytes on this thread's device.
+    fn reserve(size: usize) -> *mut c_void {
+        let mut p = null_mut();
+        // SAFETY: valid out-pointer.
+        ok(unsafe { (acl().aclrtReserveMemAddress)(&mut p, size, 0, null_mut(), 1) });
+        p
+    }
+
+    /// `size` bytes of physical memory on `device`.
+    fn physical(device: u32, size: usize) -> aclrtDrvMemHandle {
+        let mut h = null_mut();
+        let prop = aclrtPhysicalMemProp::device_huge(device);
+        // SAFETY: valid out-pointer and property.
+        ok(unsafe { (acl().aclrtMallocPhysical)(&mut h, size, &prop, 0) });
+        h
+    }
+
+    #[test]
+    fn memory_range_calls_check_their_arguments_and_sequence() {
+        let _g = test_lock();
+        let h = hccl();
+        let (set, unset) = (
+            h.HcclCommSetMemoryRange.unwrap(),
+            h.HcclCommUnsetMemoryRange.unwrap(),
+        );
+        let (activate, deactivate) = (
+            h.HcclCommActivateCommMemory.unwrap(),
+            h.HcclCommDeactivateCommMemory.unwrap(),
+        );
+        run_ranks(1, &test_config(), |r| {
+            let a = acl();
+            let c = r.comm;
+            let base = reserve(3 * G);
+            let at = |off: usize| base.wrapping_byte_add(off);
+            let (mine, other) = (physical(0, G), physical(0, G));
+            let mut host = [0u8; 64];
+            let host_ptr = host.as_mut_ptr().cast::<c_void>();
+            // SAFETY: the emulator validates every argument.
+            unsafe {
+                ok((a.aclrtMapMem)(at(G), G, 0, mine, 0));
+                // Set.
+                assert_eq!(set(null_mut(), base, 3 * G, 0, 0), PTR);
+                assert_eq!(set(0x77 as HcclComm, base, 3 * G, 0, 0), PARA);
+                assert_eq!(set(c, null_mut(), 3 * G, 0, 0), PTR);
+                assert_eq!(set(c, base, 0, 0, 0), PARA);
+                assert_eq!(set(c, base, 3 * G, G, 0), PARA);
+                assert!(recent().contains("alignment"));
+                assert_eq!(set(c, base, 3 * G, 0, 2), PARA);
+                assert_eq!(set(c, host_ptr, 64, 0, 0), PARA);
+                assert!(recent().contains("aclrtReserveMemAddress"));
+                assert_eq!(set(c, base, 4 * G, 0, 0), PARA);
+                // torch_npu passes flags 1.
+                hok(set(c, base, 3 * G, 0, 1));
+                assert_eq!(set(c, base, 3 * G, 0, 0), PARA);
+                assert_eq!(set(c, at(G), G, 0, 0), PARA);
+                assert!(recent().contains("overlaps"));
+                // Activate.
+                assert_eq!(activate(c, null_mut(), G, 0, mine, 0), PTR);
+                assert_eq!(activate(c, at(G), G, 0, null_mut(), 0), PTR);
+                assert_eq!(activate(c, at(G), 0, 0, mine, 0), PARA);
+                assert_eq!(activate(c, at(G), G, G, mine, 0), PARA);
+                assert_eq!(activate(c, at(G), G, 0, mine, 1), PARA);
+                assert_eq!(activate(c, base, G, 0, mine, 0), PARA);
+                assert!(recent().contains("not the start of a mapping"));
+                assert_eq!(activate(c, at(G), G, 0, other, 0), PARA);
+                assert!(recent().contains("is not the physical allocation"));
+                assert_eq!(activate(c, at(G), 2 * G, 0, mine, 0), PARA);
+                assert_eq!(activate(c, at(G), 3 * G, 0, mine, 0), PARA);
+                assert!(recent().contains("extends past"));
+                assert_eq!(activate(c, host_ptr, 64, 0, mine, 0), PARA);
+                hok(activate(c, at(G), G, 0, mine, 0));
+                assert_eq!(activate(c, at(G), G, 0, mine, 0), PARA);
+                assert!(recent().contains("overlaps the activated block"));
+                // Unset while activated, or not a base.
+                assert_eq!(unset(c, base), PARA);
+                assert!(recent().contains("deactivate them first"));
+                assert_eq!(unset(c, null_mut()), PTR);
+                assert_eq!(unset(c, at(G)), PARA);
+                // Deactivate.
+                assert_eq!(deactivate(c, null_mut()), PTR);
+                assert_eq!(deactivate(c, base), PARA);
+                assert_eq!(deactivate(c, at(G + 4096)), PARA);
+                hok(deactivate(c, at(G)));
+                assert_eq!(deactivate(c, at(G)), PARA);
+                hok(unset(c, base));
+                assert_eq!(unset(c, base), PARA);
+                // A comm destroyed with ranges and activations set forgets them: the memory
+                // stays the user's.
+                hok(set(c, base, 3 * G, 0, 0));
+                hok(activate(c, at(G), G, 0, mine, 0));
+                ok((a.aclrtUnmapMem)(at(G)));
+                ok((a.aclrtFreePhysical)(mine));
+                ok((a.aclrtFreePhysical)(other));
+                ok((a.aclrtReleaseMemAddress)(base));
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn ranges_are_per_communicator() {
+        let _g = test_lock();
+        let h = hccl();
+        let set = h.HcclCommSetMemoryRange.unwrap();
+        let unset = h.HcclCommUnsetMemoryRange.unwrap();
+        let root = super::super::comm::get_root_info().unwrap();
+        run_ranks(1, &test_config(), |r| {
+            let base = reserve(G);
+            let mut other = null_mut();
+            // SAFETY: valid pointers; handles released below.
+            unsafe {
+                hok((h.HcclCommInitRootInfo)(1, &root, 0, &mut other));
+                hok(set(r.comm, base, G, 0, 0));
+                // The same range on another communicator of the process.
+                hok(set(other, base, G, 0, 0));
+                hok(unset(r.comm, base));
+                hok(unset(other, base));
+                hok((h.HcclCommDestroy)(other));
+                ok((acl().aclrtReleaseMemAddress)(base));
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn all_reduce_runs_on_activated_memory() {
+        let _g = test_lock();
+        let h = hccl();
+        let count = 100_000;
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let base = reserve(2 * G);
+            let phys = physical(r.rank, 2 * G);
+            // SAFETY: the emulator validates every argument.
+            unsafe {
+                ok((a.aclrtMapMem)(base, 2 * G, 0, phys, 0));
+                hok((h.HcclCommSetMemoryRange.unwrap())(r.comm, base, 2 * G, 0, 0));
+                hok((h.HcclCommActivateCommMemory.unwrap())(r.comm, base, 2 * G, 0, phys, 0));
+            }
+            let buf = DevBuf {
+                ptr: base,
+                size: 2 * G,
+                phys,
+            };
+            let input: Vec<i32> = (0..count as i32).map(|i| i * (r.rank as i32 + 1)).collect();
+            buf.write(0, &input);
+            // SAFETY: activated device memory, live handles.
+            hok(unsafe {
+                (h.HcclAllReduce)(
+                    base,
+                    buf.at(G),
+                    count as u64,
+                    HcclDataType::HCCL_DATA_TYPE_INT32,
+                    HcclReduceOp::HCCL_REDUCE_SUM,
+                    r.comm,
+                    r.stream,
+                )
+            });
+            assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
+            let got = buf.read::<i32>(G, count);
+            for (i, &v) in got.iter().enumerate() {
+                assert_eq!(v, 3 * i as i32, "element {i}");
+            }
+            // SAFETY: as above.
+            unsafe {
+                hok((h.HcclCommDeactivateCommMemory.unwrap())(r.comm, base));
+                hok((h.HcclCommUnsetMemoryRange.unwrap())(r.comm, base));
+            }
+            buf.free();
+        });
+        assert_clean();
     }
 }
