@@ -732,7 +732,8 @@ mod tests {
                         }
                         assert_eq!((rank, size), (i as u32, 4));
                         let buf = DevBuf::new(device as u32, crate::emu::GRANULARITY);
-                        let input: Vec<i64> = (0..count as i64).map(|e| e * (i as i64 + 1)).collect();
+                        let input: Vec<i64> =
+                            (0..count as i64).map(|e| e * (i as i64 + 1)).collect();
                         buf.write(0, &input);
                         // SAFETY: live handles, mapped device memory.
                         unsafe {
@@ -759,7 +760,10 @@ mod tests {
                     })
                 })
                 .collect();
-            threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
         });
         for out in sums {
             for (e, &v) in out.iter().enumerate() {

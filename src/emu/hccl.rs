@@ -10,8 +10,8 @@
 use std::ffi::{c_char, c_void};
 
 use crate::sys::{
-    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType,
-    HcclReduceOp, HcclResult, HcclRootInfo, HcclSendRecvType, aclrtStream,
+    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp,
+    HcclResult, HcclRootInfo, HcclSendRecvType, aclrtStream,
 };
 
 use super::collective;
@@ -21,10 +21,10 @@ use super::errors::{HcclRes, hccl_error_string, hccl_fail};
 use super::exports as args;
 use super::job::Kind::{self, AllGather, AllReduce, AlltoAll, Barrier, Broadcast, ReduceScatter};
 use super::job::{Request, Signature};
-use super::registry::lock;
-use super::{p2p, sym_window};
 #[cfg(doc)]
 use super::memory_range;
+use super::registry::lock;
+use super::{p2p, sym_window};
 
 /// Fails on a null pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> HcclRes {
@@ -360,7 +360,12 @@ pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
             peer: it.remoteRank,
         })
         .collect();
-    p2p::call(a.comm as usize, a.stream as usize, &items, "HcclBatchSendRecv")
+    p2p::call(
+        a.comm as usize,
+        a.stream as usize,
+        &items,
+        "HcclBatchSendRecv",
+    )
 }
 
 /// `HcclCommSetMemoryRange`: records `[baseVirPtr, +size)`, a reserved range, on the
@@ -381,7 +386,13 @@ pub(super) unsafe fn HcclCommUnsetMemoryRange(a: args::HcclCommUnsetMemoryRange)
 pub(super) unsafe fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) -> HcclRes {
     let c = comm::lookup(a.comm as usize)?;
     let mut ranges = lock(&c.ranges);
-    ranges.activate(a.virPtr as usize, a.size, a.offset, a.handle as usize, a.flags)
+    ranges.activate(
+        a.virPtr as usize,
+        a.size,
+        a.offset,
+        a.handle as usize,
+        a.flags,
+    )
 }
 
 /// `HcclCommDeactivateCommMemory`: forgets an activated block.

@@ -47,7 +47,13 @@ fn non_null(addr: usize, what: &str) -> HcclRes {
 impl Ranges {
     /// `HcclCommSetMemoryRange`: `[base, base + size)` inside one reservation, overlapping no
     /// range already set; `alignment` 0; `flags` 0 or 1 (torch_npu passes 1).
-    pub(crate) fn set(&mut self, base: usize, size: usize, alignment: usize, flags: u64) -> HcclRes {
+    pub(crate) fn set(
+        &mut self,
+        base: usize,
+        size: usize,
+        alignment: usize,
+        flags: u64,
+    ) -> HcclRes {
         non_null(base, "baseVirPtr")?;
         if size == 0 {
             return para("size is 0");
@@ -149,7 +155,11 @@ impl Ranges {
                     m.phys.handle
                 ));
             }
-            _ => return para(format!("{ptr:#x} is not the start of a mapping (aclrtMapMem)")),
+            _ => {
+                return para(format!(
+                    "{ptr:#x} is not the start of a mapping (aclrtMapMem)"
+                ));
+            }
         }
         if let Err(e) = memory::pin_range(ptr, size) {
             return para(e);
@@ -319,8 +329,21 @@ mod tests {
             // SAFETY: the emulator validates every argument.
             unsafe {
                 ok((a.aclrtMapMem)(base, 2 * G, 0, phys, 0));
-                hok((h.HcclCommSetMemoryRange.unwrap())(r.comm, base, 2 * G, 0, 0));
-                hok((h.HcclCommActivateCommMemory.unwrap())(r.comm, base, 2 * G, 0, phys, 0));
+                hok((h.HcclCommSetMemoryRange.unwrap())(
+                    r.comm,
+                    base,
+                    2 * G,
+                    0,
+                    0,
+                ));
+                hok((h.HcclCommActivateCommMemory.unwrap())(
+                    r.comm,
+                    base,
+                    2 * G,
+                    0,
+                    phys,
+                    0,
+                ));
             }
             let buf = DevBuf {
                 ptr: base,

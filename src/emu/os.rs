@@ -107,8 +107,8 @@ pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
 /// Maps bytes `[offset, offset + len)` of `fd` (`offset` a page multiple) read/write and
 /// shared, where the kernel chooses.
 pub(crate) fn map_shared_at(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<Space> {
-    let offset = libc::off_t::try_from(offset)
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let offset =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: a fresh shared mapping at an address of the kernel's choosing touches no
     // existing memory.
     let ptr = unsafe {

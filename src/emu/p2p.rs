@@ -106,7 +106,10 @@ pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static st
             comm.set_async_error(f.code);
             TaskFailure {
                 code: ACL_ERROR_RT_INTERNAL_ERROR,
-                msg: format!("{name} on rank {} failed with {}: {}", comm.rank, f.code, f.msg),
+                msg: format!(
+                    "{name} on rank {} failed with {}: {}",
+                    comm.rank, f.code, f.msg
+                ),
             }
         })
     });
@@ -558,7 +561,7 @@ fn progress_of(word: u64, k: u64) -> Option<u64> {
 fn run(comm: &Comm, transfers: &mut [Transfer]) -> HcclRes {
     let board = comm.group.rv.board();
     let mut patience = Patience::new();
-    let outcome = loop {
+    loop {
         let mut failure = None;
         let woke = board.wait_until(
             || {
@@ -581,13 +584,13 @@ fn run(comm: &Comm, transfers: &mut [Transfer]) -> HcclRes {
             deadline(comm.timeout),
         );
         if let Some(f) = failure {
-            break Err(f);
+            return Err(f);
         }
         if transfers.iter().all(Transfer::done) {
-            break Ok(());
+            return Ok(());
         }
         if !woke {
-            break hccl_fail(
+            return hccl_fail(
                 HcclResult::HCCL_E_TIMEOUT,
                 format!(
                     "rank {} waited {:.1} s {}",
@@ -597,8 +600,9 @@ fn run(comm: &Comm, transfers: &mut [Transfer]) -> HcclRes {
                 ),
             );
         }
-    };
-    outcome
+        // Something moved: the exec timeout (and the warning) count from here.
+        patience = Patience::new();
+    }
 }
 
 /// A queued call's transfers. Dropped with some unfinished (it failed, or its stream skipped

@@ -310,7 +310,11 @@ fn a_peer_that_never_receives_times_out() {
         buf.free();
         done.wait();
     });
-    assert!(start.elapsed() < Duration::from_secs(8), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
     assert_clean();
 }
 
@@ -337,7 +341,11 @@ fn a_peer_that_destroyed_its_communicator_fails_transfers_at_once() {
         }
         buf.free();
     });
-    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
     assert_clean();
 }
 
