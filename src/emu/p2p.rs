@@ -2,7 +2,7 @@
 //!
 //! Only the two ranks of a pair take part, so a transfer takes no collective sequence number:
 //! the k-th send from rank s to rank d meets the k-th receive at d from s, numbered per ordered
-//! pair in host order when the call is made ([`super::comm::Comm::next_message`]). The two
+//! pair in host order when the call is queued ([`super::comm::Messages`]). The two
 //! ranks meet in the pair's mailboxes on the board ([`super::board::Mailbox`]), each writing
 //! only its own side and waking the other through the board's futex:
 //!
