@@ -183,8 +183,8 @@
 //!   pair, in the host order of the calls, whatever streams they go to; a pair's messages run
 //!   one after another). Only calls that pass their checks and are queued take a number (as
 //!   in HCCL, a rejected call creates no operation), so the peer's matching call pairs with
-//!   this rank's next accepted one. A count of 0 succeeds at once, queues nothing and takes no
-//!   number (even with a NULL buffer).
+//!   this rank's next accepted one. A count of 0 (with a valid item type and peer) succeeds
+//!   at once, queues nothing and takes no number (even with a NULL buffer).
 //! - Their checks: NULL comm or stream, a NULL buffer with a count above 0, or a NULL item
 //!   array (even with `itemNum` 0): `HCCL_E_PTR`; a peer not below rankSize or equal to the
 //!   calling rank, an item type other than `HCCL_SEND` / `HCCL_RECV`, an unsupported type,

@@ -228,6 +228,8 @@ fn point_to_point_leaves_collectives_of_all_ranks_matched() {
         if r.rank == 2 {
             buf.write(0, &pattern(2, 5, count));
             hok(send(r, buf.ptr, count as u64, I32, 3));
+            // The send reads `buf` on the stream: wait before the host rewrites it.
+            assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
         } else if r.rank == 3 {
             hok(recv(r, buf.ptr, count as u64, I32, 2));
             assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
