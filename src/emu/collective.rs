@@ -90,7 +90,7 @@ impl Wire for Arrival {
 }
 
 /// Converts an ACL stream lookup failure into HCCL's codes.
-fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
+pub(crate) fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
     let code = if f.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID {
         HcclResult::HCCL_E_PTR
     } else {

@@ -43,6 +43,11 @@ pub struct Counters {
     /// Collectives that staged through the communicator's buffer, counting each rank's
     /// (cumulative).
     pub staged_collectives: u64,
+    /// Point-to-point receives (`HcclRecv`, or a receive of `HcclBatchSendRecv`) that read
+    /// the sender's buffer directly in a symmetric window (cumulative).
+    pub direct_receives: u64,
+    /// Point-to-point receives that copied through the sender's staging area (cumulative).
+    pub staged_receives: u64,
 }
 
 impl Counters {
@@ -53,6 +58,8 @@ impl Counters {
             registrations: 0,
             symmetric_collectives: 0,
             staged_collectives: 0,
+            direct_receives: 0,
+            staged_receives: 0,
             ..self
         }
     }
@@ -73,9 +80,11 @@ pub(crate) enum Counter {
     Registrations,
     SymmetricCollectives,
     StagedCollectives,
+    DirectReceives,
+    StagedReceives,
 }
 
-static COUNTS: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
+static COUNTS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
 
 /// Adds one to `c`.
 pub(crate) fn inc(c: Counter) {
@@ -104,6 +113,8 @@ pub fn counters() -> Counters {
         registrations: get(Counter::Registrations),
         symmetric_collectives: get(Counter::SymmetricCollectives),
         staged_collectives: get(Counter::StagedCollectives),
+        direct_receives: get(Counter::DirectReceives),
+        staged_receives: get(Counter::StagedReceives),
     }
 }
 

@@ -613,6 +613,11 @@ pub(crate) fn free(addr: usize) -> AclResult {
     Ok(())
 }
 
+/// Whether `[addr, addr + len)` lies inside one user reservation (`aclrtReserveMemAddress`).
+pub(crate) fn in_one_reservation(addr: usize, len: usize) -> bool {
+    state().reservation_holding(addr, len).is_some()
+}
+
 /// Pins `[addr, addr + len)`, which must be wholly inside mapped device memory.
 pub(crate) fn pin_range(addr: usize, len: usize) -> Result<Pins, String> {
     let mut pins = Pins::default();

@@ -63,6 +63,10 @@
 //!   the heap (symmetric path, when both buffers are in windows at the same offsets on every
 //!   rank) or stage through a per-communicator buffer (otherwise), then meet once more before
 //!   the stream moves on.
+//! - **Point-to-point** transfers (`HcclSend` / `HcclRecv` / `HcclBatchSendRecv`) involve only
+//!   their two ranks: the k-th send from s to d meets the k-th receive at d from s in the
+//!   pair's mailboxes on the board, and the data moves through a staging area of the sender
+//!   (or, when the sender's buffer is in a symmetric window, straight out of it).
 //!
 //! # Choices where the reference is silent
 //! ACL:
@@ -235,6 +239,67 @@
 //!   integers wrap; fp16 / bf16 are reduced in f32 and rounded once; float max / min ignore a
 //!   NaN operand (IEEE maxNum / minNum).
 //!
+//! HCCL point-to-point, `HcclCommInitAll`, `HcclGetCommName`, memory ranges (issue 9):
+//! - `HcclSend` / `HcclRecv` / `HcclBatchSendRecv` take no collective sequence number: the
+//!   k-th send from rank s to rank d pairs with the k-th receive at d from s (per ordered
+//!   pair, in the host order of the calls, whatever streams they go to; a pair's messages run
+//!   one after another). Only calls that pass their checks and are queued take a number (as
+//!   in HCCL, a rejected call creates no operation), so the peer's matching call pairs with
+//!   this rank's next accepted one. A count of 0 (with a valid item type and peer) succeeds
+//!   at once, queues nothing and takes no number (even with a NULL buffer).
+//! - Their checks: NULL comm or stream, a NULL buffer with a count above 0, or a NULL item
+//!   array (even with `itemNum` 0): `HCCL_E_PTR`; a peer not below rankSize or equal to the
+//!   calling rank, an item type other than `HCCL_SEND` / `HCCL_RECV`, an unsupported type,
+//!   an overflowing count, or a buffer not wholly in mapped device memory: `HCCL_E_PARA`
+//!   (naming the item in a batch; nothing of the batch is queued). `itemNum` 0 succeeds and
+//!   queues nothing. Buffers are pinned until the transfer ends.
+//! - Sends are synchronous: a send's task ends once the receiver has every byte, so sends
+//!   ordered so that they wait for each other (a ring of separate `HcclSend` then `HcclRecv`)
+//!   wait until the exec timeout, as HCCL warns. A batch moves all its items at once (a ring
+//!   in one batch works); items of one pair run in order. The exec timeout counts from the
+//!   last progress of any item, so large messages never time out while they move.
+//! - A pair whose counts or types differ fails on both ranks with `HCCL_E_PARA`, each message
+//!   naming both calls; later messages of the pair still match. A peer that is absent gives
+//!   `HCCL_E_TIMEOUT` after the exec timeout; one that gave up on the message (its call
+//!   failed, or its stream skipped it after an earlier failure), destroyed its communicator
+//!   before queueing the message, or was lost fails the rank at once with `HCCL_E_TIMEOUT` and
+//!   a message saying why. A failed item fails its whole batch. Failures reach the stream and
+//!   `HcclGetCommAsyncError` as a failed collective's do.
+//! - Data moves through a point-to-point staging area of the sender: a second
+//!   `hcclBufferSize` after the collective staging buffer in the same memfd (pages cost only
+//!   when touched), so sends never share bytes with collectives of other streams. It holds a
+//!   section of `hcclBufferSize / rankSize` per destination, used as two chunks (the sender
+//!   fills one while the receiver empties the other). When the sender's buffer lies wholly in
+//!   a symmetric window of the communicator, the receiver copies it straight out of its heap
+//!   mapping of the sender's memory instead (counted in [`Counters::direct_receives`], the
+//!   staged ones in [`Counters::staged_receives`]).
+//! - `HcclCommInitAll` needs distinct device ids in `0..64` and `ndev > 0` (`HCCL_E_PARA`),
+//!   non-NULL arrays (`HCCL_E_PTR`); it makes a root info and joins rank i from a thread of its
+//!   own bound to `devices[i]`, with the default config, so the calling thread's device
+//!   binding is unchanged; if any rank fails, the others are destroyed and the first failure
+//!   (by rank) is returned. The communicators may then be used from any thread.
+//! - `HcclGetCommName` writes at most `COMM_NAME_MAX_LENGTH` (128) bytes, the NUL included:
+//!   the config's `hcclCommName` (cut to 127 bytes; not compared across ranks nor checked for
+//!   uniqueness) when it is not empty, otherwise the rendezvous name made by `HcclGetRootInfo`
+//!   (`symheap-emu-<pid>-<n>-<key>`), the same on every rank and different for every root
+//!   info. A NULL `commName` is `HCCL_E_PTR`.
+//! - Memory ranges are recorded per communicator (torch_npu sets its segments on each
+//!   communicator, so a range may be set on several communicators of a process; CANN says a
+//!   range is visible to all of them) and the calls are local, with no rendezvous.
+//!   `HcclCommSetMemoryRange` needs a non-NULL base (`HCCL_E_PTR`), a size above 0,
+//!   `alignment` 0 and `flags` 0 or 1 (torch_npu passes 1; CANN documents only 0), and a range
+//!   inside one `aclrtReserveMemAddress` reservation, overlapping no range set on the
+//!   communicator (`HCCL_E_PARA`). `HcclCommActivateCommMemory` needs non-NULL `virPtr` and
+//!   `handle` (`HCCL_E_PTR`), a size above 0, `offset` and `flags` 0, a block inside one set
+//!   range that overlaps no activated block, wholly mapped, with `handle`'s mapping starting
+//!   at `virPtr` (`HCCL_E_PARA`). Deactivate needs an activated block's start, Unset a range's
+//!   base and no activated block left in it (`HCCL_E_PARA`). The records pin nothing:
+//!   unmapping or freeing activated memory is not refused. `HcclCommDestroy` forgets the
+//!   communicator's ranges and activations; the memory stays the user's. Collectives on
+//!   activated memory take the staged path like any mapped memory (every collective, not only
+//!   the four HCCL allows, and without modifying the input as HCCL's zero-copy
+//!   ReduceScatter / AllReduce do).
+//!
 //! # Limits
 //! Window handles point to a boxed descriptor and are validated against a registry; a handle
 //! of a dropped window whose address the allocator hands out again for a new window would
@@ -246,13 +311,14 @@
 // - errors, registry, counters, reduce, primitives, wire: leaves (wire: sockets and messages);
 // - os, attendance, board, hub, rendezvous: system calls, who a step waits for, the shared
 //   board of collective steps, the rendezvous host, and a rank's end of the rendezvous;
-// - device, init, inject, memory, host, stream, event, copy: devices, aclInit / aclFinalize,
-//   failure injection, device memory, aclrtMallocHost memory, streams, events, copies;
+// - device, init, inject, memory, memory_range, host, stream, event, copy: devices, aclInit /
+//   aclFinalize, failure injection, device memory, the zero-copy memory ranges recorded on
+//   communicators, aclrtMallocHost memory, streams, events, copies;
 // - window: symmetric heaps, windows and window handles; comm: communicators, which own them;
 // - entry: entering an emulated C function (where a collective call takes its sequence number);
 // - job (a checked collective), steps (its rendezvous steps), staged and symmetric (the two
-//   algorithms), collective (queuing and running one); sym_window (registering, deregistering
-//   and finding windows);
+//   algorithms), collective (queuing and running one); p2p (point-to-point transfers);
+//   sym_window (registering, deregistering and finding windows);
 // - acl, hccl: the C functions' bodies; exports: the C functions and tables over them; launch.
 // (os uses counters for the memfd name; rendezvous uses hub's message tags.)
 mod acl;
@@ -275,7 +341,9 @@ mod inject;
 mod job;
 mod launch;
 mod memory;
+mod memory_range;
 mod os;
+mod p2p;
 mod patience;
 mod primitives;
 mod reduce;
