@@ -223,6 +223,7 @@ mod sym_window;
 mod symmetric;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod vector;
 mod window;
 mod wire;
 
