@@ -137,7 +137,7 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
     // A V collective's arrays, once the ranks know they made the same call (so they bring as
     // many words).
     let table = match &job.vectors {
-        Some(blocks) => Some(vector::exchange(&mut steps, job.sig.kind, blocks)?),
+        Some(blocks) => Some(vector::exchange(&mut steps, blocks)?),
         None => None,
     };
     match &job.path {

@@ -272,13 +272,13 @@ fn check_vector(
     op: Op,
 ) -> HcclRes<Option<Job>> {
     let kind = req.sig.kind;
-    blocks.check_own(kind, comm.rank)?;
-    if blocks.whole_operation_is_empty(kind) {
+    blocks.check_own(comm.rank)?;
+    if blocks.whole_operation_is_empty() {
         return Ok(None);
     }
     let es = dtype.size();
     let (reads, writes) = blocks.uses();
-    let ranges = blocks.ranges(kind, req.send, req.recv, es)?;
+    let ranges = blocks.ranges(req.send, req.recv, es)?;
     let bufs = Buffers {
         send: req.send,
         in_len: ranges.send_extent,
@@ -297,7 +297,7 @@ fn check_vector(
         }
     }
     bufs.check_aligned(kind, es)?;
-    ranges.check_disjoint(kind)?;
+    ranges.check_disjoint()?;
     let path = choose_path(comm, kind, &bufs, false);
     Ok(Some(Job {
         sig: req.sig,
@@ -327,6 +327,12 @@ fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
     } else {
         Op::Sum
     };
+    if req.sig.kind.is_vector() && req.recv_dtype != req.sig.dtype {
+        return para(format!(
+            "sendType {} must equal recvType {}",
+            req.sig.dtype.0, req.recv_dtype.0
+        ));
+    }
     if req.recv_count != req.sig.count || req.recv_dtype != req.sig.dtype {
         return para(format!(
             "sendCount {} / sendType {} must equal recvCount {} / recvType {}",

@@ -13,8 +13,26 @@ use std::ffi::c_void;
 use crate::sys::HcclResult;
 
 use super::errors::{HcclRes, hccl_fail, para};
-use super::job::Kind;
 use super::steps::Steps;
+
+/// Which V collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    AllGatherV,
+    ReduceScatterV,
+    AlltoAllV,
+}
+
+impl Shape {
+    /// The C function's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Shape::AllGatherV => "HcclAllGatherV",
+            Shape::ReduceScatterV => "HcclReduceScatterV",
+            Shape::AlltoAllV => "HcclAlltoAllV",
+        }
+    }
+}
 
 /// `count` elements of a buffer, `displ` elements in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,11 +79,11 @@ pub(crate) unsafe fn read(ptr: *const c_void, n: u32, what: &str) -> HcclRes<Vec
 /// The C names of a V collective's arrays: `(send counts, send displacements, receive counts,
 /// receive displacements)`; a scalar where the C function takes one count, `-` where it takes
 /// no displacement.
-fn names(kind: Kind) -> [&'static str; 4] {
-    match kind {
-        Kind::AllGatherV => ["sendCount", "-", "recvCounts", "recvDispls"],
-        Kind::ReduceScatterV => ["sendCounts", "sendDispls", "recvCount", "-"],
-        _ => ["sendCounts", "sdispls", "recvCounts", "rdispls"],
+fn names(shape: Shape) -> [&'static str; 4] {
+    match shape {
+        Shape::AllGatherV => ["sendCount", "-", "recvCounts", "recvDispls"],
+        Shape::ReduceScatterV => ["sendCounts", "sendDispls", "recvCount", "-"],
+        Shape::AlltoAllV => ["sendCounts", "sdispls", "recvCounts", "rdispls"],
     }
 }
 
@@ -73,6 +91,7 @@ fn names(kind: Kind) -> [&'static str; 4] {
 /// what each rank sends it (both in elements, one block per rank in rank order).
 #[derive(Clone, Debug)]
 pub(crate) struct Blocks {
+    pub(crate) shape: Shape,
     pub(crate) send: Vec<Block>,
     pub(crate) recv: Vec<Block>,
 }
@@ -94,6 +113,7 @@ impl Blocks {
             count: send_count,
         };
         Blocks {
+            shape: Shape::AllGatherV,
             send: vec![one; counts.len()],
             recv: zip(counts, displs),
         }
@@ -107,6 +127,7 @@ impl Blocks {
             count: recv_count,
         };
         Blocks {
+            shape: Shape::ReduceScatterV,
             send: zip(counts, displs),
             recv: vec![one; counts.len()],
         }
@@ -115,6 +136,7 @@ impl Blocks {
     /// `HcclAlltoAllV`'s.
     pub(crate) fn alltoall_v(sc: &[u64], sd: &[u64], rc: &[u64], rd: &[u64]) -> Blocks {
         Blocks {
+            shape: Shape::AlltoAllV,
             send: zip(sc, sd),
             recv: zip(rc, rd),
         }
@@ -123,14 +145,14 @@ impl Blocks {
     /// The checks of this rank's own arrays that need no peer (`HCCL_E_PARA`): AllGatherV's
     /// `recvCounts[rank]` is this rank's `sendCount`, ReduceScatterV's `recvCount` is
     /// `sendCounts[rank]`.
-    pub(crate) fn check_own(&self, kind: Kind, rank: u32) -> HcclRes {
+    pub(crate) fn check_own(&self, rank: u32) -> HcclRes {
         let r = rank as usize;
         let (sent, received) = (self.send[r].count, self.recv[r].count);
-        match kind {
-            Kind::AllGatherV if sent != received => para(format!(
+        match self.shape {
+            Shape::AllGatherV if sent != received => para(format!(
                 "recvCounts[{r}] = {received} must equal this rank's sendCount {sent}"
             )),
-            Kind::ReduceScatterV if sent != received => para(format!(
+            Shape::ReduceScatterV if sent != received => para(format!(
                 "recvCount {received} must equal sendCounts[{r}] = {sent}"
             )),
             _ => Ok(()),
@@ -141,12 +163,12 @@ impl Blocks {
     /// nothing: AllGatherV's `recvCounts` and ReduceScatterV's `sendCounts` are the same on
     /// every rank, so all zero means nothing moves anywhere; AlltoAllV's arrays say only what
     /// this rank sends and receives, so only a lone rank knows.
-    pub(crate) fn whole_operation_is_empty(&self, kind: Kind) -> bool {
+    pub(crate) fn whole_operation_is_empty(&self) -> bool {
         let zero = |blocks: &[Block]| blocks.iter().all(|b| b.count == 0);
-        match kind {
-            Kind::AllGatherV => zero(&self.recv),
-            Kind::ReduceScatterV => zero(&self.send),
-            _ => self.send.len() == 1 && zero(&self.send) && zero(&self.recv),
+        match self.shape {
+            Shape::AllGatherV => zero(&self.recv),
+            Shape::ReduceScatterV => zero(&self.send),
+            Shape::AlltoAllV => self.send.len() == 1 && zero(&self.send) && zero(&self.recv),
         }
     }
 
@@ -159,14 +181,8 @@ impl Blocks {
     /// The non-empty byte ranges `(start, len)` this rank reads (`send`) and writes (`recv`),
     /// distinct and sorted, and each buffer's extent (the end of its last block, from its
     /// base); `HCCL_E_PARA` naming the block when one overflows.
-    pub(crate) fn ranges(
-        &self,
-        kind: Kind,
-        send: usize,
-        recv: usize,
-        es: usize,
-    ) -> HcclRes<Ranges> {
-        let names = names(kind);
+    pub(crate) fn ranges(&self, send: usize, recv: usize, es: usize) -> HcclRes<Ranges> {
+        let names = names(self.shape);
         let side = |blocks: &[Block], base: usize, counts: &str, displs: &str| {
             let mut out = Vec::new();
             let mut extent = 0;
@@ -189,6 +205,7 @@ impl Blocks {
         let (send_ranges, send_extent) = side(&self.send, send, names[0], names[1])?;
         let (recv_ranges, recv_extent) = side(&self.recv, recv, names[2], names[3])?;
         Ok(Ranges {
+            shape: self.shape,
             send: send_ranges,
             send_extent,
             recv: recv_ranges,
@@ -200,14 +217,14 @@ impl Blocks {
     /// `recvDispls`, ReduceScatterV's `sendCounts` and `sendDispls` (which must be the same on
     /// every rank), AlltoAllV's `sendCounts`, `sdispls` and `recvCounts` (whose counts must
     /// pair up).
-    fn words(&self, kind: Kind) -> Vec<u64> {
-        let blocks = match kind {
-            Kind::AllGatherV => &self.recv,
+    fn words(&self) -> Vec<u64> {
+        let blocks = match self.shape {
+            Shape::AllGatherV => &self.recv,
             _ => &self.send,
         };
         let mut words: Vec<u64> = blocks.iter().map(|b| b.count).collect();
         words.extend(blocks.iter().map(|b| b.displ));
-        if kind == Kind::AlltoAllV {
+        if self.shape == Shape::AlltoAllV {
             words.extend(self.recv.iter().map(|b| b.count));
         }
         words
@@ -216,6 +233,7 @@ impl Blocks {
 
 /// The byte ranges of a V collective on this rank (see [`Blocks::ranges`]).
 pub(crate) struct Ranges {
+    pub(crate) shape: Shape,
     pub(crate) send: Vec<(usize, usize)>,
     pub(crate) send_extent: usize,
     pub(crate) recv: Vec<(usize, usize)>,
@@ -225,13 +243,13 @@ pub(crate) struct Ranges {
 impl Ranges {
     /// `HCCL_E_PARA` when two receive blocks write the same bytes (except ReduceScatterV's,
     /// which is one block) or a receive block overlaps a send block.
-    pub(crate) fn check_disjoint(&self, kind: Kind) -> HcclRes {
+    pub(crate) fn check_disjoint(&self) -> HcclRes {
         let overlap = |a: (usize, usize), b: (usize, usize)| a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
         // Sorted by start: two ranges overlap only if some range overlaps its successor.
         if let Some(w) = self.recv.windows(2).find(|w| overlap(w[0], w[1])) {
             return para(format!(
                 "{}: receive blocks [{:#x}, +{}) and [{:#x}, +{}) overlap",
-                kind.name(),
+                self.shape.name(),
                 w[0].0,
                 w[0].1,
                 w[1].0,
@@ -243,7 +261,7 @@ impl Ranges {
                 return para(format!(
                     "{}: sendBuf block [{:#x}, +{}) overlaps recvBuf block [{:#x}, +{}) (sendBuf \
                      and recvBuf must be disjoint)",
-                    kind.name(),
+                    self.shape.name(),
                     s.0,
                     s.1,
                     r.0,
@@ -275,32 +293,32 @@ impl Table {
     }
 }
 
-/// Exchanges this rank's `blocks` of a V collective `kind` with its peers (in as many steps as
-/// the words need) and builds the table every rank then shares; `HCCL_E_PARA`, with the same
+/// Exchanges this rank's `blocks` of a V collective with its peers (in as many steps as the
+/// words need) and builds the table every rank then shares; `HCCL_E_PARA`, with the same
 /// message on every rank, when the arrays that must match do not.
-pub(crate) fn exchange(steps: &mut Steps<'_>, kind: Kind, blocks: &Blocks) -> HcclRes<Table> {
-    let all = steps.exchange_words(&blocks.words(kind))?;
+pub(crate) fn exchange(steps: &mut Steps<'_>, blocks: &Blocks) -> HcclRes<Table> {
+    let shape = blocks.shape;
+    let all = steps.exchange_words(&blocks.words())?;
     let n = all.len();
     let word = |k: usize, array: usize, j: usize| all[k][array * n + j];
-    if kind != Kind::AlltoAllV {
-        check_identical(kind, &all)?;
-    } else {
-        check_pairs(&all)?;
+    match shape {
+        Shape::AlltoAllV => check_pairs(&all)?,
+        _ => check_identical(shape, &all)?,
     }
     let blocks = (0..n)
         .flat_map(|k| (0..n).map(move |j| (k, j)))
-        .map(|(k, j)| match kind {
+        .map(|(k, j)| match shape {
             // Rank k sends its whole sendBuf (recvCounts[k] elements) to every rank.
-            Kind::AllGatherV => Block {
+            Shape::AllGatherV => Block {
                 displ: 0,
                 count: word(0, 0, k),
             },
             // Every rank sends sendCounts[j] elements at sendDispls[j] to rank j.
-            Kind::ReduceScatterV => Block {
+            Shape::ReduceScatterV => Block {
                 displ: word(0, 1, j),
                 count: word(0, 0, j),
             },
-            _ => Block {
+            Shape::AlltoAllV => Block {
                 displ: word(k, 1, j),
                 count: word(k, 0, j),
             },
@@ -311,10 +329,10 @@ pub(crate) fn exchange(steps: &mut Steps<'_>, kind: Kind, blocks: &Blocks) -> Hc
 
 /// AllGatherV / ReduceScatterV: every rank's arrays must equal rank 0's; names the first
 /// difference otherwise.
-fn check_identical(kind: Kind, all: &[Vec<u64>]) -> HcclRes {
+fn check_identical(shape: Shape, all: &[Vec<u64>]) -> HcclRes {
     let n = all.len();
-    let [counts, displs] = match kind {
-        Kind::AllGatherV => ["recvCounts", "recvDispls"],
+    let [counts, displs] = match shape {
+        Shape::AllGatherV => ["recvCounts", "recvDispls"],
         _ => ["sendCounts", "sendDispls"],
     };
     for (k, words) in all.iter().enumerate().skip(1) {
@@ -323,7 +341,7 @@ fn check_identical(kind: Kind, all: &[Vec<u64>]) -> HcclRes {
             return para(format!(
                 "{} needs the same {counts} and {displs} on every rank: rank 0 has {name}[{j}] \
                  = {}, rank {k} has {name}[{j}] = {}",
-                kind.name(),
+                shape.name(),
                 all[0][i],
                 words[i]
             ));

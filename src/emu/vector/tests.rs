@@ -13,6 +13,7 @@ use super::super::testutil::{
 };
 use super::super::{GRANULARITY as G, test_lock};
 use super::*;
+use crate::emu::job::Kind;
 use crate::sys::*;
 
 const F32: HcclDataType = HcclDataType::HCCL_DATA_TYPE_FP32;
@@ -286,13 +287,13 @@ fn v_collectives_chunk_through_a_small_staging_buffer() {
     assert_clean();
 }
 
-/// Sixteen ranks: the arrays take more than one step on the board to exchange.
+/// 64 ranks (as many as there are devices): the arrays take several steps on the board.
 #[test]
 fn v_collectives_exchange_arrays_in_several_steps() {
     let _g = test_lock();
     let mut cfg = test_config();
     cfg.hcclBufferSize = 1;
-    run_ranks(16, &cfg, |r| {
+    run_ranks(64, &cfg, |r| {
         let buf = DevBuf::new(r.rank, 2 * G);
         for kind in KINDS {
             check_v(r, &buf, G, kind, F32, SUM, 9);
@@ -479,6 +480,11 @@ fn bad_v_arguments_are_rejected_synchronously() {
                 f(p, cp, zp, F32, q, cp, zp, i8t, r.comm, r.stream),
                 PARA,
                 "types"
+            );
+            assert!(
+                recent().contains("sendType 4 must equal recvType 0"),
+                "{}",
+                recent()
             );
         }
         // NULL buffers with something to move.
@@ -676,37 +682,35 @@ fn unused_buffers_may_be_null_and_rooted_ones_work_in_place() {
 fn array_checks_on_their_own() {
     // Ranges: sorted, deduplicated, empty blocks dropped, extents from the base.
     let b = Blocks::alltoall_v(&[2, 0, 2], &[4, 9, 4], &[1, 1, 0], &[3, 0, 7]);
-    let r = b.ranges(Kind::AlltoAllV, 0x1000, 0x2000, 4).unwrap();
+    let r = b.ranges(0x1000, 0x2000, 4).unwrap();
     assert_eq!(r.send, vec![(0x1010, 8)]);
     assert_eq!(r.send_extent, 24);
     assert_eq!(r.recv, vec![(0x2000, 4), (0x200c, 4)]);
     assert_eq!(r.recv_extent, 16);
-    r.check_disjoint(Kind::AlltoAllV).unwrap();
+    r.check_disjoint().unwrap();
     // Overflow names the block.
     let b = Blocks::alltoall_v(&[1], &[u64::MAX], &[1], &[0]);
-    let e = b.ranges(Kind::AlltoAllV, 0x1000, 0x2000, 4).err().unwrap();
+    let e = b.ranges(0x1000, 0x2000, 4).err().unwrap();
     assert!(e.msg.contains("sdispls[0]"), "{}", e.msg);
     // Receive blocks touching end to end are fine; one byte of overlap is not.
     let b = Blocks::all_gather_v(1, &[1, 1], &[0, 1]);
-    let r = b.ranges(Kind::AllGatherV, 0x1000, 0x2000, 2).unwrap();
-    r.check_disjoint(Kind::AllGatherV).unwrap();
+    let r = b.ranges(0x1000, 0x2000, 2).unwrap();
+    r.check_disjoint().unwrap();
     let r = Ranges {
+        shape: Shape::AllGatherV,
         send: vec![],
         send_extent: 0,
         recv: vec![(0x2000, 3), (0x2002, 2)],
         recv_extent: 4,
     };
-    assert!(r.check_disjoint(Kind::AllGatherV).is_err());
+    assert!(r.check_disjoint().is_err());
     // Whether the whole operation is known to be empty.
-    assert!(Blocks::all_gather_v(0, &[0, 0], &[0, 5]).whole_operation_is_empty(Kind::AllGatherV));
-    assert!(!Blocks::all_gather_v(0, &[0, 1], &[0, 5]).whole_operation_is_empty(Kind::AllGatherV));
+    assert!(Blocks::all_gather_v(0, &[0, 0], &[0, 5]).whole_operation_is_empty());
+    assert!(!Blocks::all_gather_v(0, &[0, 1], &[0, 5]).whole_operation_is_empty());
     let lone = Blocks::alltoall_v(&[0], &[0], &[0], &[0]);
-    assert!(lone.whole_operation_is_empty(Kind::AlltoAllV));
+    assert!(lone.whole_operation_is_empty());
     let pair = Blocks::alltoall_v(&[0, 0], &[0, 0], &[0, 0], &[0, 0]);
-    assert!(
-        !pair.whole_operation_is_empty(Kind::AlltoAllV),
-        "peers may still send"
-    );
+    assert!(!pair.whole_operation_is_empty(), "peers may still send");
     // The pairing and identity checks, on exchanged words.
     let words = |sc: [u64; 2], rc: [u64; 2]| [sc.to_vec(), vec![0, 0], rc.to_vec()].concat();
     assert!(check_pairs(&[words([1, 2], [1, 3]), words([3, 4], [2, 4])]).is_ok());
@@ -716,7 +720,7 @@ fn array_checks_on_their_own() {
         "{}",
         e.msg
     );
-    let e = check_identical(Kind::ReduceScatterV, &[vec![1, 2, 0, 1], vec![1, 2, 0, 2]]);
+    let e = check_identical(Shape::ReduceScatterV, &[vec![1, 2, 0, 1], vec![1, 2, 0, 2]]);
     assert!(
         e.unwrap_err()
             .msg
