@@ -277,7 +277,6 @@ fn check_vector(
         return Ok(None);
     }
     let es = dtype.size();
-    let (reads, writes) = blocks.uses();
     let ranges = blocks.ranges(req.send, req.recv, es)?;
     let bufs = Buffers {
         send: req.send,
@@ -285,9 +284,8 @@ fn check_vector(
         recv: req.recv,
         out_len: ranges.recv_extent,
     };
-    if (reads && req.send == 0) || (writes && req.recv == 0) {
-        return hccl_fail(HcclResult::HCCL_E_PTR, "sendBuf / recvBuf is NULL");
-    }
+    // A buffer's extent is 0 exactly when the rank moves nothing through it.
+    bufs.check_null()?;
     // Every block is pinned on its own: what lies between them is not the collective's.
     let mut pins = Pins::default();
     for (what, list) in [("sendBuf", &ranges.send), ("recvBuf", &ranges.recv)] {

@@ -172,12 +172,6 @@ impl Blocks {
         }
     }
 
-    /// Whether this rank reads anything from `sendBuf`, and writes anything to `recvBuf`.
-    pub(crate) fn uses(&self) -> (bool, bool) {
-        let any = |blocks: &[Block]| blocks.iter().any(|b| b.count > 0);
-        (any(&self.send), any(&self.recv))
-    }
-
     /// The non-empty byte ranges `(start, len)` this rank reads (`send`) and writes (`recv`),
     /// distinct and sorted, and each buffer's extent (the end of its last block, from its
     /// base); `HCCL_E_PARA` naming the block when one overflows.
@@ -188,10 +182,14 @@ impl Blocks {
             let mut extent = 0;
             for (j, b) in blocks.iter().enumerate() {
                 let Some((start, len)) = b.bytes(base, es) else {
-                    return para(format!(
-                        "{displs}[{j}] = {} and {counts}[{j}] = {} overflow",
-                        b.displ, b.count
-                    ));
+                    return para(match displs {
+                        // A scalar count, the same block for every rank.
+                        "-" => format!("{counts} {} overflows", b.count),
+                        _ => format!(
+                            "{displs}[{j}] = {} and {counts}[{j}] = {} overflow",
+                            b.displ, b.count
+                        ),
+                    });
                 };
                 if len > 0 {
                     out.push((start, len));

@@ -512,6 +512,14 @@ fn bad_v_arguments_are_rejected_synchronously() {
         bad.displs = vec![u64::MAX / 2];
         assert_eq!(a2a(p, q, &bad), PARA, "overflow");
         assert!(recent().contains("sdispls[0]"), "{}", recent());
+        let mut huge = good_ag.clone();
+        (huge.send_count, huge.counts) = (u64::MAX / 2, vec![u64::MAX / 2]);
+        assert_eq!(ag(p, q, &huge), PARA, "overflowing count");
+        assert!(
+            recent().contains("sendCount 9223372036854775807 overflows"),
+            "{}",
+            recent()
+        );
         bad.displs = vec![(G / 4) as u64 - 2];
         assert_eq!(a2a(p, q, &bad), PARA, "past the mapping");
         let mut host = [0f32; 4];
