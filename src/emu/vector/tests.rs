@@ -735,3 +735,49 @@ fn array_checks_on_their_own() {
             .contains("rank 0 has sendDispls[1] = 1, rank 1 has sendDispls[1] = 2")
     );
 }
+
+/// On windows, a rank whose (unused) sendBuf is NULL takes the staged path while its peers
+/// take the symmetric one: the call fails as asymmetric on every rank, as documented.
+#[test]
+fn a_null_buffer_among_windows_fails_as_asymmetric() {
+    let _g = test_lock();
+    let msgs = run_ranks(2, &test_config(), |r| {
+        let buf = DevBuf::new(r.rank, 2 * G);
+        let win = register(r, &buf);
+        let me = r.rank as usize;
+        let counts = vec![4u64, 0];
+        let a = Args {
+            send_count: counts[me],
+            counts,
+            displs: vec![0, 4],
+            ..Args::default()
+        };
+        let send = if me == 1 { null_mut() } else { buf.ptr };
+        hok(call_v(r, Kind::AllGatherV, send, buf.at(G), &a, F32, SUM));
+        assert_eq!(r.sync(), FAILED);
+        let msg = recent();
+        // With its sendBuf in the window too, the same call works.
+        buf.write(0, &[1f32; 4]);
+        hok(call_v(
+            r,
+            Kind::AllGatherV,
+            buf.ptr,
+            buf.at(G),
+            &a,
+            F32,
+            SUM,
+        ));
+        ok(r.sync());
+        assert_eq!(buf.read::<f32>(G, 4), vec![1.0; 4]);
+        deregister(win);
+        buf.free();
+        msg
+    });
+    for msg in msgs {
+        assert!(
+            msg.contains("asymmetric") && msg.contains("rank 1: staged"),
+            "{msg}"
+        );
+    }
+    assert_clean();
+}
