@@ -19,11 +19,15 @@ use super::comm;
 use super::entry::{CollectiveCall, Sequence, collective};
 use super::errors::{HcclRes, hccl_error_string, hccl_fail};
 use super::exports as args;
-use super::job::Kind::{self, AllGather, AllReduce, AlltoAll, Barrier, Broadcast, ReduceScatter};
+use super::job::Kind::{
+    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
+    ReduceScatter, ReduceScatterV, Scatter,
+};
 use super::job::{Request, Signature};
 #[cfg(doc)]
 use super::memory_range;
 use super::registry::lock;
+use super::vector::{self, Blocks};
 use super::{p2p, sym_window};
 
 /// Fails on a null pointer argument.
@@ -76,7 +80,23 @@ fn request(
         recv: recv as usize,
         recv_count: count,
         recv_dtype: dtype,
+        vectors: None,
     }
+}
+
+/// The body of a V collective: `make` builds the request once the communicator is known
+/// (reading the caller's arrays, `rankSize` long), then it is checked and queued as in
+/// [`queue`].
+fn queue_vector(
+    comm: HcclComm,
+    stream: aclrtStream,
+    make: impl FnOnce(u32) -> HcclRes<Request> + 'static,
+) -> CollectiveCall {
+    let comm = comm::lookup(comm as usize);
+    collective(comm, Sequence::Stream, move |c, seq| {
+        let request = make(c.n)?;
+        collective::enqueue(c, seq, stream as usize, &request)
+    })
 }
 
 /// `HcclGetRootInfo`: a fresh rendezvous identity for `HcclCommInitRootInfo*`.
@@ -241,7 +261,81 @@ pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
     queue(a.comm, a.stream, req)
 }
 
-// TODO(issue 9): stubs until the bodies land.
+/// `HcclAllGatherV`: rank `i` contributes `recvCounts[i]` elements (its `sendCount`), which
+/// land `recvDispls[i]` elements into every rank's `recvBuf`; both arrays, `rankSize` `u64`s
+/// on the host, must be the same on every rank.
+pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
+        // here, inside the call.
+        let (counts, displs) = unsafe {
+            (
+                vector::read(a.recvCounts, n, "recvCounts")?,
+                vector::read(a.recvDispls, n, "recvDispls")?,
+            )
+        };
+        let mut req = request(AllGatherV, a.sendBuf, a.recvBuf, 0, a.dataType);
+        req.vectors = Some(Blocks::all_gather_v(a.sendCount, &counts, &displs));
+        Ok(req)
+    })
+}
+
+/// `HcclReduceScatterV`: rank `j` receives the reduction of every rank's `sendCounts[j]`
+/// elements at `sendDispls[j]`; `recvCount` must be `sendCounts[myRank]`, and both arrays the
+/// same on every rank.
+pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: as in `HcclAllGatherV`.
+        let (counts, displs) = unsafe {
+            (
+                vector::read(a.sendCounts, n, "sendCounts")?,
+                vector::read(a.sendDispls, n, "sendDispls")?,
+            )
+        };
+        let mut req = request(ReduceScatterV, a.sendBuf, a.recvBuf, 0, a.dataType);
+        req.sig.op = a.op;
+        req.vectors = Some(Blocks::reduce_scatter_v(&counts, &displs, a.recvCount));
+        Ok(req)
+    })
+}
+
+/// `HcclAlltoAllV`: each rank sends `sendCounts[j]` elements at `sdispls[j]` to rank `j` and
+/// receives `recvCounts[k]` elements at `rdispls[k]` from rank `k`; what `k` sends `j` must be
+/// what `j` expects from `k`. The emulator needs `sendType == recvType`.
+pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: as in `HcclAllGatherV`.
+        let arrays = unsafe {
+            [
+                vector::read(a.sendCounts, n, "sendCounts")?,
+                vector::read(a.sdispls, n, "sdispls")?,
+                vector::read(a.recvCounts, n, "recvCounts")?,
+                vector::read(a.rdispls, n, "rdispls")?,
+            ]
+        };
+        let [sc, sd, rc, rd] = &arrays;
+        let mut req = request(AlltoAllV, a.sendBuf, a.recvBuf, 0, a.sendType);
+        req.recv_dtype = a.recvType;
+        req.vectors = Some(Blocks::alltoall_v(sc, sd, rc, rd));
+        Ok(req)
+    })
+}
+
+/// `HcclReduce`: `count` elements reduced with `op` in rank order into `root`'s `recvBuf`
+/// (always the staged path); other ranks' `recvBuf` is not used and may be NULL.
+pub(super) unsafe fn HcclReduce(a: args::HcclReduce) -> CollectiveCall {
+    let mut req = request(Reduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
+    (req.sig.op, req.sig.root) = (a.op, a.root);
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclScatter`: block `j` of `root`'s `sendBuf` (`recvCount` elements each) to rank `j`
+/// (always the staged path); other ranks' `sendBuf` is not used and may be NULL.
+pub(super) unsafe fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
+    let mut req = request(Scatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
+    req.sig.root = a.root;
+    queue(a.comm, a.stream, req)
+}
 
 /// `HcclCommInitAll`: `ndev` communicators of one group in this process, rank i on device
 /// `devices[i]` (distinct valid ids), made from threads of their own; the calling thread's
@@ -277,46 +371,6 @@ pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
         a.commName.add(len).write(0);
     }
     Ok(())
-}
-
-/// `HcclAllGatherV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclAllGatherV(_: args::HcclAllGatherV) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclAllGatherV is not emulated yet",
-    )
-}
-
-/// `HcclReduceScatterV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclReduceScatterV(_: args::HcclReduceScatterV) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclReduceScatterV is not emulated yet",
-    )
-}
-
-/// `HcclAlltoAllV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclAlltoAllV(_: args::HcclAlltoAllV) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclAlltoAllV is not emulated yet",
-    )
-}
-
-/// `HcclReduce`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclReduce(_: args::HcclReduce) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclReduce is not emulated yet",
-    )
-}
-
-/// `HcclScatter`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclScatter(_: args::HcclScatter) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclScatter is not emulated yet",
-    )
 }
 
 /// `HcclSend`: sends `count` elements to `destRank`; the task completes once that rank's

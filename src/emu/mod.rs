@@ -228,9 +228,50 @@
 //!   an overflowing count, a buffer not wholly in mapped device memory, reduction buffers not
 //!   aligned to the element size, or buffers that overlap other than in place (AllReduce
 //!   `send == recv`, AllGather `send == recv + rank * count`, ReduceScatter
-//!   `recv == send + rank * count`): `HCCL_E_PARA`. A count of 0 succeeds at once. AlltoAll
-//!   needs equal send / receive counts and types. Broadcast and Barrier always use the staged
-//!   path, as HCCL does.
+//!   `recv == send + rank * count`, Reduce `send == recv` on the root, Scatter
+//!   `recv == send + root * recvCount` on the root): `HCCL_E_PARA`. A count of 0 succeeds at
+//!   once. AlltoAll needs equal send / receive counts and types. Broadcast, Barrier, Reduce and
+//!   Scatter always use the staged path: HCCL looks buffers up in windows for AllReduce,
+//!   AllGather, ReduceScatter and AlltoAll only (the emulator lets their V forms do the same,
+//!   see below).
+//! - `HcclReduce` writes only the root's `recvBuf`; `HcclScatter` reads only the root's
+//!   `sendBuf`. The other ranks' buffer of that side is not used, not checked, and may be
+//!   NULL (a NULL buffer a rank does use is `HCCL_E_PTR`). Reduce accepts every type and op
+//!   the other reductions do (PROD included, also for INT16 / BFP16, which CANN's docs exclude
+//!   on A3).
+//! - V collectives (`HcclAllGatherV`, `HcclReduceScatterV`, `HcclAlltoAllV`): the counts and
+//!   displacements are host arrays of `rankSize` `uint64_t`, in elements, read during the call
+//!   (a NULL array is `HCCL_E_PTR`). Checked when called (`HCCL_E_PARA`): AllGatherV's
+//!   `recvCounts[rank]` is the rank's `sendCount`; ReduceScatterV's `recvCount` is
+//!   `sendCounts[rank]`; AlltoAllV's `sendType == recvType`; no block overflows; every
+//!   non-empty block is in mapped device memory (each pinned on its own: gaps between blocks
+//!   need not be mapped); no two receive blocks share a byte; no receive block overlaps a send
+//!   block (there is no in-place form, as CANN requires `recvBuf != sendBuf`; send blocks may
+//!   overlap each other); reductions need element-aligned buffers. A NULL buffer is
+//!   `HCCL_E_PTR` only when the rank moves something through it. ReduceScatterV accepts
+//!   PROD, as ReduceScatter does (CANN's docs exclude it on A2 / A3).
+//! - A V collective succeeds at once, queuing nothing, only when the rank's own arguments
+//!   show that nothing moves on any rank: AllGatherV's `recvCounts` or ReduceScatterV's
+//!   `sendCounts` all 0 (those arrays are the same on every rank), or AlltoAllV with zero
+//!   counts on a one-rank communicator. Otherwise an AlltoAllV rank with nothing to send or
+//!   receive still takes part (its peers cannot know it has nothing), and ranks whose arrays
+//!   disagree on whether the operation is empty make the others time out.
+//! - On the stream, once the ranks know they made the same call, they exchange their arrays
+//!   on the board, 28 words a step (AllGatherV / ReduceScatterV: `2 * rankSize` words,
+//!   AlltoAllV: `3 * rankSize`). AllGatherV's `recvCounts` / `recvDispls` and ReduceScatterV's
+//!   `sendCounts` / `sendDispls` must equal rank 0's on every rank, and in AlltoAllV rank
+//!   `k`'s `sendCounts[j]` must equal rank `j`'s `recvCounts[k]`; otherwise every rank fails
+//!   with `HCCL_E_PARA` and a message naming the first difference (rank, array and index, or
+//!   the pair of ranks).
+//! - V collectives take the symmetric path, like their plain forms, when both buffers (from
+//!   the buffer's address to the end of its last block) lie in windows, and the buffers'
+//!   addresses are at the same window offsets on every rank; each rank then reads what a peer
+//!   sends it straight out of the peer's window at the peer's displacement. A buffer that is
+//!   NULL or outside a window, even one the rank moves nothing through, takes the staged path,
+//!   so with peers on windows the call fails as asymmetric. The staged path moves the data in
+//!   rounds of `cap / (rankSize * size)` elements per pair of ranks (AllGatherV, which sends
+//!   one block to all: `cap / size`), as many rounds as the largest count any rank sends any
+//!   rank needs, the same on every rank.
 //! - On the stream, ranks whose calls differ (collective, count, type, op, root), whose paths
 //!   differ, or whose window offsets differ fail with `HCCL_E_PARA` on every rank, with a
 //!   message naming each rank's call or offsets; absent peers give `HCCL_E_TIMEOUT` after the
@@ -316,8 +357,9 @@
 //   communicators, aclrtMallocHost memory, streams, events, copies;
 // - window: symmetric heaps, windows and window handles; comm: communicators, which own them;
 // - entry: entering an emulated C function (where a collective call takes its sequence number);
-// - job (a checked collective), steps (its rendezvous steps), staged and symmetric (the two
-//   algorithms), collective (queuing and running one); p2p (point-to-point transfers);
+// - steps (a collective's rendezvous steps), vector (the V collectives' counts and
+//   displacements, and their exchange), job (a checked collective), staged and symmetric (the
+//   two algorithms), collective (queuing and running one); p2p (point-to-point transfers);
 //   sym_window (registering, deregistering and finding windows);
 // - acl, hccl: the C functions' bodies; exports: the C functions and tables over them; launch.
 // (os uses counters for the memfd name; rendezvous uses hub's message tags.)
@@ -356,6 +398,7 @@ mod sym_window;
 mod symmetric;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod vector;
 mod window;
 mod wire;
 
