@@ -32,7 +32,15 @@ fn compile() -> PathBuf {
     let source = root.join("hccl_surface.cpp");
     let program = dir.join("hccl_surface");
     let output = Command::new("c++")
-        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", "-I"])
+        .args([
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-pthread",
+            "-I",
+        ])
         .arg(root.join("include"))
         .arg("-o")
         .arg(&program)
