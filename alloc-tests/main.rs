@@ -1,6 +1,7 @@
 //! symheap's integration tests: one binary, one module per subject.
 
 mod collectives;
+mod cpp_program;
 mod dlopen;
 mod faults;
 mod harness;

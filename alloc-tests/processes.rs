@@ -117,6 +117,66 @@ fn the_vector_collective_matrix_in_3_processes() {
     assert_success(&as_processes(3, "rank_of_vector_matrix"));
 }
 
+/// Point-to-point between processes: a ring `HcclBatchSendRecv` staged through the sender's
+/// staging area, then one whose sends come from a window, which the receiver reads straight
+/// out of its heap mapping of the sender's memory.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_point_to_point() {
+    use symheap::sys::{HcclDataType, HcclSendRecvItem, HcclSendRecvType};
+    let _ = placement();
+    let (_rt, comm) = join();
+    let stream = Stream::new(comm.runtime()).unwrap();
+    let (rank, n) = (comm.rank(), comm.size());
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    let count = 300_001usize;
+    let bytes = (count * 4) as u64;
+    let value =
+        |r: u32, tag: i32, i: usize| (i as i32).wrapping_mul(13) ^ (r as i32 * 100_003 + tag);
+    let data = |r: u32, tag: i32| (0..count).map(|i| value(r, tag, i)).collect::<Vec<i32>>();
+    let plain = DeviceBuf::new(&comm, 2 * bytes, false).unwrap();
+    let window = DeviceBuf::new(&comm, bytes, true).unwrap();
+    plain.write(&comm, 0, &data(rank, 1)).unwrap();
+    window.write(&comm, 0, &data(rank, 2)).unwrap();
+    let before = symheap::emu::counters();
+    let bsr = symheap::emu::hccl_api().HcclBatchSendRecv.unwrap();
+    let i32_type = HcclDataType::HCCL_DATA_TYPE_INT32;
+    let item = |kind, buf: symheap::runtime::DevicePtr, peer| HcclSendRecvItem {
+        sendRecvType: kind,
+        buf: buf.as_raw(),
+        count: count as u64,
+        dataType: i32_type,
+        remoteRank: peer,
+    };
+    for from in [plain.ptr(), window.ptr()] {
+        let mut items = [
+            item(HcclSendRecvType::HCCL_SEND, from, next),
+            item(
+                HcclSendRecvType::HCCL_RECV,
+                plain.ptr().byte_add(bytes),
+                prev,
+            ),
+        ];
+        // SAFETY: two items over device buffers of this rank; live communicator and stream.
+        let code = unsafe { bsr(items.as_mut_ptr(), 2, comm.as_raw(), stream.as_raw()) };
+        assert_eq!(code, HcclResult::HCCL_SUCCESS);
+        stream.synchronize().unwrap();
+        let tag = if from == plain.ptr() { 1 } else { 2 };
+        let got = plain.read::<i32>(&comm, bytes, count).unwrap();
+        for (i, &v) in got.iter().enumerate() {
+            assert_eq!(v, value(prev, tag, i), "element {i} from rank {prev}");
+        }
+    }
+    let after = symheap::emu::counters();
+    assert_eq!(after.staged_receives - before.staged_receives, 1);
+    assert_eq!(after.direct_receives - before.direct_receives, 1);
+}
+
+#[test]
+fn point_to_point_between_4_processes() {
+    assert_success(&as_processes(4, "rank_of_point_to_point"));
+}
+
 /// Two processes of two rank threads each: process `p`'s thread `t` is rank `2p + t` of 4.
 #[test]
 #[ignore = "one rank of a multi-process test"]

@@ -1,19 +1,22 @@
 //! The bodies of the ACL runtime's C functions (`libascendcl.so`). The exported functions that
 //! run them are generated from the list in `sys` (see [`super::exports`]).
 //!
-//! Null out-pointers are `ACL_ERROR_RT_PARAM_INVALID`. Every body has the C function's contract
-//! as its `# Safety`: host pointers are null or valid for what the C function reads or writes
-//! through them; device ranges and handles are validated, never trusted.
+//! NULL pointer arguments (out-pointers, addresses, handles other than streams) are
+//! `ACL_ERROR_INVALID_PARAM` (100000), as CANN's `ACL_REQUIRES_NOT_NULL` checks make them;
+//! other bad values keep the runtime's codes (`ACL_ERROR_RT_PARAM_INVALID`, 107000, and
+//! others). Every body has the C function's contract as its `# Safety`: host pointers are null
+//! or valid for what the C function reads or writes through them; device ranges and handles
+//! are validated, never trusted.
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_void};
 
-use crate::sys::{aclrtDrvMemHandle, aclrtMemGranularityOptions, aclrtStream};
+use crate::sys::{aclrtDrvMemHandle, aclrtEvent, aclrtMemGranularityOptions, aclrtStream};
 
 use super::GRANULARITY;
-use super::errors::{AclResult, param, take_recent};
+use super::errors::{self, AclResult, param, take_recent};
 use super::exports as args;
-use super::{copy, device, memory, stream};
+use super::{copy, device, event, host, init, memory, stream};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
 ///
@@ -26,26 +29,25 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> AclResult {
     Ok(())
 }
 
-/// Fails on a null pointer argument.
+/// Fails with `ACL_ERROR_INVALID_PARAM` on a NULL pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
-    if ptr.is_null() {
-        return param(format!("{what} is NULL"));
-    }
-    Ok(())
+    errors::non_null(ptr as usize, what)
 }
 
-/// `aclInit`: always succeeds, also when called again (the emulator needs no initialisation;
-/// it does not return `ACL_ERROR_REPEAT_INITIALIZE`).
+/// `aclInit`: `ACL_ERROR_REPEAT_INITIALIZE` when already initialised, as CANN. The emulator
+/// needs no initialisation: no other call depends on it.
 pub(super) unsafe fn aclInit(_: args::aclInit) -> AclResult {
-    Ok(())
+    init::PROCESS.init()
 }
 
-/// `aclFinalize`: succeeds; live objects stay usable.
+/// `aclFinalize`: `ACL_ERROR_REPEAT_FINALIZE` when already finalised; live objects stay
+/// usable.
 pub(super) unsafe fn aclFinalize(_: args::aclFinalize) -> AclResult {
-    Ok(())
+    init::PROCESS.finalize()
 }
 
-/// `aclrtSetDevice`: binds the calling thread to device `device_id` (0..64).
+/// `aclrtSetDevice`: binds the calling thread to device `device_id` (`0..count`, see
+/// `aclrtGetDeviceCount`).
 pub(super) unsafe fn aclrtSetDevice(a: args::aclrtSetDevice) -> AclResult {
     device::set(a.deviceId)
 }
@@ -141,6 +143,7 @@ pub(super) unsafe fn aclrtReserveMemAddress(a: args::aclrtReserveMemAddress) -> 
 
 /// `aclrtReleaseMemAddress`: releases a reservation that has no mappings left.
 pub(super) unsafe fn aclrtReleaseMemAddress(a: args::aclrtReleaseMemAddress) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
     memory::release(a.virPtr as usize)
 }
 
@@ -157,12 +160,15 @@ pub(super) unsafe fn aclrtMallocPhysical(a: args::aclrtMallocPhysical) -> AclRes
 
 /// `aclrtFreePhysical`: fails while the allocation is mapped or registered in a window.
 pub(super) unsafe fn aclrtFreePhysical(a: args::aclrtFreePhysical) -> AclResult {
+    non_null(a.handle, "handle")?;
     memory::free_physical(a.handle as usize)
 }
 
 /// `aclrtMapMem`: maps `[offset, offset + size)` of `handle` at `vir_ptr`, inside a
 /// reservation and over nothing already mapped.
 pub(super) unsafe fn aclrtMapMem(a: args::aclrtMapMem) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    non_null(a.handle, "handle")?;
     memory::map(
         a.virPtr as usize,
         a.size,
@@ -174,6 +180,7 @@ pub(super) unsafe fn aclrtMapMem(a: args::aclrtMapMem) -> AclResult {
 
 /// `aclrtUnmapMem`: `vir_ptr` must be the start of a mapping no queued work still uses.
 pub(super) unsafe fn aclrtUnmapMem(a: args::aclrtUnmapMem) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
     memory::unmap(a.virPtr as usize)
 }
 
@@ -187,7 +194,7 @@ pub(super) unsafe fn aclrtMemGetAllocationGranularity(
         aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
             | aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED
     ) {
-        return param(format!("unknown a.granularity a.option {}", a.option.0));
+        return param(format!("unknown granularity option {}", a.option.0));
     }
     // SAFETY: the caller's contract; checked inside `put`.
     unsafe { put(a.granularity, GRANULARITY, "granularity") }
@@ -201,129 +208,110 @@ pub(super) unsafe fn aclGetRecentErrMsg(_: args::aclGetRecentErrMsg) -> *const c
     take_recent()
 }
 
-// TODO(issue 9): stubs until the bodies land.
-
-/// `aclrtGetDeviceCount`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtGetDeviceCount(_: args::aclrtGetDeviceCount) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtGetDeviceCount is not emulated yet",
-    )
+/// `aclrtGetDeviceCount`: the emulator's device count (16, or `SYMHEAP_EMU_DEVICE_COUNT`).
+pub(super) unsafe fn aclrtGetDeviceCount(a: args::aclrtGetDeviceCount) -> AclResult {
+    // SAFETY: the caller's contract; checked inside `put`.
+    unsafe { put(a.count, device::count(), "count") }
 }
 
-/// `aclrtSetDeviceSatMode`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtSetDeviceSatMode(_: args::aclrtSetDeviceSatMode) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtSetDeviceSatMode is not emulated yet",
-    )
-}
-
-/// `aclrtGetDeviceSatMode`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtGetDeviceSatMode(_: args::aclrtGetDeviceSatMode) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtGetDeviceSatMode is not emulated yet",
-    )
-}
-
-/// `aclrtSetStreamFailureMode`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtSetStreamFailureMode(_: args::aclrtSetStreamFailureMode) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtSetStreamFailureMode is not emulated yet",
-    )
-}
-
-/// `aclrtMalloc`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtMalloc(_: args::aclrtMalloc) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtMalloc is not emulated yet",
-    )
-}
-
-/// `aclrtFree`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtFree(_: args::aclrtFree) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtFree is not emulated yet",
-    )
-}
-
-/// `aclrtMallocHost`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtMallocHost(_: args::aclrtMallocHost) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtMallocHost is not emulated yet",
-    )
-}
-
-/// `aclrtFreeHost`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtFreeHost(_: args::aclrtFreeHost) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtFreeHost is not emulated yet",
-    )
-}
-
-/// `aclrtCreateEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtCreateEvent(_: args::aclrtCreateEvent) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtCreateEvent is not emulated yet",
-    )
-}
-
-/// `aclrtRecordEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtRecordEvent(_: args::aclrtRecordEvent) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtRecordEvent is not emulated yet",
-    )
-}
-
-/// `aclrtSynchronizeEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtSynchronizeEvent(_: args::aclrtSynchronizeEvent) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtSynchronizeEvent is not emulated yet",
-    )
-}
-
-/// `aclrtStreamWaitEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtStreamWaitEvent(_: args::aclrtStreamWaitEvent) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtStreamWaitEvent is not emulated yet",
-    )
-}
-
-/// `aclrtQueryEventStatus`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtQueryEventStatus(_: args::aclrtQueryEventStatus) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtQueryEventStatus is not emulated yet",
-    )
-}
-
-/// `aclrtEventElapsedTime`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtEventElapsedTime(_: args::aclrtEventElapsedTime) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtEventElapsedTime is not emulated yet",
-    )
-}
-
-/// `aclrtDestroyEvent`: not emulated yet (`ACL_ERROR_RT_FEATURE_NOT_SUPPORT`).
-pub(super) unsafe fn aclrtDestroyEvent(_: args::aclrtDestroyEvent) -> AclResult {
-    super::errors::acl_fail(
-        crate::sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-        "aclrtDestroyEvent is not emulated yet",
-    )
-}
-
-/// `aclrtGetSocName`: not emulated yet (NULL).
+/// `aclrtGetSocName`: an Atlas A3 name, `"Ascend910_9391"` (a static string), whatever the
+/// device.
 pub(super) unsafe fn aclrtGetSocName(_: args::aclrtGetSocName) -> *const c_char {
-    std::ptr::null()
+    c"Ascend910_9391".as_ptr()
+}
+
+/// `aclrtSetDeviceSatMode`: the current device's overflow mode for streams created later;
+/// `SATURATION` (0) or `INFNAN` (1), anything else `ACL_ERROR_RT_PARAM_INVALID`.
+pub(super) unsafe fn aclrtSetDeviceSatMode(a: args::aclrtSetDeviceSatMode) -> AclResult {
+    device::set_sat_mode(a.mode)
+}
+
+/// `aclrtGetDeviceSatMode`: the current device's overflow mode (`INFNAN` by default).
+pub(super) unsafe fn aclrtGetDeviceSatMode(a: args::aclrtGetDeviceSatMode) -> AclResult {
+    non_null(a.mode, "mode")?;
+    let mode = device::sat_mode(device::current()?);
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.mode, mode, "mode") }
+}
+
+/// `aclrtSetStreamFailureMode`: `ACL_CONTINUE_ON_FAILURE` (0) or `ACL_STOP_ON_FAILURE` (1,
+/// for the stream's whole device context; a NULL stream names the current device's).
+pub(super) unsafe fn aclrtSetStreamFailureMode(a: args::aclrtSetStreamFailureMode) -> AclResult {
+    stream::set_failure_mode(a.stream as usize, a.mode)
+}
+
+/// `aclrtMalloc`: `size` bytes of device memory on the current device, outside every
+/// reservation. Every policy value is accepted (CANN treats unknown ones as the default).
+pub(super) unsafe fn aclrtMalloc(a: args::aclrtMalloc) -> AclResult {
+    non_null(a.devPtr, "devPtr")?;
+    let addr = memory::malloc(device::current()?, a.size)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.devPtr, addr as *mut c_void, "devPtr") }
+}
+
+/// `aclrtFree`: frees an `aclrtMalloc` allocation without waiting for queued work.
+pub(super) unsafe fn aclrtFree(a: args::aclrtFree) -> AclResult {
+    non_null(a.devPtr, "devPtr")?;
+    memory::free(a.devPtr as usize)
+}
+
+/// `aclrtMallocHost`: `size` bytes of 64-byte aligned host memory.
+pub(super) unsafe fn aclrtMallocHost(a: args::aclrtMallocHost) -> AclResult {
+    non_null(a.hostPtr, "hostPtr")?;
+    let addr = host::malloc(a.size)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.hostPtr, addr as *mut c_void, "hostPtr") }
+}
+
+/// `aclrtFreeHost`: frees an `aclrtMallocHost` allocation.
+pub(super) unsafe fn aclrtFreeHost(a: args::aclrtFreeHost) -> AclResult {
+    non_null(a.hostPtr, "hostPtr")?;
+    host::free(a.hostPtr as usize)
+}
+
+/// `aclrtCreateEvent`: an event on the current device.
+pub(super) unsafe fn aclrtCreateEvent(a: args::aclrtCreateEvent) -> AclResult {
+    non_null(a.event, "event")?;
+    let handle = event::create()?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.event, handle as aclrtEvent, "event") }
+}
+
+/// `aclrtRecordEvent`: a record queued on `stream`.
+pub(super) unsafe fn aclrtRecordEvent(a: args::aclrtRecordEvent) -> AclResult {
+    event::record(a.event as usize, a.stream as usize)
+}
+
+/// `aclrtSynchronizeEvent`: waits for the event's latest record.
+pub(super) unsafe fn aclrtSynchronizeEvent(a: args::aclrtSynchronizeEvent) -> AclResult {
+    event::synchronize(a.event as usize)
+}
+
+/// `aclrtStreamWaitEvent`: `stream` waits for the event's latest record (bounded).
+pub(super) unsafe fn aclrtStreamWaitEvent(a: args::aclrtStreamWaitEvent) -> AclResult {
+    event::stream_wait(a.stream as usize, a.event as usize)
+}
+
+/// `aclrtQueryEventStatus`: whether the event's latest record ran.
+pub(super) unsafe fn aclrtQueryEventStatus(a: args::aclrtQueryEventStatus) -> AclResult {
+    non_null(a.event, "event")?;
+    non_null(a.status, "status")?;
+    let status = event::query(a.event as usize)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.status, status, "status") }
+}
+
+/// `aclrtEventElapsedTime`: milliseconds between two events' records.
+pub(super) unsafe fn aclrtEventElapsedTime(a: args::aclrtEventElapsedTime) -> AclResult {
+    non_null(a.ms, "ms")?;
+    non_null(a.startEvent, "startEvent")?;
+    non_null(a.endEvent, "endEvent")?;
+    let ms = event::elapsed_ms(a.startEvent as usize, a.endEvent as usize)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.ms, ms, "ms") }
+}
+
+/// `aclrtDestroyEvent`: forgets the event at once, also while its record is pending.
+pub(super) unsafe fn aclrtDestroyEvent(a: args::aclrtDestroyEvent) -> AclResult {
+    event::destroy(a.event as usize)
 }

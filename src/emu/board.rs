@@ -8,6 +8,10 @@
 //! value a slow one still needs. The host writes on the board which ranks are gone (left or
 //! lost), so waiters fail at once; collective host calls, and anything carrying memfds, still
 //! go through the host.
+//!
+//! The board also holds a mailbox pair for every ordered pair of ranks (sender, receiver), where
+//! point-to-point transfers meet without any other rank ([`super::p2p`]): each side writes only
+//! its own [`Mailbox`], and wakes the other with [`Board::notify`].
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
@@ -41,19 +45,57 @@ struct Buffer {
     bytes: [u8; MAX_VALUE],
 }
 
+/// One side of a point-to-point pair's mailbox: written only by that side's rank, read by the
+/// other (see [`super::p2p`] for the protocol). All zero until first used.
+#[repr(C, align(64))]
+pub(crate) struct Mailbox {
+    /// `k + 1` once this side posted its header for message `k` of the pair.
+    pub(crate) header: AtomicU64,
+    /// The header: elements.
+    pub(crate) count: AtomicU64,
+    /// The header: the `HcclDataType`.
+    pub(crate) dtype: AtomicU64,
+    /// The sender's header: bytes per staged chunk (its staging section is two chunks).
+    pub(crate) chunk: AtomicU64,
+    /// The sender's header: the window slot plus one of a buffer in a symmetric window (0:
+    /// not in a window), and its offset there.
+    pub(crate) window_slot: AtomicU64,
+    pub(crate) window_offset: AtomicU64,
+    /// Messages of the pair this side is finished with (done or given up).
+    pub(crate) done: AtomicU64,
+    /// `(k + 1) << 32 | n`: chunks of message `k` posted (sender) or acknowledged (receiver).
+    pub(crate) progress: AtomicU64,
+    /// The number of messages plus one this side took on the pair before its rank destroyed
+    /// its communicator (0 while it has not): it takes part in no later message.
+    pub(crate) limit: AtomicU64,
+}
+
+/// Which side of a pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Sender,
+    Receiver,
+}
+
 /// One process's mapping of a board of `n` ranks.
 pub(crate) struct Board {
     space: Space,
     n: usize,
 }
 
-// The layout: header, then one `gone` word per rank, then `BUFFERS` buffers per rank.
+// The layout: header, then one `gone` word per rank, then `BUFFERS` buffers per rank, then
+// (64-byte aligned) two mailboxes per ordered pair of ranks.
 const GONE_AT: usize = size_of::<Header>();
 
+/// Where the mailboxes of a board of `n` ranks start.
+fn mailboxes_at(n: usize) -> usize {
+    (GONE_AT + n * 8 + n * BUFFERS * size_of::<Buffer>()).next_multiple_of(64)
+}
+
 impl Board {
-    /// The size of a board for `n` ranks.
+    /// The size of a board for `n` ranks (pages untouched by any rank cost nothing).
     pub(crate) fn size(n: usize) -> usize {
-        GONE_AT + n * 8 + n * BUFFERS * size_of::<Buffer>()
+        mailboxes_at(n) + n * n * 2 * size_of::<Mailbox>()
     }
 
     /// Maps the board of `n` ranks in memfd `fd`.
@@ -83,6 +125,31 @@ impl Board {
         // SAFETY: in bounds and 8-byte aligned (the header, gone words and buffers are
         // multiples of 8); `bytes` is only accessed through raw copies, see `post` / `read`.
         unsafe { &*((self.space.addr() + at) as *const Buffer) }
+    }
+
+    /// The `side` mailbox of the pair sending from rank `from` to rank `to`.
+    pub(crate) fn mailbox(&self, from: usize, to: usize, side: Side) -> &Mailbox {
+        assert!(from < self.n && to < self.n);
+        let i = (from * self.n + to) * 2 + usize::from(side == Side::Receiver);
+        let at = mailboxes_at(self.n) + i * size_of::<Mailbox>();
+        // SAFETY: in bounds (checked) and 64-byte aligned (the mapping is page aligned,
+        // `mailboxes_at` a multiple of 64); its fields are atomics, shared as the header's.
+        unsafe { &*((self.space.addr() + at) as *const Mailbox) }
+    }
+
+    /// Records that rank `rank` destroyed its communicator after taking `sent[d]` messages to
+    /// each rank `d` and `received[s]` from each rank `s`: peers waiting for a later message
+    /// of a pair fail at once.
+    pub(crate) fn leave_pairs(&self, rank: usize, sent: &[u64], received: &[u64]) {
+        for (peer, &k) in sent.iter().enumerate().take(self.n) {
+            let m = self.mailbox(rank, peer, Side::Sender);
+            m.limit.store(k.saturating_add(1), Ordering::Release);
+        }
+        for (peer, &k) in received.iter().enumerate().take(self.n) {
+            let m = self.mailbox(peer, rank, Side::Receiver);
+            m.limit.store(k.saturating_add(1), Ordering::Release);
+        }
+        self.notify();
     }
 
     /// Wakes every waiter after a change.

@@ -15,10 +15,10 @@ use super::job::{self, Job, Kind, Path, Place, Request, Signature};
 use super::steps::Steps;
 use super::stream::{self, TaskFailure};
 use super::wire::{Reader, Wire, Writer};
-use super::{os, staged, symmetric};
+use super::{os, staged, symmetric, vector};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// The path a rank chose, as its peers see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl Wire for Arrival {
 }
 
 /// Converts an ACL stream lookup failure into HCCL's codes.
-fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
+pub(crate) fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
     let code = if f.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID {
         HcclResult::HCCL_E_PTR
     } else {
@@ -134,6 +134,12 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
         route,
     })?;
     compare_arrivals(&all, job.sig, route, seq)?;
+    // A V collective's arrays, once the ranks know they made the same call (so they bring as
+    // many words).
+    let table = match &job.vectors {
+        Some(blocks) => Some(vector::exchange(&mut steps, blocks)?),
+        None => None,
+    };
     match &job.path {
         Path::Staged => {
             let staging: Vec<usize> = comm.group.staging.iter().map(os::Space::addr).collect();
@@ -145,11 +151,21 @@ fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
                 .min()
                 .unwrap_or(0);
             counters::inc(Counter::StagedCollectives);
-            staged::run(&mut steps, job, &staging, cap)?;
+            match (&job.vectors, &table) {
+                (Some(blocks), Some(table)) => {
+                    staged::run_vector(&mut steps, job, blocks, table, &staging, cap)?;
+                }
+                _ => staged::run(&mut steps, job, &staging, cap)?,
+            }
         }
         Path::Symmetric { input, output } => {
             counters::inc(Counter::SymmetricCollectives);
-            symmetric::run(&steps, job, input, output);
+            match (&job.vectors, &table) {
+                (Some(blocks), Some(table)) => {
+                    symmetric::run_vector(&steps, job, blocks, table, input);
+                }
+                _ => symmetric::run(&steps, job, input, output),
+            }
         }
     }
     steps.barrier()

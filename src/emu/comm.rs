@@ -14,6 +14,7 @@ use super::counters::{self, Counter};
 use super::device;
 use super::errors::{Fail, HcclRes, hccl_fail, para};
 use super::hub;
+use super::memory_range::Ranges;
 use super::os;
 use super::registry::{HandleKind, Registry, lock, new_handle};
 use super::rendezvous::{JoinError, Rendezvous};
@@ -43,6 +44,17 @@ pub(crate) struct Group {
     /// here from the memfds the ranks shared when they joined, in rank order. Pages are
     /// allocated when first touched.
     pub(crate) staging: Vec<os::Space>,
+    /// Every rank's point-to-point staging area, in rank order: another `hcclBufferSize` MiB
+    /// after the staging buffer in the same memfd, so sends and collectives never share
+    /// bytes. Rank r's area holds one section per destination ([`super::p2p`]).
+    pub(crate) p2p: Vec<os::Space>,
+}
+
+/// How many point-to-point messages a rank queued to each rank (`sent`) and from each rank
+/// (`received`), in host order: its k-th send to a rank meets that rank's k-th receive from it.
+pub(crate) struct Messages {
+    pub(crate) sent: Vec<u64>,
+    pub(crate) received: Vec<u64>,
 }
 
 /// One rank's communicator (what an `HcclComm` handle names).
@@ -52,6 +64,9 @@ pub(crate) struct Comm {
     pub(crate) group: Arc<Group>,
     pub(crate) rank: u32,
     pub(crate) n: u32,
+    /// What `HcclGetCommName` answers: the config's `hcclCommName`, or the rendezvous name
+    /// (the same on every rank).
+    pub(crate) name: String,
     /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
@@ -64,6 +79,10 @@ pub(crate) struct Comm {
     pub(crate) windows: Mutex<Vec<Arc<Window>>>,
     /// The first collective failure not yet read by `HcclGetCommAsyncError`.
     async_error: AtomicI32,
+    /// Point-to-point messages queued so far, per pair.
+    pub(crate) messages: Mutex<Messages>,
+    /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
+    pub(crate) ranges: Mutex<Ranges>,
 }
 
 static COMMS: Registry<Comm> = Registry::new();
@@ -238,15 +257,20 @@ pub(crate) fn init(
         code: HcclResult::HCCL_E_MEMORY,
         msg: format!("cannot make the {buffer_mb} MiB staging buffer: {e}"),
     };
-    let staging = os::memfd(buffer_mb as usize * (1 << 20)).map_err(memory_error)?;
+    let buffer = buffer_mb as usize * (1 << 20);
+    // The staging buffer, then the point-to-point area of the same size.
+    let staging = os::memfd(2 * buffer).map_err(memory_error)?;
     let timeout = join_timeout(settings.timeout);
     let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout)?;
-    let staging = stagings
-        .iter()
-        .map(|fd| os::map_shared(fd.as_fd(), buffer_mb as usize * (1 << 20)))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(memory_error)?;
-    let group = Arc::new(Group { rv, staging });
+    let map = |offset| {
+        stagings
+            .iter()
+            .map(|fd| os::map_shared_at(fd.as_fd(), offset, buffer))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(memory_error)
+    };
+    let (staging, p2p) = (map(0)?, map(buffer)?);
+    let group = Arc::new(Group { rv, staging, p2p });
     let handle = new_handle(HandleKind::Comm);
     COMMS.insert(
         handle,
@@ -255,6 +279,7 @@ pub(crate) fn init(
             group,
             rank,
             n,
+            name: comm_name(config).unwrap_or(root.name),
             timeout: settings.timeout,
             stride: settings.stride,
             coll_seq: AtomicU64::new(0),
@@ -262,10 +287,96 @@ pub(crate) fn init(
             heap: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
             async_error: AtomicI32::new(0),
+            messages: Mutex::new(Messages {
+                sent: vec![0; n as usize],
+                received: vec![0; n as usize],
+            }),
+            ranges: Mutex::new(Ranges::default()),
         }),
     );
     counters::inc(Counter::Comms);
     Ok(handle)
+}
+
+/// `HcclCommInitAll` (after the null checks): `devices.len()` communicators of one group,
+/// rank i on device `devices[i]`, each joined from a thread of its own bound to its device
+/// (the calling thread's binding is untouched). On failure none is left.
+pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
+    if devices.is_empty() {
+        return para("ndev is 0");
+    }
+    for (i, &d) in devices.iter().enumerate() {
+        if let Err(e) = device::check_id(d) {
+            return para(format!("devices[{i}]: {}", e.msg));
+        }
+        if devices[..i].contains(&d) {
+            return para(format!("devices[{i}]: device {d} appears twice"));
+        }
+    }
+    let n = devices.len() as u32;
+    let root = get_root_info()?;
+    let config = HcclCommConfig::init();
+    let joined: Vec<HcclRes<usize>> = std::thread::scope(|s| {
+        let threads: Vec<_> = devices
+            .iter()
+            .zip(0..n)
+            .map(|(&d, rank)| {
+                let (root, config) = (&root, &config);
+                std::thread::Builder::new()
+                    .name(format!("symheap-emu-init-{rank}"))
+                    .spawn_scoped(s, move || {
+                        device::set(d).map_err(|e| Fail {
+                            code: HcclResult::HCCL_E_RUNTIME,
+                            msg: e.msg,
+                        })?;
+                        init(n, root, rank, config)
+                    })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| match t {
+                Ok(t) => t.join().unwrap_or_else(|_| {
+                    hccl_fail(HcclResult::HCCL_E_INTERNAL, "an init thread panicked")
+                }),
+                Err(e) => hccl_fail(
+                    HcclResult::HCCL_E_SYSCALL,
+                    format!("cannot start an init thread: {e}"),
+                ),
+            })
+            .collect()
+    });
+    let (mut handles, mut first) = (Vec::new(), None);
+    for (i, joined) in joined.into_iter().enumerate() {
+        match joined {
+            Ok(handle) => handles.push(handle),
+            Err(f) => {
+                first.get_or_insert((i, f));
+            }
+        }
+    }
+    let Some((i, f)) = first else {
+        return Ok(handles);
+    };
+    for handle in handles {
+        let _ = destroy(handle);
+    }
+    Err(Fail {
+        msg: format!("rank {i} (device {}): {}", devices[i], f.msg),
+        ..f
+    })
+}
+
+/// The config's `hcclCommName` (up to its NUL, at most 127 bytes), if not empty.
+fn comm_name(config: &HcclCommConfig) -> Option<String> {
+    let bytes: Vec<u8> = config
+        .hcclCommName
+        .iter()
+        .take(crate::sys::COMM_NAME_MAX_LENGTH - 1)
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Joins `root` as `rank` of `n`, sharing this rank's `staging` memfd, and waits up to
@@ -311,6 +422,10 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
     };
     // Peers waiting for this rank, now or later, fail at once instead of timing out.
     comm.group.rv.leave(comm.coll_seq.load(Ordering::Relaxed));
+    let messages = lock(&comm.messages);
+    let board = comm.group.rv.board();
+    board.leave_pairs(comm.rank as usize, &messages.sent, &messages.received);
+    drop(messages);
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);
@@ -377,7 +492,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::super::testutil::{
-        acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
+        DevBuf, acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
     };
     use super::super::{counters, test_lock};
     use crate::sys::*;
@@ -524,6 +639,137 @@ mod tests {
         assert!(err.msg.contains("[1]"), "{}", err.msg);
         assert!(start.elapsed().as_secs_f64() < 5.0);
         drop(staging);
+        assert_clean();
+    }
+
+    /// `HcclGetCommName` of `comm`.
+    fn name(comm: HcclComm) -> String {
+        let mut buf = [0x55 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+        // SAFETY: a buffer of COMM_NAME_MAX_LENGTH bytes.
+        hok(unsafe { (hccl().HcclGetCommName.unwrap())(comm, buf.as_mut_ptr()) });
+        let bytes: Vec<u8> = buf.iter().map(|&c| c as u8).collect();
+        let nul = bytes.iter().position(|&b| b == 0).expect("NUL-terminated");
+        String::from_utf8(bytes[..nul].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn comm_names_are_the_same_on_every_rank() {
+        let _g = test_lock();
+        let names = run_ranks(3, &test_config(), |r| name(r.comm));
+        assert!(names[0].starts_with("symheap-emu-"), "{}", names[0]);
+        assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+        // Another communicator gets another name.
+        let other = run_ranks(2, &test_config(), |r| name(r.comm));
+        assert_ne!(other[0], names[0]);
+        // The config's name, cut to 127 bytes.
+        let mut cfg = test_config();
+        for (dst, &b) in cfg.hcclCommName.iter_mut().zip(b"pp_group_7") {
+            *dst = b as std::ffi::c_char;
+        }
+        assert_eq!(run_ranks(2, &cfg, |r| name(r.comm)), ["pp_group_7"; 2]);
+        cfg.hcclCommName = [b'x' as std::ffi::c_char; 128];
+        assert_eq!(run_ranks(1, &cfg, |r| name(r.comm)), ["x".repeat(127)]);
+        let get = hccl().HcclGetCommName.unwrap();
+        run_ranks(1, &test_config(), |r| {
+            let mut buf = [0 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+            // SAFETY: the emulator validates the arguments.
+            unsafe {
+                assert_eq!(get(r.comm, null_mut()), PTR);
+                assert_eq!(get(null_mut(), buf.as_mut_ptr()), PTR);
+                assert_eq!(get(0x77 as HcclComm, buf.as_mut_ptr()), PARA);
+            }
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn init_all_makes_a_communicator_per_device() {
+        let _g = test_lock();
+        let (a, h) = (acl(), hccl());
+        let init_all = h.HcclCommInitAll.unwrap();
+        let mut comms = [null_mut(); 4];
+        let mut devices = [3, 1, 0, 2];
+        // SAFETY: arrays of ndev entries, or null where the emulator must refuse.
+        unsafe {
+            ok((a.aclrtSetDevice)(5));
+            assert_eq!(init_all(4, null_mut(), comms.as_mut_ptr()), PTR);
+            assert_eq!(init_all(4, devices.as_mut_ptr(), null_mut()), PTR);
+            assert_eq!(init_all(0, devices.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            let mut twice = [0, 1, 0];
+            assert_eq!(init_all(3, twice.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            assert!(recent().contains("twice"), "{}", recent());
+            for bad in [-1, 64] {
+                let mut bad = [0, bad];
+                assert_eq!(init_all(2, bad.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            }
+            assert_eq!(counters().comms, 0);
+            hok(init_all(4, devices.as_mut_ptr(), comms.as_mut_ptr()));
+            // The calling thread's device is unchanged.
+            let mut dev = -1;
+            ok((a.aclrtGetDevice)(&mut dev));
+            assert_eq!(dev, 5);
+            ok((a.aclrtResetDevice)(5));
+        }
+        assert_eq!(counters().comms, 4);
+        let names: Vec<String> = comms.iter().map(|&c| name(c)).collect();
+        assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+        // One thread per device runs a collective on its communicator.
+        let count = 1000usize;
+        let sums = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|i| {
+                    let (comm, device) = (comms[i] as usize, devices[i]);
+                    s.spawn(move || {
+                        let comm = comm as HcclComm;
+                        let mut stream = null_mut();
+                        let (mut rank, mut size) = (9, 0);
+                        // SAFETY: live handles and valid out-pointers.
+                        unsafe {
+                            ok((a.aclrtSetDevice)(device));
+                            hok((h.HcclGetRankId)(comm, &mut rank));
+                            hok((h.HcclGetRankSize)(comm, &mut size));
+                            ok((a.aclrtCreateStream)(&mut stream));
+                        }
+                        assert_eq!((rank, size), (i as u32, 4));
+                        let buf = DevBuf::new(device as u32, crate::emu::GRANULARITY);
+                        let input: Vec<i64> =
+                            (0..count as i64).map(|e| e * (i as i64 + 1)).collect();
+                        buf.write(0, &input);
+                        // SAFETY: live handles, mapped device memory.
+                        unsafe {
+                            hok((h.HcclAllReduce)(
+                                buf.ptr,
+                                buf.ptr,
+                                count as u64,
+                                HcclDataType::HCCL_DATA_TYPE_INT64,
+                                HcclReduceOp::HCCL_REDUCE_SUM,
+                                comm,
+                                stream,
+                            ));
+                            ok((a.aclrtSynchronizeStream)(stream));
+                        }
+                        let out = buf.read::<i64>(0, count);
+                        buf.free();
+                        // SAFETY: handles made above.
+                        unsafe {
+                            ok((a.aclrtDestroyStream)(stream));
+                            hok((h.HcclCommDestroy)(comm));
+                            ok((a.aclrtResetDevice)(device));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        for out in sums {
+            for (e, &v) in out.iter().enumerate() {
+                assert_eq!(v, 10 * e as i64, "element {e}");
+            }
+        }
         assert_clean();
     }
 

@@ -2,13 +2,14 @@
 //! calling thread or on a stream.
 //!
 //! Device-side ranges are validated and pinned (see [`super::memory`]); host-side pointers are
-//! trusted, as in C.
+//! trusted, as in C, except inside `aclrtMallocHost` allocations, whose ranges are checked and
+//! pinned too (see [`super::host`]).
 
 use crate::sys::aclrtMemcpyKind;
 
-use super::errors::{AclResult, param};
+use super::errors::{AclResult, non_null, param};
 use super::memory::{self, Pins};
-use super::stream;
+use super::{host, stream};
 
 /// A validated copy or fill, holding its device ranges pinned until dropped.
 struct Op {
@@ -41,6 +42,19 @@ fn pin(what: &str, addr: usize, len: usize) -> AclResult<Pins> {
     memory::pin_range(addr, len).or_else(|e| param(format!("{what}: {e}")))
 }
 
+/// Pins a host side of a copy if it is in `aclrtMallocHost` memory (other host memory is
+/// trusted).
+fn pin_host(what: &str, addr: usize, len: usize, pins: &mut Pins) -> AclResult {
+    match host::pin(addr, len) {
+        None => Ok(()),
+        Some(Ok(p)) => {
+            pins.push(p);
+            Ok(())
+        }
+        Some(Err(e)) => param(format!("{what}: {e}")),
+    }
+}
+
 /// Checks a memcpy; `None` when there is nothing to copy.
 fn plan_copy(
     dst: usize,
@@ -49,9 +63,8 @@ fn plan_copy(
     count: usize,
     kind: aclrtMemcpyKind,
 ) -> AclResult<Option<Op>> {
-    if dst == 0 || src == 0 {
-        return param("dst and src must not be NULL");
-    }
+    non_null(dst, "dst")?;
+    non_null(src, "src")?;
     if count > dest_max {
         return param(format!("count {count} exceeds destMax {dest_max}"));
     }
@@ -84,9 +97,13 @@ fn plan_copy(
     let mut pins = Pins::default();
     if dst_dev {
         pins.extend(pin("dst", dst, count)?);
+    } else {
+        pin_host("dst", dst, count, &mut pins)?;
     }
     if src_dev {
         pins.extend(pin("src", src, count)?);
+    } else {
+        pin_host("src", src, count, &mut pins)?;
     }
     Ok(Some(Op {
         dst,
@@ -97,18 +114,31 @@ fn plan_copy(
     }))
 }
 
-/// Checks a memset; `None` when there is nothing to fill.
+/// Checks a memset of device memory or of `aclrtMallocHost` memory (CANN's documentation
+/// allows both; other host memory is refused); `None` when there is nothing to fill.
 fn plan_set(dst: usize, max: usize, value: i32, count: usize) -> AclResult<Option<Op>> {
-    if dst == 0 {
-        return param("devPtr must not be NULL");
-    }
+    non_null(dst, "devPtr")?;
     if count > max {
         return param(format!("count {count} exceeds maxCount {max}"));
     }
     if count == 0 {
         return Ok(None);
     }
-    let pins = pin("devPtr", dst, count)?;
+    let pins = if memory::is_device_address(dst) {
+        pin("devPtr", dst, count)?
+    } else {
+        let mut pins = Pins::default();
+        match host::pin(dst, count) {
+            Some(Ok(p)) => pins.push(p),
+            Some(Err(e)) => return param(format!("devPtr: {e}")),
+            None => {
+                return param(format!(
+                    "devPtr {dst:#x} is neither device memory nor aclrtMallocHost memory"
+                ));
+            }
+        }
+        pins
+    };
     Ok(Some(Op {
         dst,
         src: None,
@@ -188,6 +218,7 @@ mod tests {
     use crate::sys::*;
 
     const PARAM: aclError = ACL_ERROR_RT_PARAM_INVALID;
+    const NULL: aclError = ACL_ERROR_INVALID_PARAM;
     const H2D: aclrtMemcpyKind = aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE;
     const D2H: aclrtMemcpyKind = aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST;
     const D2D: aclrtMemcpyKind = aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE;
@@ -205,8 +236,8 @@ mod tests {
         // SAFETY: host pointers are valid for 64 bytes; device sides are validated.
         unsafe {
             let cp = a.aclrtMemcpy;
-            assert_eq!(cp(null_mut(), 64, h, 64, H2D), PARAM);
-            assert_eq!(cp(d, 64, std::ptr::null(), 64, H2D), PARAM);
+            assert_eq!(cp(null_mut(), 64, h, 64, H2D), NULL);
+            assert_eq!(cp(d, 64, std::ptr::null(), 64, H2D), NULL);
             assert_eq!(cp(d, 63, h, 64, H2D), PARAM, "count > destMax");
             assert_eq!(cp(d, 64, h, 64, D2H), PARAM, "wrong direction");
             assert_eq!(cp(d, 64, h, 64, H2H), PARAM, "dst is device memory");
@@ -234,7 +265,7 @@ mod tests {
             assert_eq!(other, [7; 64]);
 
             let ms = a.aclrtMemset;
-            assert_eq!(ms(null_mut(), 8, 0, 8), PARAM);
+            assert_eq!(ms(null_mut(), 8, 0, 8), NULL);
             assert_eq!(ms(d, 4, 0, 8), PARAM, "count > maxCount");
             assert_eq!(ms(h, 8, 0, 8), PARAM, "host memory");
             assert_eq!(ms(buf.at(G - 4), 8, 0, 8), PARAM, "runs past the mapping");

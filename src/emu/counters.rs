@@ -28,6 +28,12 @@ pub struct Counters {
     pub streams: u64,
     /// Live communicator handles (per rank).
     pub comms: u64,
+    /// Live events (`aclrtCreateEvent` not yet destroyed).
+    pub events: u64,
+    /// Live device allocations (`aclrtMalloc` not yet freed).
+    pub device_allocations: u64,
+    /// Live host allocations (`aclrtMallocHost` not yet freed).
+    pub host_allocations: u64,
     /// Successful `HcclCommSymWinRegister` calls since the process started, counting each
     /// rank's call (cumulative: never decreases).
     pub registrations: u64,
@@ -37,6 +43,11 @@ pub struct Counters {
     /// Collectives that staged through the communicator's buffer, counting each rank's
     /// (cumulative).
     pub staged_collectives: u64,
+    /// Point-to-point receives (`HcclRecv`, or a receive of `HcclBatchSendRecv`) that read
+    /// the sender's buffer directly in a symmetric window (cumulative).
+    pub direct_receives: u64,
+    /// Point-to-point receives that copied through the sender's staging area (cumulative).
+    pub staged_receives: u64,
 }
 
 impl Counters {
@@ -47,6 +58,8 @@ impl Counters {
             registrations: 0,
             symmetric_collectives: 0,
             staged_collectives: 0,
+            direct_receives: 0,
+            staged_receives: 0,
             ..self
         }
     }
@@ -61,12 +74,17 @@ pub(crate) enum Counter {
     Windows,
     Streams,
     Comms,
+    Events,
+    DeviceAllocations,
+    HostAllocations,
     Registrations,
     SymmetricCollectives,
     StagedCollectives,
+    DirectReceives,
+    StagedReceives,
 }
 
-static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+static COUNTS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
 
 /// Adds one to `c`.
 pub(crate) fn inc(c: Counter) {
@@ -89,9 +107,14 @@ pub fn counters() -> Counters {
         windows: get(Counter::Windows),
         streams: get(Counter::Streams),
         comms: get(Counter::Comms),
+        events: get(Counter::Events),
+        device_allocations: get(Counter::DeviceAllocations),
+        host_allocations: get(Counter::HostAllocations),
         registrations: get(Counter::Registrations),
         symmetric_collectives: get(Counter::SymmetricCollectives),
         staged_collectives: get(Counter::StagedCollectives),
+        direct_receives: get(Counter::DirectReceives),
+        staged_receives: get(Counter::StagedReceives),
     }
 }
 

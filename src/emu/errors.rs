@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
 use std::sync::OnceLock;
 
-use crate::sys::{ACL_ERROR_RT_PARAM_INVALID, HcclResult, aclError};
+use crate::sys::{ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_PARAM_INVALID, HcclResult, aclError};
 
 /// A failed call: the code the C function returns and the detail for `aclGetRecentErrMsg`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,20 @@ pub(crate) fn hccl_fail<T>(code: HcclResult, msg: impl Into<String>) -> HcclRes<
 /// An `ACL_ERROR_RT_PARAM_INVALID` failure: an ACL call's argument is invalid.
 pub(crate) fn param<T>(msg: impl Into<String>) -> AclResult<T> {
     acl_fail(ACL_ERROR_RT_PARAM_INVALID, msg)
+}
+
+/// An `ACL_ERROR_INVALID_PARAM` (100000) failure: a pointer argument of an ACL call is NULL
+/// (CANN's `ACL_REQUIRES_NOT_NULL` check), or another check CANN makes in its ACL layer.
+pub(crate) fn invalid<T>(msg: impl Into<String>) -> AclResult<T> {
+    acl_fail(ACL_ERROR_INVALID_PARAM, msg)
+}
+
+/// Fails with `ACL_ERROR_INVALID_PARAM` when the pointer argument `what` is NULL.
+pub(crate) fn non_null(addr: usize, what: &str) -> AclResult {
+    if addr == 0 {
+        return invalid(format!("{what} is NULL"));
+    }
+    Ok(())
 }
 
 /// An `HCCL_E_PARA` failure: an HCCL call's argument is invalid.

@@ -10,8 +10,8 @@
 use std::ffi::{c_char, c_void};
 
 use crate::sys::{
-    HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp, HcclResult,
-    HcclRootInfo, aclrtStream,
+    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp,
+    HcclResult, HcclRootInfo, HcclSendRecvType, aclrtStream,
 };
 
 use super::collective;
@@ -19,9 +19,16 @@ use super::comm;
 use super::entry::{CollectiveCall, Sequence, collective};
 use super::errors::{HcclRes, hccl_error_string, hccl_fail};
 use super::exports as args;
-use super::job::Kind::{self, AllGather, AllReduce, AlltoAll, Barrier, Broadcast, ReduceScatter};
+use super::job::Kind::{
+    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
+    ReduceScatter, ReduceScatterV, Scatter,
+};
 use super::job::{Request, Signature};
-use super::sym_window;
+#[cfg(doc)]
+use super::memory_range;
+use super::registry::lock;
+use super::vector::{self, Blocks};
+use super::{p2p, sym_window};
 
 /// Fails on a null pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> HcclRes {
@@ -73,7 +80,23 @@ fn request(
         recv: recv as usize,
         recv_count: count,
         recv_dtype: dtype,
+        vectors: None,
     }
+}
+
+/// The body of a V collective: `make` builds the request once the communicator is known
+/// (reading the caller's arrays, `rankSize` long), then it is checked and queued as in
+/// [`queue`].
+fn queue_vector(
+    comm: HcclComm,
+    stream: aclrtStream,
+    make: impl FnOnce(u32) -> HcclRes<Request> + 'static,
+) -> CollectiveCall {
+    let comm = comm::lookup(comm as usize);
+    collective(comm, Sequence::Stream, move |c, seq| {
+        let request = make(c.n)?;
+        collective::enqueue(c, seq, stream as usize, &request)
+    })
 }
 
 /// `HcclGetRootInfo`: a fresh rendezvous identity for `HcclCommInitRootInfo*`.
@@ -238,118 +261,198 @@ pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
     queue(a.comm, a.stream, req)
 }
 
-// TODO(issue 9): stubs until the bodies land.
+/// `HcclAllGatherV`: rank `i` contributes `recvCounts[i]` elements (its `sendCount`), which
+/// land `recvDispls[i]` elements into every rank's `recvBuf`; both arrays, `rankSize` `u64`s
+/// on the host, must be the same on every rank.
+pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
+        // here, inside the call.
+        let (counts, displs) = unsafe {
+            (
+                vector::read(a.recvCounts, n, "recvCounts")?,
+                vector::read(a.recvDispls, n, "recvDispls")?,
+            )
+        };
+        let mut req = request(AllGatherV, a.sendBuf, a.recvBuf, 0, a.dataType);
+        req.vectors = Some(Blocks::all_gather_v(a.sendCount, &counts, &displs));
+        Ok(req)
+    })
+}
 
-/// `HcclCommInitAll`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclCommInitAll(_: args::HcclCommInitAll) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclCommInitAll is not emulated yet",
+/// `HcclReduceScatterV`: rank `j` receives the reduction of every rank's `sendCounts[j]`
+/// elements at `sendDispls[j]`; `recvCount` must be `sendCounts[myRank]`, and both arrays the
+/// same on every rank.
+pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: as in `HcclAllGatherV`.
+        let (counts, displs) = unsafe {
+            (
+                vector::read(a.sendCounts, n, "sendCounts")?,
+                vector::read(a.sendDispls, n, "sendDispls")?,
+            )
+        };
+        let mut req = request(ReduceScatterV, a.sendBuf, a.recvBuf, 0, a.dataType);
+        req.sig.op = a.op;
+        req.vectors = Some(Blocks::reduce_scatter_v(&counts, &displs, a.recvCount));
+        Ok(req)
+    })
+}
+
+/// `HcclAlltoAllV`: each rank sends `sendCounts[j]` elements at `sdispls[j]` to rank `j` and
+/// receives `recvCounts[k]` elements at `rdispls[k]` from rank `k`; what `k` sends `j` must be
+/// what `j` expects from `k`. The emulator needs `sendType == recvType`.
+pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: as in `HcclAllGatherV`.
+        let arrays = unsafe {
+            [
+                vector::read(a.sendCounts, n, "sendCounts")?,
+                vector::read(a.sdispls, n, "sdispls")?,
+                vector::read(a.recvCounts, n, "recvCounts")?,
+                vector::read(a.rdispls, n, "rdispls")?,
+            ]
+        };
+        let [sc, sd, rc, rd] = &arrays;
+        let mut req = request(AlltoAllV, a.sendBuf, a.recvBuf, 0, a.sendType);
+        req.recv_dtype = a.recvType;
+        req.vectors = Some(Blocks::alltoall_v(sc, sd, rc, rd));
+        Ok(req)
+    })
+}
+
+/// `HcclReduce`: `count` elements reduced with `op` in rank order into `root`'s `recvBuf`
+/// (always the staged path); other ranks' `recvBuf` is not used and may be NULL.
+pub(super) unsafe fn HcclReduce(a: args::HcclReduce) -> CollectiveCall {
+    let mut req = request(Reduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
+    (req.sig.op, req.sig.root) = (a.op, a.root);
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclScatter`: block `j` of `root`'s `sendBuf` (`recvCount` elements each) to rank `j`
+/// (always the staged path); other ranks' `sendBuf` is not used and may be NULL.
+pub(super) unsafe fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
+    let mut req = request(Scatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
+    req.sig.root = a.root;
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclCommInitAll`: `ndev` communicators of one group in this process, rank i on device
+/// `devices[i]` (distinct valid ids), made from threads of their own; the calling thread's
+/// device binding is unchanged.
+pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
+    non_null(a.devices, "devices")?;
+    non_null(a.comms, "comms")?;
+    if a.ndev == 0 {
+        return hccl_fail(HcclResult::HCCL_E_PARA, "ndev is 0");
+    }
+    // SAFETY: non-null; the caller promises `ndev` device ids.
+    let devices = unsafe { std::slice::from_raw_parts(a.devices, a.ndev as usize) }.to_vec();
+    let handles = comm::init_all(&devices)?;
+    for (i, h) in handles.into_iter().enumerate() {
+        // SAFETY: non-null; the caller promises room for `ndev` handles.
+        unsafe { a.comms.add(i).write(h as HcclComm) };
+    }
+    Ok(())
+}
+
+/// `HcclGetCommName`: the config's `hcclCommName` if one was given, otherwise a name made
+/// from the root info (the same on every rank), NUL-terminated in at most
+/// `COMM_NAME_MAX_LENGTH` bytes.
+pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    non_null(a.commName, "commName")?;
+    let name = c.name.as_bytes();
+    let len = name.len().min(COMM_NAME_MAX_LENGTH - 1);
+    // SAFETY: non-null; the caller promises `COMM_NAME_MAX_LENGTH` writable bytes, and
+    // `len + 1` is at most that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(name.as_ptr(), a.commName.cast::<u8>(), len);
+        a.commName.add(len).write(0);
+    }
+    Ok(())
+}
+
+/// `HcclSend`: sends `count` elements to `destRank`; the task completes once that rank's
+/// matching `HcclRecv` has received everything (see [`p2p`]).
+pub(super) unsafe fn HcclSend(a: args::HcclSend) -> HcclRes {
+    let item = p2p::Item {
+        kind: HcclSendRecvType::HCCL_SEND,
+        buf: a.sendBuf as usize,
+        count: a.count,
+        dtype: a.dataType,
+        peer: a.destRank,
+    };
+    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclSend")
+}
+
+/// `HcclRecv`: receives `count` elements from `srcRank`'s matching `HcclSend`.
+pub(super) unsafe fn HcclRecv(a: args::HcclRecv) -> HcclRes {
+    let item = p2p::Item {
+        kind: HcclSendRecvType::HCCL_RECV,
+        buf: a.recvBuf as usize,
+        count: a.count,
+        dtype: a.dataType,
+        peer: a.srcRank,
+    };
+    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclRecv")
+}
+
+/// `HcclBatchSendRecv`: every item progresses at once on the stream; items of one pair run
+/// in order. `itemNum` 0 does nothing.
+pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
+    non_null(a.sendRecvInfo, "sendRecvInfo")?;
+    // SAFETY: non-null; the caller promises `itemNum` items.
+    let raw = unsafe { std::slice::from_raw_parts(a.sendRecvInfo, a.itemNum as usize) };
+    let items: Vec<p2p::Item> = raw
+        .iter()
+        .map(|it| p2p::Item {
+            kind: it.sendRecvType,
+            buf: it.buf as usize,
+            count: it.count,
+            dtype: it.dataType,
+            peer: it.remoteRank,
+        })
+        .collect();
+    p2p::call(
+        a.comm as usize,
+        a.stream as usize,
+        &items,
+        "HcclBatchSendRecv",
     )
 }
 
-/// `HcclGetCommName`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclGetCommName(_: args::HcclGetCommName) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclGetCommName is not emulated yet",
+/// `HcclCommSetMemoryRange`: records `[baseVirPtr, +size)`, a reserved range, on the
+/// communicator (see [`memory_range`]).
+pub(super) unsafe fn HcclCommSetMemoryRange(a: args::HcclCommSetMemoryRange) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    let mut ranges = lock(&c.ranges);
+    ranges.set(a.baseVirPtr as usize, a.size, a.alignment, a.flags)
+}
+
+/// `HcclCommUnsetMemoryRange`: forgets a range without activated blocks.
+pub(super) unsafe fn HcclCommUnsetMemoryRange(a: args::HcclCommUnsetMemoryRange) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    lock(&c.ranges).unset(a.baseVirPtr as usize)
+}
+
+/// `HcclCommActivateCommMemory`: records a mapped block inside a range.
+pub(super) unsafe fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    let mut ranges = lock(&c.ranges);
+    ranges.activate(
+        a.virPtr as usize,
+        a.size,
+        a.offset,
+        a.handle as usize,
+        a.flags,
     )
 }
 
-/// `HcclAllGatherV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclAllGatherV(_: args::HcclAllGatherV) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclAllGatherV is not emulated yet",
-    )
-}
-
-/// `HcclReduceScatterV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclReduceScatterV(_: args::HcclReduceScatterV) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclReduceScatterV is not emulated yet",
-    )
-}
-
-/// `HcclAlltoAllV`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclAlltoAllV(_: args::HcclAlltoAllV) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclAlltoAllV is not emulated yet",
-    )
-}
-
-/// `HcclReduce`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclReduce(_: args::HcclReduce) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclReduce is not emulated yet",
-    )
-}
-
-/// `HcclScatter`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclScatter(_: args::HcclScatter) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclScatter is not emulated yet",
-    )
-}
-
-/// `HcclSend`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclSend(_: args::HcclSend) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclSend is not emulated yet",
-    )
-}
-
-/// `HcclRecv`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclRecv(_: args::HcclRecv) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclRecv is not emulated yet",
-    )
-}
-
-/// `HcclBatchSendRecv`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclBatchSendRecv(_: args::HcclBatchSendRecv) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclBatchSendRecv is not emulated yet",
-    )
-}
-
-/// `HcclCommSetMemoryRange`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclCommSetMemoryRange(_: args::HcclCommSetMemoryRange) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclCommSetMemoryRange is not emulated yet",
-    )
-}
-
-/// `HcclCommUnsetMemoryRange`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclCommUnsetMemoryRange(_: args::HcclCommUnsetMemoryRange) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclCommUnsetMemoryRange is not emulated yet",
-    )
-}
-
-/// `HcclCommActivateCommMemory`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
-pub(super) unsafe fn HcclCommActivateCommMemory(_: args::HcclCommActivateCommMemory) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclCommActivateCommMemory is not emulated yet",
-    )
-}
-
-/// `HcclCommDeactivateCommMemory`: not emulated yet (`HCCL_E_NOT_SUPPORT`).
+/// `HcclCommDeactivateCommMemory`: forgets an activated block.
 pub(super) unsafe fn HcclCommDeactivateCommMemory(
-    _: args::HcclCommDeactivateCommMemory,
+    a: args::HcclCommDeactivateCommMemory,
 ) -> HcclRes {
-    hccl_fail(
-        HcclResult::HCCL_E_NOT_SUPPORT,
-        "HcclCommDeactivateCommMemory is not emulated yet",
-    )
+    let c = comm::lookup(a.comm as usize)?;
+    lock(&c.ranges).deactivate(a.virPtr as usize)
 }

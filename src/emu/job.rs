@@ -10,6 +10,7 @@ use super::comm::Comm;
 use super::errors::{HcclRes, hccl_fail, para};
 use super::memory::{self, Pins};
 use super::reduce::{DType, Op};
+use super::vector::Blocks;
 use super::window::Window;
 
 /// Which collective.
@@ -21,6 +22,11 @@ pub(crate) enum Kind {
     AlltoAll,
     Broadcast,
     Barrier,
+    AllGatherV,
+    ReduceScatterV,
+    AlltoAllV,
+    Reduce,
+    Scatter,
 }
 
 impl Kind {
@@ -34,6 +40,11 @@ impl Kind {
             AlltoAll,
             Broadcast,
             Barrier,
+            AllGatherV,
+            ReduceScatterV,
+            AlltoAllV,
+            Reduce,
+            Scatter,
         ]
         .get(usize::from(v))
         .copied()
@@ -48,18 +59,46 @@ impl Kind {
             Kind::AlltoAll => "HcclAlltoAll",
             Kind::Broadcast => "HcclBroadcast",
             Kind::Barrier => "HcclBarrier",
+            Kind::AllGatherV => "HcclAllGatherV",
+            Kind::ReduceScatterV => "HcclReduceScatterV",
+            Kind::AlltoAllV => "HcclAlltoAllV",
+            Kind::Reduce => "HcclReduce",
+            Kind::Scatter => "HcclScatter",
         }
     }
 
     fn reduces(self) -> bool {
-        matches!(self, Kind::AllReduce | Kind::ReduceScatter)
+        matches!(
+            self,
+            Kind::AllReduce | Kind::ReduceScatter | Kind::ReduceScatterV | Kind::Reduce
+        )
     }
 
-    /// HCCL looks both buffers up with `HcclCommSymWinGet` for these four only.
+    /// Whether the call names a root rank.
+    fn rooted(self) -> bool {
+        matches!(self, Kind::Broadcast | Kind::Reduce | Kind::Scatter)
+    }
+
+    /// Whether counts and displacements come in per-rank arrays ([`Request::vectors`]).
+    pub(crate) fn is_vector(self) -> bool {
+        matches!(
+            self,
+            Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV
+        )
+    }
+
+    /// HCCL looks both buffers up with `HcclCommSymWinGet` for these four, and the emulator
+    /// lets their V forms do the same; rooted collectives always stage.
     fn may_be_symmetric(self) -> bool {
         matches!(
             self,
-            Kind::AllReduce | Kind::AllGather | Kind::ReduceScatter | Kind::AlltoAll
+            Kind::AllReduce
+                | Kind::AllGather
+                | Kind::ReduceScatter
+                | Kind::AlltoAll
+                | Kind::AllGatherV
+                | Kind::ReduceScatterV
+                | Kind::AlltoAllV
         )
     }
 }
@@ -72,14 +111,17 @@ pub(crate) struct Request {
     /// AlltoAll's receive count and type (the same as `count` / `dtype` otherwise).
     pub(crate) recv_count: u64,
     pub(crate) recv_dtype: HcclDataType,
+    /// A V collective's blocks, read from the caller's arrays (`None` for the others).
+    pub(crate) vectors: Option<Blocks>,
 }
 
 /// What every rank's call must agree on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Signature {
     pub(crate) kind: Kind,
-    /// Elements: per rank for AllGather (send) and ReduceScatter (recv), per peer for
-    /// AlltoAll (send), the whole buffer otherwise.
+    /// Elements: per rank for AllGather (send), ReduceScatter and Scatter (recv), per peer for
+    /// AlltoAll (send), 0 for the V collectives (their arrays are compared on their own), the
+    /// whole buffer otherwise.
     pub(crate) count: u64,
     pub(crate) dtype: HcclDataType,
     pub(crate) op: HcclReduceOp,
@@ -88,17 +130,15 @@ pub(crate) struct Signature {
 
 impl std::fmt::Display for Signature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}(count {}, type {}",
-            self.kind.name(),
-            self.count,
-            self.dtype
-        )?;
+        write!(f, "{}(", self.kind.name())?;
+        if !self.kind.is_vector() {
+            write!(f, "count {}, ", self.count)?;
+        }
+        write!(f, "type {}", self.dtype)?;
         if self.kind.reduces() {
             write!(f, ", op {}", self.op)?;
         }
-        if self.kind == Kind::Broadcast {
+        if self.kind.rooted() {
             write!(f, ", root {}", self.root)?;
         }
         f.write_str(")")
@@ -156,6 +196,8 @@ pub(crate) struct Job {
     pub(crate) dtype: DType,
     pub(crate) op: Op,
     pub(crate) path: Path,
+    /// A V collective's blocks on this rank (`None` for the others).
+    pub(crate) vectors: Option<Blocks>,
     _pins: Pins,
 }
 
@@ -180,6 +222,7 @@ impl Job {
             dtype: DType::I8,
             op: Op::Sum,
             path: Path::Staged,
+            vectors: None,
             _pins: Pins::default(),
         }
     }
@@ -192,16 +235,17 @@ pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
         return Ok(Some(Job::barrier(sig)));
     }
     let (dtype, op) = check_operation(comm, req)?;
+    if let Some(blocks) = &req.vectors {
+        return check_vector(comm, req, blocks, dtype, op);
+    }
     if sig.count == 0 {
         return Ok(None);
     }
-    if req.send == 0 || req.recv == 0 {
-        return hccl_fail(HcclResult::HCCL_E_PTR, "sendBuf / recvBuf is NULL");
-    }
     let es = dtype.size();
-    let Some((count, bufs)) = Buffers::of(kind, req, es, comm.n) else {
+    let Some((count, bufs)) = Buffers::of(kind, req, es, comm.n, comm.rank) else {
         return para(format!("count {} overflows", sig.count));
     };
+    bufs.check_null()?;
     let pins = bufs.pin()?;
     let in_place = bufs.check_layout(kind, es, comm.rank)?;
     let path = choose_path(comm, kind, &bufs, in_place);
@@ -214,6 +258,55 @@ pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
         dtype,
         op,
         path,
+        vectors: None,
+        _pins: pins,
+    }))
+}
+
+/// [`check`] of a V collective, whose buffers are read and written in `blocks`.
+fn check_vector(
+    comm: &Comm,
+    req: &Request,
+    blocks: &Blocks,
+    dtype: DType,
+    op: Op,
+) -> HcclRes<Option<Job>> {
+    let kind = req.sig.kind;
+    blocks.check_own(comm.rank)?;
+    if blocks.whole_operation_is_empty() {
+        return Ok(None);
+    }
+    let es = dtype.size();
+    let ranges = blocks.ranges(req.send, req.recv, es)?;
+    let bufs = Buffers {
+        send: req.send,
+        in_len: ranges.send_extent,
+        recv: req.recv,
+        out_len: ranges.recv_extent,
+    };
+    // A buffer's extent is 0 exactly when the rank moves nothing through it.
+    bufs.check_null()?;
+    // Every block is pinned on its own: what lies between them is not the collective's.
+    let mut pins = Pins::default();
+    for (what, list) in [("sendBuf", &ranges.send), ("recvBuf", &ranges.recv)] {
+        for &(addr, len) in list {
+            let pinned = memory::pin_range(addr, len).or_else(|e| para(format!("{what}: {e}")));
+            pins.extend(pinned?);
+        }
+    }
+    bufs.check_aligned(kind, es)?;
+    ranges.check_disjoint()?;
+    let path = choose_path(comm, kind, &bufs, false);
+    Ok(Some(Job {
+        sig: req.sig,
+        send: req.send,
+        recv: req.recv,
+        count: 0,
+        es,
+        dtype,
+        op,
+        path,
+        vectors: Some(blocks.clone()),
         _pins: pins,
     }))
 }
@@ -232,13 +325,19 @@ fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
     } else {
         Op::Sum
     };
+    if req.sig.kind.is_vector() && req.recv_dtype != req.sig.dtype {
+        return para(format!(
+            "sendType {} must equal recvType {}",
+            req.sig.dtype.0, req.recv_dtype.0
+        ));
+    }
     if req.recv_count != req.sig.count || req.recv_dtype != req.sig.dtype {
         return para(format!(
             "sendCount {} / sendType {} must equal recvCount {} / recvType {}",
             req.sig.count, req.sig.dtype.0, req.recv_count, req.recv_dtype.0
         ));
     }
-    if req.sig.kind == Kind::Broadcast && req.sig.root >= comm.n {
+    if req.sig.kind.rooted() && req.sig.root >= comm.n {
         return para(format!(
             "root {} is not below rankSize {}",
             req.sig.root, comm.n
@@ -248,18 +347,23 @@ fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
 }
 
 impl Buffers {
-    /// The element count and byte ranges of `req` with `es`-byte elements on `n` ranks, or
-    /// `None` when they overflow.
-    fn of(kind: Kind, req: &Request, es: usize, n: u32) -> Option<(usize, Buffers)> {
+    /// The element count and byte ranges of `req` with `es`-byte elements on rank `rank` of
+    /// `n`, or `None` when they overflow. A rooted collective's non-root ranks have no input
+    /// (Scatter) or output (Reduce): that buffer is not used and may be NULL.
+    fn of(kind: Kind, req: &Request, es: usize, n: u32, rank: u32) -> Option<(usize, Buffers)> {
         let count = usize::try_from(req.sig.count).ok()?;
         let one = count.checked_mul(es)?;
         let all = one.checked_mul(n as usize)?;
+        let root = rank == req.sig.root;
         let (in_len, out_len) = match kind {
             Kind::AllReduce | Kind::Broadcast => (one, one),
             Kind::AllGather => (one, all),
             Kind::ReduceScatter => (all, one),
             Kind::AlltoAll => (all, all),
-            Kind::Barrier => (0, 0),
+            Kind::Reduce => (one, if root { one } else { 0 }),
+            Kind::Scatter => (if root { all } else { 0 }, one),
+            // Never asked (no buffers, or checked by `check_vector`).
+            Kind::Barrier | Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV => (0, 0),
         };
         let bufs = Buffers {
             send: req.send,
@@ -270,14 +374,40 @@ impl Buffers {
         Some((count, bufs))
     }
 
-    /// Pins both ranges, which must be wholly in mapped device memory.
+    /// `HCCL_E_PTR` when a buffer the call uses is NULL.
+    fn check_null(&self) -> HcclRes {
+        for (what, addr, len) in [
+            ("sendBuf", self.send, self.in_len),
+            ("recvBuf", self.recv, self.out_len),
+        ] {
+            if addr == 0 && len > 0 {
+                return hccl_fail(HcclResult::HCCL_E_PTR, format!("{what} is NULL"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pins both ranges (those not empty), which must be wholly in mapped device memory.
     fn pin(&self) -> HcclRes<Pins> {
-        let pin = |what: &str, addr, len| {
-            memory::pin_range(addr, len).or_else(|e| para(format!("{what}: {e}")))
+        let pin = |what: &str, addr, len| match len {
+            0 => Ok(Pins::default()),
+            _ => memory::pin_range(addr, len).or_else(|e| para(format!("{what}: {e}"))),
         };
         let mut pins = pin("sendBuf", self.send, self.in_len)?;
         pins.extend(pin("recvBuf", self.recv, self.out_len)?);
         Ok(pins)
+    }
+
+    /// A reduction's buffers (those used) must be aligned to its `es`-byte elements.
+    fn check_aligned(&self, kind: Kind, es: usize) -> HcclRes {
+        let (send, recv) = (self.send, self.recv);
+        let off = |addr: usize, len: usize| len > 0 && addr % es != 0;
+        if kind.reduces() && (off(send, self.in_len) || off(recv, self.out_len)) {
+            return para(format!(
+                "sendBuf {send:#x} / recvBuf {recv:#x} are not aligned to the {es}-byte element"
+            ));
+        }
+        Ok(())
     }
 
     /// Checks that a reduction's buffers are aligned to its `es`-byte elements and that the
@@ -290,17 +420,19 @@ impl Buffers {
             recv,
             out_len,
         } = *self;
-        if kind.reduces() && (send % es != 0 || recv % es != 0) {
-            return para(format!(
-                "sendBuf {send:#x} / recvBuf {recv:#x} are not aligned to the {es}-byte element"
-            ));
-        }
-        let disjoint = send + in_len <= recv || recv + out_len <= send;
+        self.check_aligned(kind, es)?;
+        // An unused buffer (a non-root's) overlaps nothing.
+        let disjoint =
+            in_len == 0 || out_len == 0 || send + in_len <= recv || recv + out_len <= send;
         let in_place = match kind {
-            Kind::AllReduce | Kind::Broadcast => send == recv,
+            Kind::AllReduce | Kind::Broadcast | Kind::Reduce => send == recv,
             Kind::AllGather => send == recv + rank as usize * in_len,
-            Kind::ReduceScatter => recv == send + rank as usize * out_len,
-            Kind::AlltoAll | Kind::Barrier => false,
+            Kind::ReduceScatter | Kind::Scatter => recv == send + rank as usize * out_len,
+            Kind::AlltoAll
+            | Kind::Barrier
+            | Kind::AllGatherV
+            | Kind::ReduceScatterV
+            | Kind::AlltoAllV => false,
         };
         if !disjoint && !in_place {
             return para(format!(

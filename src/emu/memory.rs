@@ -1,5 +1,5 @@
-//! Device virtual memory: address reservations, physical allocations (memfds), mappings, and
-//! the registry of every device-addressable range.
+//! Device virtual memory: address reservations, physical allocations (memfds), mappings,
+//! `aclrtMalloc` allocations, and the registry of every device-addressable range.
 //!
 //! Every range a device operation touches is looked up here first and *pinned* (an `Arc` of
 //! the mapping or window that makes it addressable) for as long as queued work may touch it.
@@ -19,7 +19,7 @@ use crate::sys::{
 use super::GRANULARITY;
 use super::counters::{self, Counter};
 use super::device::{self, MAX_DEVICES};
-use super::errors::{AclResult, acl_fail, param};
+use super::errors::{AclResult, Fail, acl_fail, invalid, param};
 use super::os;
 use super::registry::{HandleKind, lock, new_handle};
 
@@ -74,10 +74,25 @@ impl Pins {
     }
 }
 
+/// Device memory from `aclrtMalloc`: a memfd of whole granules of its own, mapped whole where
+/// the kernel chose (outside every reservation). Unmapped when the last reference goes: the
+/// registry's until `aclrtFree`, then the pins of work still queued on it.
+#[derive(Debug)]
+pub(crate) struct DeviceAlloc {
+    space: os::Space,
+    _fd: OwnedFd,
+    /// The device it was allocated on.
+    device: u32,
+    /// The bytes counted against the device's memory (CANN's rounding, not the mapping's).
+    counted: u64,
+}
+
 /// What makes a device range addressable.
 enum Owner {
     /// A user mapping; pinned by cloning the `Arc`.
     User(Arc<Mapping>),
+    /// An `aclrtMalloc` allocation; pinned by cloning the `Arc`.
+    Malloc(Arc<DeviceAlloc>),
     /// A peer mapping in a symmetric heap, owned by a window.
     Window(Weak<dyn Any + Send + Sync>),
 }
@@ -108,6 +123,8 @@ struct State {
     physicals: BTreeMap<usize, PhysEntry>,
     /// Every mapped, device-addressable range by start address (never overlapping).
     regions: BTreeMap<usize, Region>,
+    /// Live `aclrtMalloc` allocations by start address.
+    mallocs: BTreeMap<usize, Arc<DeviceAlloc>>,
     /// Physical bytes allocated per device.
     used: [u64; MAX_DEVICES],
 }
@@ -117,6 +134,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     heaps: BTreeMap::new(),
     physicals: BTreeMap::new(),
     regions: BTreeMap::new(),
+    mallocs: BTreeMap::new(),
     used: [0; MAX_DEVICES],
 });
 
@@ -255,6 +273,7 @@ impl State {
             };
             match &region.owner {
                 Owner::User(m) => pins.push(m.clone()),
+                Owner::Malloc(m) => pins.push(m.clone()),
                 Owner::Window(w) => match w.upgrade() {
                     Some(w) => pins.push(w),
                     None => return Err(format!("{at:#x} belongs to a window being removed")),
@@ -370,8 +389,9 @@ fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<u32> {
         .and_then(|id| device::check_id(id).map_err(|_| ()));
     device.or_else(|()| {
         param(format!(
-            "location id {} is not a device (0..{MAX_DEVICES})",
-            prop.location.id
+            "location id {} is not a device (0..{})",
+            prop.location.id,
+            device::count()
         ))
     })
 }
@@ -518,7 +538,84 @@ pub(crate) fn is_device_address(addr: usize) -> bool {
         .range(..=addr)
         .next_back()
         .is_some_and(|(_, r)| r.space.addr() + r.space.len() > addr);
-    in_reservation || inside(&st.heaps)
+    let in_malloc = st
+        .mallocs
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(_, m)| m.space.addr() + m.space.len() > addr);
+    in_reservation || in_malloc || inside(&st.heaps)
+}
+
+/// The bytes `aclrtMalloc(size)` takes from a device, as CANN counts them on Atlas A2 / A3:
+/// `size` rounded up to a multiple of 32, plus 32 bytes of padding.
+fn malloc_counted(size: usize) -> Option<usize> {
+    size.checked_add(32)?.checked_next_multiple_of(32)
+}
+
+/// `aclrtMalloc` on `device`: `size` (non-zero) bytes of device memory, counted against the
+/// device's memory as CANN counts them ([`malloc_counted`]), backed by whole granules. Its
+/// addressable range is exactly `size` bytes from the returned (granule-aligned) address.
+pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
+    if size == 0 {
+        return invalid("size is 0");
+    }
+    let (Some(counted), Some(len)) = (
+        malloc_counted(size),
+        size.checked_next_multiple_of(GRANULARITY),
+    ) else {
+        return invalid(format!("size {size} is too large"));
+    };
+    let mut st = state();
+    st.check_limit(device, counted)?;
+    let fail = |e: std::io::Error| Fail {
+        code: ACL_ERROR_RT_MEMORY_ALLOCATION,
+        msg: format!("device memory of {size} bytes: {e}"),
+    };
+    let fd = os::memfd(len).map_err(fail)?;
+    let space = os::map_shared(fd.as_fd(), len).map_err(fail)?;
+    let base = space.addr();
+    let alloc = Arc::new(DeviceAlloc {
+        space,
+        _fd: fd,
+        device,
+        counted: counted as u64,
+    });
+    st.regions.insert(
+        base,
+        Region {
+            end: base + size,
+            owner: Owner::Malloc(alloc.clone()),
+        },
+    );
+    st.mallocs.insert(base, alloc);
+    st.used[device as usize] += counted as u64;
+    counters::inc(Counter::DeviceAllocations);
+    Ok(base)
+}
+
+/// `aclrtFree`: `addr` must be the start of a live `aclrtMalloc` allocation. Like CANN's, it
+/// does not wait for queued work: the memory stops being device memory for later calls and
+/// its bytes stop counting at once, while work already queued on it keeps it mapped (pinned)
+/// until that work is done, so it never touches unmapped memory.
+pub(crate) fn free(addr: usize) -> AclResult {
+    let mut st = state();
+    let Some(alloc) = st.mallocs.remove(&addr) else {
+        return param(format!(
+            "{addr:#x} is not the start of a live aclrtMalloc allocation"
+        ));
+    };
+    st.regions.remove(&addr);
+    st.used[alloc.device as usize] -= alloc.counted;
+    drop(st);
+    // Unmapped here unless queued work still pins it (then when that work is dropped).
+    drop(alloc);
+    counters::dec(Counter::DeviceAllocations);
+    Ok(())
+}
+
+/// Whether `[addr, addr + len)` lies inside one user reservation (`aclrtReserveMemAddress`).
+pub(crate) fn in_one_reservation(addr: usize, len: usize) -> bool {
+    state().reservation_holding(addr, len).is_some()
 }
 
 /// Pins `[addr, addr + len)`, which must be wholly inside mapped device memory.
@@ -604,6 +701,7 @@ mod tests {
     use crate::sys::*;
 
     const PARAM: aclError = ACL_ERROR_RT_PARAM_INVALID;
+    const NULL: aclError = ACL_ERROR_INVALID_PARAM;
 
     fn reserve(size: usize, align: usize) -> (aclError, *mut c_void) {
         let mut p = null_mut();
@@ -631,7 +729,7 @@ mod tests {
         unsafe {
             assert_eq!(
                 (a.aclrtReserveMemAddress)(null_mut(), G, 0, null_mut(), 0),
-                PARAM
+                NULL
             );
             let hint = 0x1000_0000 as *mut c_void;
             assert_eq!((a.aclrtReserveMemAddress)(&mut p, G, 0, hint, 0), PARAM);
@@ -667,16 +765,13 @@ mod tests {
         let mut h = null_mut();
         // SAFETY: the emulator validates every argument.
         unsafe {
-            assert_eq!((a.aclrtMallocPhysical)(null_mut(), G, &good, 0), PARAM);
+            assert_eq!((a.aclrtMallocPhysical)(null_mut(), G, &good, 0), NULL);
             assert_eq!(
                 (a.aclrtMallocPhysical)(&mut h, G, std::ptr::null(), 0),
-                PARAM
+                NULL
             );
             assert_eq!((a.aclrtMallocPhysical)(&mut h, G, &good, 1), PARAM);
-            assert_eq!(
-                (a.aclrtFreePhysical)(null_mut()),
-                ACL_ERROR_RT_INVALID_HANDLE
-            );
+            assert_eq!((a.aclrtFreePhysical)(null_mut()), NULL);
             assert_eq!(
                 (a.aclrtFreePhysical)(0x1234 as aclrtDrvMemHandle),
                 ACL_ERROR_RT_INVALID_HANDLE
@@ -702,7 +797,7 @@ mod tests {
             assert_eq!((total, free), (3 * G, G));
             assert_eq!(
                 (a.aclrtGetMemInfo)(aclrtMemAttr::ACL_HBM_MEM, null_mut(), &mut total),
-                PARAM
+                NULL
             );
             ok((a.aclrtResetDevice)(3));
             ok((a.aclrtFreePhysical)(first));
@@ -784,7 +879,10 @@ mod tests {
                 PARAM,
                 "past the reservation"
             );
-            assert_eq!(map(null_mut(), 2 * G, 0, ph, 0), PARAM);
+            assert_eq!(map(null_mut(), 2 * G, 0, ph, 0), NULL);
+            assert_eq!(map(at(0), 2 * G, 0, null_mut(), 0), NULL);
+            assert_eq!((a.aclrtUnmapMem)(null_mut()), NULL);
+            assert_eq!((a.aclrtReleaseMemAddress)(null_mut()), NULL);
             let outside = 0x7000_0000_0000usize as *mut c_void;
             assert_eq!(map(outside, 2 * G, 0, ph, 0), PARAM, "not reserved");
 
@@ -826,13 +924,10 @@ mod tests {
                 assert_eq!(g, G);
             }
             assert_eq!(get(&mut prop, aclrtMemGranularityOptions(2), &mut g), PARAM);
-            assert_eq!(
-                get(null_mut(), aclrtMemGranularityOptions(0), &mut g),
-                PARAM
-            );
+            assert_eq!(get(null_mut(), aclrtMemGranularityOptions(0), &mut g), NULL);
             assert_eq!(
                 get(&mut prop, aclrtMemGranularityOptions(0), null_mut()),
-                PARAM
+                NULL
             );
         }
     }
@@ -863,6 +958,216 @@ mod tests {
         }
         assert_eq!(out, [2, 3]);
         buf.free();
+        assert_clean();
+    }
+
+    /// `aclrtMalloc` through the table (an optional entry the emulator fills).
+    fn dmalloc(size: usize, policy: i32) -> (aclError, *mut c_void) {
+        let mut p = null_mut();
+        // SAFETY: a valid out-pointer.
+        let code =
+            unsafe { acl().aclrtMalloc.unwrap()(&mut p, size, aclrtMemMallocPolicy(policy)) };
+        (code, p)
+    }
+
+    fn dfree(p: *mut c_void) -> aclError {
+        // SAFETY: the emulator validates the pointer.
+        unsafe { acl().aclrtFree.unwrap()(p) }
+    }
+
+    fn free_bytes() -> usize {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        ok(unsafe { (acl().aclrtGetMemInfo)(aclrtMemAttr::ACL_HBM_MEM, &mut free, &mut total) });
+        free
+    }
+
+    #[test]
+    fn malloc_rules_and_accounting() {
+        let _g = test_lock();
+        let a = acl();
+        assert_eq!(dmalloc(64, 0).0, ACL_ERROR_RT_CONTEXT_NULL, "no device");
+        // SAFETY: plain device binding; the emulator validates every pointer below.
+        unsafe { ok((a.aclrtSetDevice)(12)) };
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(
+                a.aclrtMalloc.unwrap()(null_mut(), 64, aclrtMemMallocPolicy(0)),
+                NULL
+            );
+        }
+        assert_eq!(dmalloc(0, 0).0, NULL);
+        assert_eq!(dmalloc(usize::MAX, 0).0, NULL);
+        assert!(recent().contains("too large"));
+        let before = free_bytes();
+        let (code, p) = dmalloc(100, 0);
+        ok(code);
+        assert_eq!(p as usize % 64, 0);
+        assert_eq!(counters().device_allocations, 1);
+        // 100 bytes count as 128 + 32, as CANN rounds and pads on A2 / A3.
+        assert_eq!(before - free_bytes(), 160);
+        // Every policy value is accepted, flags and unknown values too.
+        let (code, q) = dmalloc(G + 1, 0x1000 | 1);
+        ok(code);
+        let (code, r) = dmalloc(8, 99);
+        ok(code);
+
+        let data: Vec<u8> = (0..100).collect();
+        let mut back = [0u8; 100];
+        let (h, hb) = (
+            data.as_ptr().cast::<c_void>(),
+            back.as_mut_ptr().cast::<c_void>(),
+        );
+        // SAFETY: host buffers are valid for 100 bytes; device sides are validated.
+        unsafe {
+            let cp = a.aclrtMemcpy;
+            let kind = |k| aclrtMemcpyKind(k);
+            assert_eq!(cp(p, 101, h, 101, kind(1)), PARAM, "past the allocation");
+            assert_eq!(
+                cp(p, 100, h, 100, kind(0)),
+                PARAM,
+                "device memory, not host"
+            );
+            ok(cp(p, 100, h, 100, kind(1)));
+            ok(cp(q.wrapping_byte_add(G - 99), 100, p, 100, kind(3)));
+            ok(cp(hb, 100, q.wrapping_byte_add(G - 99), 100, kind(4)));
+            assert_eq!(back.as_slice(), data.as_slice());
+            ok((a.aclrtMemset)(p, 100, 0xEE, 100));
+            assert_eq!(
+                (a.aclrtMemset)(p, 200, 0, 101),
+                PARAM,
+                "past the allocation"
+            );
+            assert_eq!((a.aclrtMemset)(p, 4, 0, 8), PARAM, "count > maxCount");
+            ok(cp(hb, 100, p, 100, kind(2)));
+            assert_eq!(back, [0xEE; 100]);
+            // Not a mapping of the VMM calls.
+            assert_eq!((a.aclrtUnmapMem)(p), PARAM);
+            assert_eq!((a.aclrtReleaseMemAddress)(p), PARAM);
+        }
+        assert_eq!(dfree(null_mut()), NULL);
+        assert_eq!(dfree(p.wrapping_byte_add(64)), PARAM, "not the start");
+        assert_eq!(dfree(back.as_mut_ptr().cast()), PARAM, "host memory");
+        ok(dfree(p));
+        assert_eq!(dfree(p), PARAM, "double free");
+        // Freed memory is no longer device memory.
+        // SAFETY: as above.
+        let code =
+            unsafe { (a.aclrtMemcpy)(p, 100, h, 100, aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE) };
+        assert_eq!(code, PARAM);
+        ok(dfree(q));
+        ok(dfree(r));
+        assert_eq!(free_bytes(), before);
+
+        // Counted against the device's limit, with CANN's padding.
+        set_device_memory_limit(4096);
+        assert_eq!(dmalloc(4096, 0).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        let (code, p) = dmalloc(4064, 0);
+        ok(code);
+        assert_eq!(free_bytes(), 0);
+        assert_eq!(dmalloc(1, 0).0, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        ok(dfree(p));
+        set_device_memory_limit(0);
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtResetDevice)(12)) };
+        assert_clean();
+    }
+
+    #[test]
+    fn free_does_not_wait_for_queued_work_which_still_runs_safely() {
+        let _g = test_lock();
+        let a = acl();
+        let mut s = null_mut();
+        let mut out = [0u8; 64];
+        // SAFETY: valid out-pointers; `out` outlives the synchronize.
+        unsafe {
+            ok((a.aclrtSetDevice)(12));
+            ok((a.aclrtCreateStream)(&mut s));
+            let before = free_bytes();
+            let (code, p) = dmalloc(64, 0);
+            ok(code);
+            let open = super::super::testutil::gate(s);
+            ok((a.aclrtMemsetAsync)(p, 64, 0x42, 64, s));
+            ok((a.aclrtMemcpyAsync)(
+                out.as_mut_ptr().cast(),
+                64,
+                p,
+                64,
+                aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                s,
+            ));
+            // Freed at once, while the work is queued: the bytes stop counting now.
+            ok(dfree(p));
+            assert_eq!(free_bytes(), before);
+            assert_eq!(counters().device_allocations, 0);
+            drop(open);
+            ok((a.aclrtSynchronizeStream)(s));
+            ok((a.aclrtDestroyStream)(s));
+            ok((a.aclrtResetDevice)(12));
+        }
+        // The queued work ran on memory that stayed mapped until it was done.
+        assert_eq!(out, [0x42; 64]);
+        assert_clean();
+    }
+
+    #[test]
+    fn staged_collectives_accept_malloc_memory() {
+        use super::super::testutil::{hccl, hok, run_ranks, test_config};
+        let _g = test_lock();
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let (code, send) = dmalloc(16, 0);
+            ok(code);
+            let (code, recv) = dmalloc(16, 0);
+            ok(code);
+            let mine = [r.rank as f32 + 1.0; 4];
+            let mut sum = [0f32; 4];
+            // SAFETY: host buffers valid for 16 bytes; device buffers validated.
+            unsafe {
+                ok((a.aclrtMemcpy)(
+                    send,
+                    16,
+                    mine.as_ptr().cast(),
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+                ));
+                hok((hccl().HcclAllReduce)(
+                    send,
+                    recv,
+                    4,
+                    HcclDataType::HCCL_DATA_TYPE_FP32,
+                    HcclReduceOp::HCCL_REDUCE_SUM,
+                    r.comm,
+                    r.stream,
+                ));
+                // A range past the allocation is refused when called.
+                assert_eq!(
+                    (hccl().HcclAllReduce)(
+                        send,
+                        recv,
+                        5,
+                        HcclDataType::HCCL_DATA_TYPE_FP32,
+                        HcclReduceOp::HCCL_REDUCE_SUM,
+                        r.comm,
+                        r.stream,
+                    ),
+                    HcclResult::HCCL_E_PARA
+                );
+                ok(r.sync());
+                ok((a.aclrtMemcpy)(
+                    sum.as_mut_ptr().cast(),
+                    16,
+                    recv,
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                ));
+            }
+            ok(dfree(send));
+            ok(dfree(recv));
+            sum
+        })
+        .iter()
+        .for_each(|sum| assert_eq!(*sum, [3.0; 4]));
         assert_clean();
     }
 }

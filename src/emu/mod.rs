@@ -23,16 +23,22 @@
 //! them.
 //!
 //! # Model
-//! - **Devices**: `aclrtSetDevice` binds the calling thread to a device id in `0..64`.
+//! - **Devices**: there are 16 (an Atlas A3 server's dies), or `SYMHEAP_EMU_DEVICE_COUNT`
+//!   (1 to 64, read once; an unusable value gives 16 and a warning); `aclrtSetDevice` binds the
+//!   calling thread to one of them.
 //! - **Device memory** is host memory managed like device virtual memory: a reservation is
 //!   `mmap` PROT_NONE address space, physical memory a `memfd` of a multiple of
 //!   [`GRANULARITY`], and `aclrtMapMem` maps one into the other with `MAP_FIXED`. Every
 //!   device-addressable range (user mappings and symmetric-heap mappings) is registered;
 //!   copies and collectives validate device-side ranges against the registry and pin them
 //!   while queued work may touch them, so a bad pointer is an error, never an access to
-//!   arbitrary host memory.
+//!   arbitrary host memory. `aclrtMalloc` memory is a memfd of its own, mapped whole outside
+//!   every reservation and registered as device memory the same way.
 //! - **Streams** are threads with a FIFO queue: async calls enqueue and return, and
 //!   `aclrtSynchronizeStream` waits, so a host read before synchronizing can see stale data.
+//! - **Events**: `aclrtRecordEvent` queues a task that stamps the time when the stream thread
+//!   reaches it; `aclrtStreamWaitEvent` queues a task that waits for that record, and
+//!   `aclrtEventElapsedTime` is the real time between two records.
 //! - **Communicators**: `HcclGetRootInfo` starts a rendezvous host (a thread of the calling
 //!   process, listening on an abstract Unix socket) and returns bytes naming it and a random
 //!   session key; any thread of any process on the machine that gets those bytes (from a
@@ -57,20 +63,81 @@
 //!   the heap (symmetric path, when both buffers are in windows at the same offsets on every
 //!   rank) or stage through a per-communicator buffer (otherwise), then meet once more before
 //!   the stream moves on.
+//! - **Point-to-point** transfers (`HcclSend` / `HcclRecv` / `HcclBatchSendRecv`) involve only
+//!   their two ranks: the k-th send from s to d meets the k-th receive at d from s in the
+//!   pair's mailboxes on the board, and the data moves through a staging area of the sender
+//!   (or, when the sender's buffer is in a symmetric window, straight out of it).
 //!
 //! # Choices where the reference is silent
 //! ACL:
-//! - `aclInit` called again succeeds (no `ACL_ERROR_REPEAT_INITIALIZE`); `aclFinalize`
-//!   succeeds and changes nothing.
-//! - `aclrtGetDevice`, `aclrtCreateStream` and `aclrtGetMemInfo` on a thread without a device:
-//!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..64`:
-//!   `ACL_ERROR_RT_INVALID_DEVICEID` (107001). `aclrtResetDevice` unbinds the thread.
-//! - Null pointer arguments of ACL calls: `ACL_ERROR_RT_PARAM_INVALID` (107000). There is no
-//!   default stream: a NULL stream is 107000 for every call that takes one (ACL and HCCL's
+//! - `aclInit` when already initialised returns `ACL_ERROR_REPEAT_INITIALIZE` (100002), and
+//!   `aclFinalize` when already finalised (no `aclInit` since) `ACL_ERROR_REPEAT_FINALIZE`
+//!   (100037); `aclInit` after `aclFinalize` succeeds, and so does `aclFinalize` before any
+//!   `aclInit` (as CANN's flag checks do). Nothing else needs `aclInit`: every other call works
+//!   before it and after `aclFinalize`, whose live objects stay usable (the emulator needs no
+//!   initialisation, and the layers above may share the process with another ACL user).
+//! - `aclrtGetDevice`, `aclrtCreateStream`, `aclrtCreateEvent`, `aclrtMalloc`,
+//!   `aclrtGetMemInfo` and `aclrtGet/SetDeviceSatMode` on a thread without a device:
+//!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..count`:
+//!   `ACL_ERROR_RT_INVALID_DEVICEID` (107001), with a message naming
+//!   `SYMHEAP_EMU_DEVICE_COUNT`. `aclrtResetDevice` unbinds the thread and ends the device's
+//!   context settings (overflow mode and stop-on-failure back to the defaults), also for other
+//!   threads bound to it (CANN counts references; the emulator does not).
+//! - NULL pointer arguments of ACL calls (out-pointers, addresses, events, physical handles)
+//!   are `ACL_ERROR_INVALID_PARAM` (100000), CANN's `ACL_REQUIRES_NOT_NULL`; other bad values
+//!   keep the runtime's codes. There is no default stream: a NULL stream is
+//!   `ACL_ERROR_RT_PARAM_INVALID` (107000) for every call that takes one (ACL and HCCL's
 //!   collectives, where it is `HCCL_E_PTR`), whereas the real ACL runs work given a NULL stream
-//!   on the device's default stream; an unknown stream or physical handle is
+//!   on the device's default stream; `aclrtDestroyStream(NULL)` is 100000 (the default stream
+//!   cannot be destroyed). An unknown stream, event or physical handle is
 //!   `ACL_ERROR_RT_INVALID_HANDLE` (107017); an address that is not the start of a
-//!   reservation or mapping is 107000.
+//!   reservation, mapping or allocation is 107000.
+//! - `aclrtGetSocName` returns `"Ascend910_9391"` (an Atlas A3 name: CANN's own code tells A3
+//!   by the prefix `Ascend910_93`) for every device, also before `aclrtSetDevice`.
+//! - `aclrtSetDeviceSatMode` accepts `ACL_RT_OVERFLOW_MODE_SATURATION` (0) and
+//!   `ACL_RT_OVERFLOW_MODE_INFNAN` (1, the default); other values are 107000. Each stream takes
+//!   its device's mode when created and keeps it; the emulator only stores it: its reductions
+//!   give IEEE results (Inf and NaN, as `INFNAN`) in both modes.
+//! - Failure modes: in `ACL_CONTINUE_ON_FAILURE` mode (the default) a failed task's failure
+//!   (the first one) is kept while later tasks run, and `aclrtSynchronizeStream` returns its
+//!   code (`ACL_ERROR_RT_INTERNAL_ERROR`, 507000, for a failed collective) and clears it. In
+//!   `ACL_STOP_ON_FAILURE` mode the stream skips the tasks after the failure and refuses new
+//!   ones (with the failure's code) until that synchronize, then runs again (CANN's stream
+//!   stays stopped). Stop mode set on any stream, or on NULL (the default stream, with a
+//!   current device), applies to every stream of that device's context, existing or new,
+//!   until `aclrtResetDevice`, as on A2 / A3; a mode other than 0 or 1 is 107000.
+//! - `aclrtMalloc` needs a current device; size 0 or one that overflows is 100000, and every
+//!   policy value is accepted (CANN treats unknown ones as its default). It counts `size`
+//!   rounded up to 32 plus 32 bytes against the device's memory (as CANN on A2 / A3), beyond
+//!   which it fails with `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001) like
+//!   `aclrtMallocPhysical`; the memory is zeroed, granule-aligned, and exactly `size` bytes
+//!   are addressable (copies past them fail). Copies, memsets and staged collectives accept
+//!   it; it cannot be registered as a symmetric window (it is no `aclrtMapMem` mapping), nor
+//!   unmapped or released with the VMM calls. `aclrtFree` of anything but the start of a live
+//!   allocation is 107000. Like CANN's, `aclrtFree` does not wait for queued work: the memory
+//!   stops being device memory and counting at once, while work already queued on it keeps it
+//!   mapped until that work is done.
+//! - `aclrtMallocHost` needs no device; size 0 is 100000; the memory is 64-byte aligned and
+//!   zeroed. Copies treat it as host memory (and check ranges inside it), `aclrtMemset` /
+//!   `aclrtMemsetAsync` accept it as CANN documents (other host memory is 107000), and
+//!   `aclrtFreeHost` of anything but the start of a live allocation is 107000. Work queued
+//!   on it keeps it until done.
+//! - `aclrtMemset` with `count > maxCount` is 107000 (CANN's runtime check; its code is not
+//!   documented). `aclrtGetMemInfo` reports the same numbers for every attribute, with
+//!   `aclrtMalloc` memory counted.
+//! - Events need a current device to be created. A plain event may be recorded again (the new
+//!   record replaces the old). Never recorded, it queries `COMPLETE` (as CANN's runtime
+//!   answers), synchronizes at once and `aclrtStreamWaitEvent` on it waits for nothing;
+//!   `aclrtEventElapsedTime` needs both records run (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`,
+//!   107006, otherwise), and an end before the start is
+//!   `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL` (107007); the two need not be on one stream. A
+//!   stream waits at most `SYMHEAP_EMU_EVENT_WAIT_S` seconds (1800 by default; CANN waits
+//!   forever unless `aclrtSetOpWaitTimeout`): then its wait task fails with
+//!   `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` (507047), reported by `aclrtSynchronizeStream`. A
+//!   record its stream skipped (stop mode) queries `NOT_READY`, and synchronizing it, or a
+//!   stream waiting for it, fails with 507000. `aclrtSynchronizeEvent` waits as long as
+//!   `aclrtSynchronizeStream` would. `aclrtDestroyEvent` does not block: a pending record
+//!   still completes and its waiters still wait for it.
 //! - `aclrtReserveMemAddress` rejects a non-NULL `expectPtr` (107000) and flags other than
 //!   0 or 1; reservations are aligned to at least the granularity.
 //! - `aclrtMallocPhysical` needs `location.type == ACL_MEM_LOCATION_TYPE_DEVICE`, a device id
@@ -85,9 +152,8 @@
 //! - `aclrtMemcpy` kinds are checked against which side is device address space (inside a
 //!   reservation or a symmetric heap); `ACL_MEMCPY_DEFAULT` infers them. A count of 0 is a
 //!   no-op. Copies may span adjacent mappings.
-//! - A failed task (a collective) makes its stream fail every later task until
-//!   `aclrtSynchronizeStream` returns `ACL_ERROR_RT_INTERNAL_ERROR` (507000) and clears it;
-//!   the detail is copied to the synchronizing thread's `aclGetRecentErrMsg`.
+//! - A failed task's detail is copied to the synchronizing thread's `aclGetRecentErrMsg` (see
+//!   the failure modes above).
 //! - `aclGetRecentErrMsg` returns the calling thread's last failure message of any emulated
 //!   call, ACL or HCCL (read and clear), or NULL.
 //! - `aclrtDestroyStream` runs what is queued (a collective waiting for absent peers until its
@@ -162,9 +228,50 @@
 //!   an overflowing count, a buffer not wholly in mapped device memory, reduction buffers not
 //!   aligned to the element size, or buffers that overlap other than in place (AllReduce
 //!   `send == recv`, AllGather `send == recv + rank * count`, ReduceScatter
-//!   `recv == send + rank * count`): `HCCL_E_PARA`. A count of 0 succeeds at once. AlltoAll
-//!   needs equal send / receive counts and types. Broadcast and Barrier always use the staged
-//!   path, as HCCL does.
+//!   `recv == send + rank * count`, Reduce `send == recv` on the root, Scatter
+//!   `recv == send + root * recvCount` on the root): `HCCL_E_PARA`. A count of 0 succeeds at
+//!   once. AlltoAll needs equal send / receive counts and types. Broadcast, Barrier, Reduce and
+//!   Scatter always use the staged path: HCCL looks buffers up in windows for AllReduce,
+//!   AllGather, ReduceScatter and AlltoAll only (the emulator lets their V forms do the same,
+//!   see below).
+//! - `HcclReduce` writes only the root's `recvBuf`; `HcclScatter` reads only the root's
+//!   `sendBuf`. The other ranks' buffer of that side is not used, not checked, and may be
+//!   NULL (a NULL buffer a rank does use is `HCCL_E_PTR`). Reduce accepts every type and op
+//!   the other reductions do (PROD included, also for INT16 / BFP16, which CANN's docs exclude
+//!   on A3).
+//! - V collectives (`HcclAllGatherV`, `HcclReduceScatterV`, `HcclAlltoAllV`): the counts and
+//!   displacements are host arrays of `rankSize` `uint64_t`, in elements, read during the call
+//!   (a NULL array is `HCCL_E_PTR`). Checked when called (`HCCL_E_PARA`): AllGatherV's
+//!   `recvCounts[rank]` is the rank's `sendCount`; ReduceScatterV's `recvCount` is
+//!   `sendCounts[rank]`; AlltoAllV's `sendType == recvType`; no block overflows; every
+//!   non-empty block is in mapped device memory (each pinned on its own: gaps between blocks
+//!   need not be mapped); no two receive blocks share a byte; no receive block overlaps a send
+//!   block (there is no in-place form, as CANN requires `recvBuf != sendBuf`; send blocks may
+//!   overlap each other); reductions need element-aligned buffers. A NULL buffer is
+//!   `HCCL_E_PTR` only when the rank moves something through it. ReduceScatterV accepts
+//!   PROD, as ReduceScatter does (CANN's docs exclude it on A2 / A3).
+//! - A V collective succeeds at once, queuing nothing, only when the rank's own arguments
+//!   show that nothing moves on any rank: AllGatherV's `recvCounts` or ReduceScatterV's
+//!   `sendCounts` all 0 (those arrays are the same on every rank), or AlltoAllV with zero
+//!   counts on a one-rank communicator. Otherwise an AlltoAllV rank with nothing to send or
+//!   receive still takes part (its peers cannot know it has nothing), and ranks whose arrays
+//!   disagree on whether the operation is empty make the others time out.
+//! - On the stream, once the ranks know they made the same call, they exchange their arrays
+//!   on the board, 28 words a step (AllGatherV / ReduceScatterV: `2 * rankSize` words,
+//!   AlltoAllV: `3 * rankSize`). AllGatherV's `recvCounts` / `recvDispls` and ReduceScatterV's
+//!   `sendCounts` / `sendDispls` must equal rank 0's on every rank, and in AlltoAllV rank
+//!   `k`'s `sendCounts[j]` must equal rank `j`'s `recvCounts[k]`; otherwise every rank fails
+//!   with `HCCL_E_PARA` and a message naming the first difference (rank, array and index, or
+//!   the pair of ranks).
+//! - V collectives take the symmetric path, like their plain forms, when both buffers (from
+//!   the buffer's address to the end of its last block) lie in windows, and the buffers'
+//!   addresses are at the same window offsets on every rank; each rank then reads what a peer
+//!   sends it straight out of the peer's window at the peer's displacement. A buffer that is
+//!   NULL or outside a window, even one the rank moves nothing through, takes the staged path,
+//!   so with peers on windows the call fails as asymmetric. The staged path moves the data in
+//!   rounds of `cap / (rankSize * size)` elements per pair of ranks (AllGatherV, which sends
+//!   one block to all: `cap / size`), as many rounds as the largest count any rank sends any
+//!   rank needs, the same on every rank.
 //! - On the stream, ranks whose calls differ (collective, count, type, op, root), whose paths
 //!   differ, or whose window offsets differ fail with `HCCL_E_PARA` on every rank, with a
 //!   message naming each rank's call or offsets; absent peers give `HCCL_E_TIMEOUT` after the
@@ -172,6 +279,67 @@
 //! - Reductions fold in rank order for every element, so all ranks get identical bits;
 //!   integers wrap; fp16 / bf16 are reduced in f32 and rounded once; float max / min ignore a
 //!   NaN operand (IEEE maxNum / minNum).
+//!
+//! HCCL point-to-point, `HcclCommInitAll`, `HcclGetCommName`, memory ranges (issue 9):
+//! - `HcclSend` / `HcclRecv` / `HcclBatchSendRecv` take no collective sequence number: the
+//!   k-th send from rank s to rank d pairs with the k-th receive at d from s (per ordered
+//!   pair, in the host order of the calls, whatever streams they go to; a pair's messages run
+//!   one after another). Only calls that pass their checks and are queued take a number (as
+//!   in HCCL, a rejected call creates no operation), so the peer's matching call pairs with
+//!   this rank's next accepted one. A count of 0 (with a valid item type and peer) succeeds
+//!   at once, queues nothing and takes no number (even with a NULL buffer).
+//! - Their checks: NULL comm or stream, a NULL buffer with a count above 0, or a NULL item
+//!   array (even with `itemNum` 0): `HCCL_E_PTR`; a peer not below rankSize or equal to the
+//!   calling rank, an item type other than `HCCL_SEND` / `HCCL_RECV`, an unsupported type,
+//!   an overflowing count, or a buffer not wholly in mapped device memory: `HCCL_E_PARA`
+//!   (naming the item in a batch; nothing of the batch is queued). `itemNum` 0 succeeds and
+//!   queues nothing. Buffers are pinned until the transfer ends.
+//! - Sends are synchronous: a send's task ends once the receiver has every byte, so sends
+//!   ordered so that they wait for each other (a ring of separate `HcclSend` then `HcclRecv`)
+//!   wait until the exec timeout, as HCCL warns. A batch moves all its items at once (a ring
+//!   in one batch works); items of one pair run in order. The exec timeout counts from the
+//!   last progress of any item, so large messages never time out while they move.
+//! - A pair whose counts or types differ fails on both ranks with `HCCL_E_PARA`, each message
+//!   naming both calls; later messages of the pair still match. A peer that is absent gives
+//!   `HCCL_E_TIMEOUT` after the exec timeout; one that gave up on the message (its call
+//!   failed, or its stream skipped it after an earlier failure), destroyed its communicator
+//!   before queueing the message, or was lost fails the rank at once with `HCCL_E_TIMEOUT` and
+//!   a message saying why. A failed item fails its whole batch. Failures reach the stream and
+//!   `HcclGetCommAsyncError` as a failed collective's do.
+//! - Data moves through a point-to-point staging area of the sender: a second
+//!   `hcclBufferSize` after the collective staging buffer in the same memfd (pages cost only
+//!   when touched), so sends never share bytes with collectives of other streams. It holds a
+//!   section of `hcclBufferSize / rankSize` per destination, used as two chunks (the sender
+//!   fills one while the receiver empties the other). When the sender's buffer lies wholly in
+//!   a symmetric window of the communicator, the receiver copies it straight out of its heap
+//!   mapping of the sender's memory instead (counted in [`Counters::direct_receives`], the
+//!   staged ones in [`Counters::staged_receives`]).
+//! - `HcclCommInitAll` needs distinct device ids in `0..64` and `ndev > 0` (`HCCL_E_PARA`),
+//!   non-NULL arrays (`HCCL_E_PTR`); it makes a root info and joins rank i from a thread of its
+//!   own bound to `devices[i]`, with the default config, so the calling thread's device
+//!   binding is unchanged; if any rank fails, the others are destroyed and the first failure
+//!   (by rank) is returned. The communicators may then be used from any thread.
+//! - `HcclGetCommName` writes at most `COMM_NAME_MAX_LENGTH` (128) bytes, the NUL included:
+//!   the config's `hcclCommName` (cut to 127 bytes; not compared across ranks nor checked for
+//!   uniqueness) when it is not empty, otherwise the rendezvous name made by `HcclGetRootInfo`
+//!   (`symheap-emu-<pid>-<n>-<key>`), the same on every rank and different for every root
+//!   info. A NULL `commName` is `HCCL_E_PTR`.
+//! - Memory ranges are recorded per communicator (torch_npu sets its segments on each
+//!   communicator, so a range may be set on several communicators of a process; CANN says a
+//!   range is visible to all of them) and the calls are local, with no rendezvous.
+//!   `HcclCommSetMemoryRange` needs a non-NULL base (`HCCL_E_PTR`), a size above 0,
+//!   `alignment` 0 and `flags` 0 or 1 (torch_npu passes 1; CANN documents only 0), and a range
+//!   inside one `aclrtReserveMemAddress` reservation, overlapping no range set on the
+//!   communicator (`HCCL_E_PARA`). `HcclCommActivateCommMemory` needs non-NULL `virPtr` and
+//!   `handle` (`HCCL_E_PTR`), a size above 0, `offset` and `flags` 0, a block inside one set
+//!   range that overlaps no activated block, wholly mapped, with `handle`'s mapping starting
+//!   at `virPtr` (`HCCL_E_PARA`). Deactivate needs an activated block's start, Unset a range's
+//!   base and no activated block left in it (`HCCL_E_PARA`). The records pin nothing:
+//!   unmapping or freeing activated memory is not refused. `HcclCommDestroy` forgets the
+//!   communicator's ranges and activations; the memory stays the user's. Collectives on
+//!   activated memory take the staged path like any mapped memory (every collective, not only
+//!   the four HCCL allows, and without modifying the input as HCCL's zero-copy
+//!   ReduceScatter / AllReduce do).
 //!
 //! # Limits
 //! Window handles point to a boxed descriptor and are validated against a registry; a handle
@@ -184,13 +352,15 @@
 // - errors, registry, counters, reduce, primitives, wire: leaves (wire: sockets and messages);
 // - os, attendance, board, hub, rendezvous: system calls, who a step waits for, the shared
 //   board of collective steps, the rendezvous host, and a rank's end of the rendezvous;
-// - device, inject, memory, stream, copy: devices, failure injection, device memory, streams,
-//   copies;
+// - device, init, inject, memory, memory_range, host, stream, event, copy: devices, aclInit /
+//   aclFinalize, failure injection, device memory, the zero-copy memory ranges recorded on
+//   communicators, aclrtMallocHost memory, streams, events, copies;
 // - window: symmetric heaps, windows and window handles; comm: communicators, which own them;
 // - entry: entering an emulated C function (where a collective call takes its sequence number);
-// - job (a checked collective), steps (its rendezvous steps), staged and symmetric (the two
-//   algorithms), collective (queuing and running one); sym_window (registering, deregistering
-//   and finding windows);
+// - steps (a collective's rendezvous steps), vector (the V collectives' counts and
+//   displacements, and their exchange), job (a checked collective), staged and symmetric (the
+//   two algorithms), collective (queuing and running one); p2p (point-to-point transfers);
+//   sym_window (registering, deregistering and finding windows);
 // - acl, hccl: the C functions' bodies; exports: the C functions and tables over them; launch.
 // (os uses counters for the memfd name; rendezvous uses hub's message tags.)
 mod acl;
@@ -203,14 +373,19 @@ mod counters;
 mod device;
 mod entry;
 mod errors;
+mod event;
 mod exports;
 mod hccl;
+mod host;
 mod hub;
+mod init;
 mod inject;
 mod job;
 mod launch;
 mod memory;
+mod memory_range;
 mod os;
+mod p2p;
 mod patience;
 mod primitives;
 mod reduce;
@@ -223,6 +398,7 @@ mod sym_window;
 mod symmetric;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod vector;
 mod window;
 mod wire;
 

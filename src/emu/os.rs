@@ -101,6 +101,14 @@ pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
 
 /// Maps the first `len` bytes of `fd` read/write and shared, where the kernel chooses.
 pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
+    map_shared_at(fd, 0, len)
+}
+
+/// Maps bytes `[offset, offset + len)` of `fd` (`offset` a page multiple) read/write and
+/// shared, where the kernel chooses.
+pub(crate) fn map_shared_at(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<Space> {
+    let offset =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: a fresh shared mapping at an address of the kernel's choosing touches no
     // existing memory.
     let ptr = unsafe {
@@ -110,7 +118,7 @@ pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_NORESERVE,
             fd.as_raw_fd(),
-            0,
+            offset,
         )
     };
     if ptr == libc::MAP_FAILED {

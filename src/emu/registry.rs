@@ -1,6 +1,6 @@
 //! Opaque handles and the registries of live objects behind them.
 //!
-//! Every handle the emulator gives out (physical memory, streams, communicators) is a fresh
+//! Every handle the emulator gives out (physical memory, streams, events, communicators) is a fresh
 //! number that is never reused and never a dereferenceable address, looked up in a registry.
 //! A stale, foreign or made-up handle is therefore an error, not a dangling pointer.
 
@@ -23,6 +23,8 @@ pub(crate) enum HandleKind {
     Stream = 2,
     /// `HcclComm`.
     Comm = 3,
+    /// `aclrtEvent`.
+    Event = 4,
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);

@@ -227,6 +227,25 @@ impl Rendezvous {
         }
     }
 
+    /// The board the ranks share (collective steps, point-to-point mailboxes).
+    pub(crate) fn board(&self) -> &Board {
+        &self.board
+    }
+
+    /// Why rank `peer` will never act again, if it will not: its process died (as the host
+    /// recorded), or it lived in the host's process, which is gone. A rank that destroyed its
+    /// communicator is not reported here (its queued work still runs).
+    pub(crate) fn lost(&self, peer: usize) -> Option<RvError> {
+        let word = self.board.gone(peer).load(Ordering::Acquire);
+        if Gone::from_word(word) == Some(Gone::Died) {
+            return Some(RvError::Lost {
+                ranks: vec![peer as u32],
+            });
+        }
+        let in_host = self.host_ranks.contains(&(peer as u32));
+        (in_host && self.conn.is_closed()).then(|| self.host_lost())
+    }
+
     /// The failure of every step once the rendezvous host is gone: the ranks in its process
     /// are lost with it.
     fn host_lost(&self) -> RvError {

@@ -13,6 +13,7 @@ use super::job::{Job, Kind};
 use super::primitives::{copy, part};
 use super::reduce::reduce;
 use super::steps::Steps;
+use super::vector::{Blocks, Table};
 
 /// Runs `job` through the staging buffers `staging[r]` (one per rank) of `cap` bytes each.
 pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {
@@ -32,11 +33,13 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
             len,
         };
         match job.sig.kind {
-            Kind::AllReduce => chunk.all_reduce(steps)?,
+            Kind::AllReduce | Kind::Reduce => chunk.all_reduce(steps)?,
             Kind::AllGather => chunk.all_gather(steps)?,
             Kind::ReduceScatter | Kind::AlltoAll => chunk.to_every_peer(steps)?,
             Kind::Broadcast => chunk.broadcast(steps)?,
-            Kind::Barrier => {}
+            Kind::Scatter => chunk.scatter(steps)?,
+            // Barrier moves nothing; the V collectives go through `run_vector`.
+            Kind::Barrier | Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV => {}
         }
         start += len;
     }
@@ -46,16 +49,85 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
 /// Elements of one rank's (or one peer's) share that fit `cap`-byte staging buffers per chunk.
 fn chunk_len(job: &Job, n: u32, cap: usize) -> HcclRes<usize> {
     let per = match job.sig.kind {
-        Kind::ReduceScatter | Kind::AlltoAll => cap / (job.es * n as usize),
+        Kind::ReduceScatter | Kind::AlltoAll | Kind::Scatter => cap / (job.es * n as usize),
         _ => cap / job.es,
     };
     if per == 0 && job.sig.kind != Kind::Barrier {
-        return hccl_fail(
-            HcclResult::HCCL_E_MEMORY,
-            format!("a {cap}-byte staging buffer cannot hold one element per rank"),
-        );
+        return too_small(cap);
     }
     Ok(per)
+}
+
+/// The failure of a staging buffer too small for one element per rank.
+fn too_small<T>(cap: usize) -> HcclRes<T> {
+    hccl_fail(
+        HcclResult::HCCL_E_MEMORY,
+        format!("a {cap}-byte staging buffer cannot hold one element per rank"),
+    )
+}
+
+/// Runs V collective `job` (this rank's `blocks`, every rank's `table`) through the staging
+/// buffers `staging[r]` of `cap` bytes each, in rounds: in round `c`, every rank stages
+/// elements `[c * per, (c + 1) * per)` of its block for each rank `j` in section `j` of its
+/// staging buffer (AllGatherV's one block once, in section 0), and after a barrier every rank
+/// copies (or, for ReduceScatterV, reduces) its section of every staging buffer into its
+/// blocks. The number of rounds comes from the table, so it is the same on every rank however
+/// unequal the counts; a rank with nothing in a round still meets its peers.
+pub(crate) fn run_vector(
+    steps: &mut Steps<'_>,
+    job: &Job,
+    blocks: &Blocks,
+    table: &Table,
+    staging: &[usize],
+    cap: usize,
+) -> HcclRes {
+    let (r, n, es) = (steps.rank, steps.n, job.es);
+    let shared = job.sig.kind == Kind::AllGatherV;
+    let sections = if shared { 1 } else { n as usize };
+    let per = cap / (es * sections);
+    if per == 0 {
+        return too_small(cap);
+    }
+    let mine = staging[r as usize];
+    // Where section `j` of a staging buffer starts, and where this rank's own section is.
+    let section = |j: usize| j * per * es;
+    let own = if shared { 0 } else { section(r as usize) };
+    let rounds = table.max_count().div_ceil(per);
+    for round in 0..rounds {
+        let start = round * per;
+        if round > 0 {
+            steps.barrier()?;
+        }
+        // SAFETY (every copy and reduction below): as for `Chunk`: the job's blocks are
+        // checked, pinned device memory (every block a table entry names for this rank is one
+        // of its own blocks, or a peer's it checked); a piece is at most `per` elements, so a
+        // section fits its staging buffer; the barriers order every staging write before the
+        // reads of it, and each rank writes only its own staging buffer and blocks.
+        for j in 0..sections {
+            let b = table.block(r, if shared { r } else { j as u32 });
+            let src = job.send + (b.displ as usize + start) * es;
+            // SAFETY: see above.
+            unsafe { copy(mine + section(j), src, b.piece(start, per) * es) };
+        }
+        steps.barrier()?;
+        if job.sig.kind == Kind::ReduceScatterV {
+            let len = blocks.recv[r as usize].piece(start, per);
+            if len > 0 {
+                let srcs: Vec<usize> = staging.iter().map(|s| s + own).collect();
+                let dst = job.recv + start * es;
+                // SAFETY: see above.
+                unsafe { reduce(job.dtype, job.op, &[dst], &srcs, len) };
+            }
+            continue;
+        }
+        for (k, &s) in (0..n).zip(staging) {
+            let len = table.block(k, r).piece(start, per);
+            let dst = job.recv + (blocks.recv[k as usize].displ as usize + start) * es;
+            // SAFETY: see above.
+            unsafe { copy(dst, s + own, len * es) };
+        }
+    }
+    Ok(())
 }
 
 /// Elements `[start, start + len)` of a job's buffer (or of each rank's share of it), moved
@@ -94,7 +166,8 @@ impl Chunk<'_> {
     }
 
     /// Every rank stages its input; rank r reduces part r of every staging buffer into its
-    /// own, in place; then every rank copies each part out of the rank that reduced it.
+    /// own, in place; then every rank (Reduce: the root only) copies each part out of the
+    /// rank that reduced it.
     fn all_reduce(self, steps: &mut Steps<'_>) -> HcclRes {
         let (job, es, n) = (self.job, self.job.es, steps.n);
         // SAFETY: see `Chunk`.
@@ -105,6 +178,9 @@ impl Chunk<'_> {
         // SAFETY: see `Chunk`; only rank r writes part r of its staging buffer.
         unsafe { reduce(job.dtype, job.op, &[self.mine + lo * es], &srcs, hi - lo) };
         steps.barrier()?;
+        if job.sig.kind == Kind::Reduce && steps.rank != job.sig.root {
+            return Ok(());
+        }
         for (j, &s) in (0..n).zip(self.staging) {
             let (lo, hi) = part(self.len, n, j);
             // SAFETY: see `Chunk`.
@@ -146,6 +222,23 @@ impl Chunk<'_> {
                 unsafe { copy(self.output(j), s + section, bytes) };
             }
         }
+        Ok(())
+    }
+
+    /// The root stages this chunk of every rank's block in that rank's section; every rank
+    /// copies its section out of the root's buffer.
+    fn scatter(self, steps: &mut Steps<'_>) -> HcclRes {
+        let (root, bytes) = (self.job.sig.root, self.bytes());
+        if steps.rank == root {
+            for j in 0..steps.n as usize {
+                // SAFETY: see `Chunk`; section j fits (`n * bytes <= cap`).
+                unsafe { copy(self.mine + j * bytes, self.input(j), bytes) };
+            }
+        }
+        steps.barrier()?;
+        let section = self.staging[root as usize] + steps.rank as usize * bytes;
+        // SAFETY: see `Chunk`.
+        unsafe { copy(self.output(0), section, bytes) };
         Ok(())
     }
 

@@ -1,15 +1,41 @@
 //! A collective's steps on the stream thread: rendezvous numbered in order under the
 //! collective's sequence number, each failing with HCCL's codes.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use crate::sys::HcclResult;
 
 use super::attendance::Key;
+use super::board::MAX_VALUE;
 use super::comm::Comm;
 use super::errors::{Fail, HcclRes};
 use super::rendezvous::{HOST_LOST, Rendezvous, RvError};
-use super::wire::Wire;
+use super::wire::{Reader, Wire, Writer};
+
+/// The most words one step of [`Steps::exchange_words`] carries: a board value holds the
+/// tag, the length prefix and the words.
+const WORDS_PER_STEP: usize = (MAX_VALUE - 5) / 8;
+
+/// A piece of a word array, as it travels in one step.
+struct Words(Vec<u64>);
+
+impl Wire for Words {
+    const TAG: u8 = 11;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        let bytes: Vec<u8> = self.0.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.blob(&bytes);
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let bytes = r.blob()?;
+        if bytes.len() % 8 != 0 {
+            return None;
+        }
+        let mut reader = Reader::new(bytes);
+        let words: Option<Vec<u64>> = (0..bytes.len() / 8).map(|_| reader.u64()).collect();
+        words.map(Words)
+    }
+}
 
 /// A collective's view of the rendezvous: numbered steps under one sequence number.
 pub(crate) struct Steps<'a> {
@@ -81,6 +107,35 @@ impl Steps<'_> {
                     msg: "ranks ran different operations under one sequence number".into(),
                 },
             })
+    }
+
+    /// Every rank's `words`, in as many steps as they need on the board (so the number of
+    /// steps is the same on every rank only if every rank brings as many words: callers make
+    /// the length a function of what the ranks already agreed on). `HCCL_E_PARA` if a rank's
+    /// piece differs in length all the same.
+    pub(crate) fn exchange_words(&mut self, words: &[u64]) -> HcclRes<Vec<Vec<u64>>> {
+        let mut all = vec![Vec::with_capacity(words.len()); self.n as usize];
+        for piece in words.chunks(WORDS_PER_STEP) {
+            for (k, got) in self
+                .exchange(Words(piece.to_vec()))?
+                .into_iter()
+                .enumerate()
+            {
+                if got.0.len() != piece.len() {
+                    return Err(Fail {
+                        code: HcclResult::HCCL_E_PARA,
+                        msg: format!(
+                            "rank {k} sent {} words where rank {} sent {}",
+                            got.0.len(),
+                            self.rank,
+                            piece.len()
+                        ),
+                    });
+                }
+                all[k].extend(got.0);
+            }
+        }
+        Ok(all)
     }
 
     /// The next step, with nothing to exchange.

@@ -1,8 +1,11 @@
 //! Streams: a thread per stream running a FIFO of tasks, so host calls that enqueue work
 //! return at once and stream-ordering bugs show up as they would on a device.
 //!
-//! A failed task makes the stream *sticky-failed*: later tasks are skipped (dropped, releasing
-//! what they pinned) until `aclrtSynchronizeStream` reports the failure and clears it.
+//! A failed task's failure is kept (the first one) until `aclrtSynchronizeStream` reports and
+//! clears it. What happens to the tasks after it depends on the stream's failure mode
+//! (`aclrtSetStreamFailureMode`): in `ACL_CONTINUE_ON_FAILURE` mode (the default) they run;
+//! in `ACL_STOP_ON_FAILURE` mode they are skipped (dropped, releasing what they pinned) and
+//! new tasks are refused, until the synchronize.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -10,12 +13,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 
 use crate::sys::{
-    ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_PARAM_INVALID, aclError,
+    ACL_CONTINUE_ON_FAILURE, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
+    ACL_ERROR_RT_PARAM_INVALID, ACL_STOP_ON_FAILURE, aclError, aclrtFloatOverflowMode,
 };
 
 use super::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use super::device;
-use super::errors::{AclResult, Fail, acl_fail, panic_message};
+use super::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
 use super::registry::{HandleKind, Registry, lock, new_handle};
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
@@ -34,9 +38,13 @@ struct Queue {
     completed: u64,
     failure: Option<TaskFailure>,
     shutdown: bool,
+    /// The stream's own failure mode is `ACL_STOP_ON_FAILURE`.
+    stop: bool,
 }
 
 struct Shared {
+    /// The device the stream was created on: whose context's failure mode applies too.
+    device: u32,
     queue: Mutex<Queue>,
     /// Signalled when a task is enqueued or the stream shuts down.
     work: Condvar,
@@ -48,20 +56,37 @@ struct Shared {
 pub(crate) struct Stream {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The device's float overflow mode when the stream was created (`aclrtSetDeviceSatMode`
+    /// applies to streams created after it). Stored only: the emulator's reductions give IEEE
+    /// results (Inf and NaN, as `ACL_RT_OVERFLOW_MODE_INFNAN`) whatever the mode.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "stored for fidelity; tests read it")
+    )]
+    pub(crate) overflow_mode: aclrtFloatOverflowMode,
+}
+
+impl Queue {
+    /// Whether a failure now stops the stream: its own mode, or its device's context's.
+    fn stopped(&self, device: u32) -> bool {
+        self.failure.is_some() && (self.stop || device::stops_on_failure(device))
+    }
 }
 
 static STREAMS: Registry<Stream> = Registry::new();
 
 /// `aclrtCreateStream`: needs a current device, like the real runtime.
 pub(crate) fn create() -> AclResult<usize> {
-    device::current()?;
+    let device = device::current()?;
     let shared = Arc::new(Shared {
+        device,
         queue: Mutex::new(Queue {
             tasks: VecDeque::new(),
             enqueued: 0,
             completed: 0,
             failure: None,
             shutdown: false,
+            stop: false,
         }),
         work: Condvar::new(),
         done: Condvar::new(),
@@ -84,6 +109,7 @@ pub(crate) fn create() -> AclResult<usize> {
         Arc::new(Stream {
             shared,
             worker: Mutex::new(Some(worker)),
+            overflow_mode: device::sat_mode(device),
         }),
     );
     counters::inc(Counter::Streams);
@@ -110,9 +136,36 @@ pub(crate) fn lookup(handle: usize) -> AclResult<Arc<Stream>> {
     )
 }
 
+/// `aclrtSetStreamFailureMode`: `ACL_CONTINUE_ON_FAILURE` (0) or `ACL_STOP_ON_FAILURE` (1).
+/// Stop mode applies to the whole context, as on Atlas A2 / A3: every stream of the stream's
+/// device stops on failure, until `aclrtResetDevice`. A NULL stream (the default stream, which
+/// the emulator does not have) names the calling thread's device's context.
+pub(crate) fn set_failure_mode(handle: usize, mode: u64) -> AclResult {
+    if mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE {
+        return param(format!(
+            "failure mode {mode} is not ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1)"
+        ));
+    }
+    let device = if handle == 0 {
+        device::current()?
+    } else {
+        let stream = lookup(handle)?;
+        lock(&stream.shared.queue).stop = mode == ACL_STOP_ON_FAILURE;
+        stream.shared.device
+    };
+    if mode == ACL_STOP_ON_FAILURE {
+        device::set_stop_on_failure(device);
+    }
+    Ok(())
+}
+
 /// `aclrtDestroyStream`: runs what is queued, then stops and joins the thread. A failure still
-/// pending on the stream is discarded.
+/// pending on the stream is discarded. A NULL stream is `ACL_ERROR_INVALID_PARAM` (CANN's null
+/// check; the default stream cannot be destroyed).
 pub(crate) fn destroy(handle: usize) -> AclResult {
+    if handle == 0 {
+        return invalid("stream is NULL: the default stream cannot be destroyed");
+    }
     lookup(handle)?;
     let Some(stream) = STREAMS.remove(handle) else {
         return acl_fail(
@@ -150,11 +203,27 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
 }
 
 impl Stream {
-    /// Queues `task` behind everything already enqueued.
+    /// Queues `task` behind everything already enqueued. A stream stopped by a failure in
+    /// stop-on-failure mode refuses new tasks until synchronized, with the failure's code.
     pub(crate) fn enqueue(&self, task: Task) -> AclResult {
         let mut q = lock(&self.shared.queue);
         if q.shutdown {
             return acl_fail(ACL_ERROR_RT_INVALID_HANDLE, "the stream is being destroyed");
+        }
+        if q.stopped(self.shared.device) {
+            let (code, msg) = q
+                .failure
+                .as_ref()
+                .map_or((ACL_ERROR_RT_INTERNAL_ERROR, ""), |f| {
+                    (f.code, f.msg.as_str())
+                });
+            return acl_fail(
+                code,
+                format!(
+                    "the stream stopped at a failed task (stop-on-failure mode) and takes no \
+                     new task until aclrtSynchronizeStream reports the failure: {msg}"
+                ),
+            );
         }
         q.tasks.push_back(task);
         q.enqueued += 1;
@@ -171,7 +240,7 @@ fn run(shared: &Shared) {
             let mut q = lock(&shared.queue);
             loop {
                 if let Some(task) = q.tasks.pop_front() {
-                    break (task, q.failure.is_some());
+                    break (task, q.stopped(shared.device));
                 }
                 if q.shutdown {
                     return;
@@ -216,7 +285,10 @@ mod tests {
     use super::super::testutil::{DevBuf, acl, assert_clean, gate, ok, recent};
     use super::super::{GRANULARITY as G, counters, test_lock};
     use super::*;
-    use crate::sys::{ACL_ERROR_RT_CONTEXT_NULL, aclrtMemcpyKind, aclrtStream};
+    use crate::sys::{
+        ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_CONTEXT_NULL, ACL_SUCCESS, aclrtMemcpyKind,
+        aclrtStream,
+    };
 
     fn create() -> aclrtStream {
         let mut s = null_mut();
@@ -251,10 +323,7 @@ mod tests {
         unsafe {
             assert_eq!((a.aclrtCreateStream)(&mut s), ACL_ERROR_RT_CONTEXT_NULL);
             ok((a.aclrtSetDevice)(0));
-            assert_eq!(
-                (a.aclrtCreateStream)(null_mut()),
-                ACL_ERROR_RT_PARAM_INVALID
-            );
+            assert_eq!((a.aclrtCreateStream)(null_mut()), ACL_ERROR_INVALID_PARAM);
             assert_eq!(
                 (a.aclrtSynchronizeStream)(null_mut()),
                 ACL_ERROR_RT_PARAM_INVALID
@@ -314,35 +383,107 @@ mod tests {
         });
     }
 
+    /// Queues a task that fails with `msg`.
+    fn fail(s: aclrtStream, msg: &'static str) {
+        lookup(s as usize)
+            .unwrap()
+            .enqueue(Box::new(move || {
+                Err(TaskFailure {
+                    code: ACL_ERROR_RT_INTERNAL_ERROR,
+                    msg: msg.into(),
+                })
+            }))
+            .unwrap();
+    }
+
+    fn set_mode(s: aclrtStream, mode: u64) -> aclError {
+        // SAFETY: the emulator validates the handle.
+        unsafe { acl().aclrtSetStreamFailureMode.unwrap()(s, mode) }
+    }
+
     #[test]
-    fn a_failed_task_is_sticky_until_synchronize() {
+    fn by_default_a_failed_task_is_kept_until_synchronize_and_later_tasks_run() {
         let _g = test_lock();
         on_stream(0, |s, buf| {
             let a = acl();
             let open = gate(s);
-            lookup(s as usize)
-                .unwrap()
-                .enqueue(Box::new(|| {
-                    Err(TaskFailure {
-                        code: ACL_ERROR_RT_INTERNAL_ERROR,
-                        msg: "the collective failed".into(),
-                    })
-                }))
-                .unwrap();
+            fail(s, "the collective failed");
+            fail(s, "a second failure");
             // SAFETY: device range validated by the emulator.
             unsafe {
                 ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
                 drop(open);
                 assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
+                // The first failure is the one reported.
+                assert!(recent().contains("the collective failed"));
+                // Continue on failure: the memset after the failures ran.
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+        });
+    }
+
+    #[test]
+    fn stop_on_failure_skips_and_refuses_tasks_until_synchronize() {
+        let _g = test_lock();
+        // Device 15: stop mode covers the device's whole context, and no other test uses it.
+        on_stream(15, |s, buf| {
+            let a = acl();
+            assert_eq!(set_mode(s, 2), ACL_ERROR_RT_PARAM_INVALID);
+            assert_eq!(
+                set_mode(0x5000 as aclrtStream, ACL_STOP_ON_FAILURE),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+            // Another stream of the same device, created before the mode was set.
+            let other = create();
+            ok(set_mode(s, ACL_STOP_ON_FAILURE));
+            let open = gate(s);
+            fail(s, "the collective failed");
+            // SAFETY: device ranges validated by the emulator.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
+                drop(open);
+                // Once the failure has happened, new work is refused with its code.
+                let refused = loop {
+                    let code = (a.aclrtMemsetAsync)(buf.ptr, 4, 0x22, 4, s);
+                    if code != ACL_SUCCESS {
+                        break code;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                };
+                assert_eq!(refused, ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("stop-on-failure"));
+                assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
                 assert!(recent().contains("the collective failed"));
                 // The memset after the failure was skipped.
                 assert_eq!(buf.read::<u8>(0, 4), vec![0; 4]);
-                ok((a.aclrtSynchronizeStream)(s));
+                // Synchronize cleared the failure: the stream takes and runs work again.
                 ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
                 ok((a.aclrtSynchronizeStream)(s));
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
+
+                // The context is in stop mode: the other stream stops too.
+                let open = gate(other);
+                fail(other, "failure on the other stream");
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x33, 4, other));
+                drop(open);
+                assert_eq!(
+                    (a.aclrtSynchronizeStream)(other),
+                    ACL_ERROR_RT_INTERNAL_ERROR
+                );
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4], "skipped");
+                ok((a.aclrtDestroyStream)(other));
+                // A NULL stream names the context: accepted with a device, refused without.
+                ok(set_mode(null_mut(), ACL_STOP_ON_FAILURE));
+                ok(set_mode(null_mut(), 0));
             }
-            assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
         });
+        // aclrtResetDevice (in on_stream) ended the context's stop mode.
+        assert!(!device::stops_on_failure(15));
+        assert_eq!(
+            set_mode(null_mut(), ACL_STOP_ON_FAILURE),
+            ACL_ERROR_RT_CONTEXT_NULL
+        );
     }
 
     #[test]
@@ -354,8 +495,9 @@ mod tests {
             }
         }
         let _g = test_lock();
-        on_stream(0, |s, buf| {
+        on_stream(15, |s, buf| {
             let a = acl();
+            ok(set_mode(s, ACL_STOP_ON_FAILURE));
             let open = gate(s);
             let stream = lookup(s as usize).unwrap();
             stream

@@ -7,6 +7,7 @@ use super::job::{Job, Kind, SymBuf};
 use super::primitives::{copy, part};
 use super::reduce::reduce;
 use super::steps::Steps;
+use super::vector::{Blocks, Table};
 
 /// Runs `job`, whose input is `input` and output `output` on every rank, between the
 /// collective's entry and exit rendezvous.
@@ -52,7 +53,52 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
                 unsafe { copy(job.recv + k as usize * c * es, from, c * es) };
             }
         }
-        // Never routed here (HCCL does not use windows for these).
-        Kind::Broadcast | Kind::Barrier => {}
+        // Never routed here: HCCL does not use windows for the rooted ones and Barrier, and
+        // the V collectives go through `run_vector`.
+        Kind::Broadcast
+        | Kind::Barrier
+        | Kind::Reduce
+        | Kind::Scatter
+        | Kind::AllGatherV
+        | Kind::ReduceScatterV
+        | Kind::AlltoAllV => {}
+    }
+}
+
+/// Runs V collective `job` (this rank's `blocks`, every rank's `table`), whose input is
+/// `input` on every rank: this rank reads what each rank sends it straight out of that rank's
+/// `sendBuf` (at that rank's displacement) and copies it into its own block for that rank, or
+/// for ReduceScatterV reduces every rank's block into its `recvBuf`. Nothing is written
+/// outside this rank's own blocks.
+pub(crate) fn run_vector(
+    steps: &Steps<'_>,
+    job: &Job,
+    blocks: &Blocks,
+    table: &Table,
+    input: &SymBuf,
+) {
+    let (r, n, es) = (steps.rank, steps.n, job.es);
+    let src = |k: u32| {
+        let base = if k == r { job.send } else { input.peer(k) };
+        base + table.block(k, r).displ as usize * es
+    };
+    // SAFETY (both blocks below): as in `run`; in addition, the block rank k sends this rank
+    // lies inside rank k's checked, pinned `sendBuf` blocks (k checked its own arrays, and the
+    // table is made of them), at the same window offsets as this rank's, and what this rank
+    // writes is one of its own checked receive blocks (the table's count for it is this rank's
+    // own count, compared at the exchange). Send and receive blocks never overlap on any rank,
+    // so no rank writes bytes another reads.
+    if job.sig.kind == Kind::ReduceScatterV {
+        let srcs: Vec<usize> = (0..n).map(src).collect();
+        let len = blocks.recv[r as usize].count as usize;
+        // SAFETY: see above.
+        unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, len) };
+        return;
+    }
+    for k in 0..n {
+        let dst = job.recv + blocks.recv[k as usize].displ as usize * es;
+        let len = table.block(k, r).count as usize * es;
+        // SAFETY: see above.
+        unsafe { copy(dst, src(k), len) };
     }
 }

@@ -42,6 +42,8 @@ pub const ACL_ERROR_RT_CONTEXT_NULL: aclError = 107002;
 /// An event's timestamp is invalid: the event was not recorded, or its work has not run
 /// (runtime).
 pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: aclError = 107006;
+/// An event's timestamp is before the start event's (runtime).
+pub const ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL: aclError = 107007;
 /// Invalid handle (runtime).
 pub const ACL_ERROR_RT_INVALID_HANDLE: aclError = 107017;
 /// The feature is not supported (runtime).
@@ -54,6 +56,8 @@ pub const ACL_ERROR_RT_DEVICE_OOM: aclError = 207018;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507000;
 /// Stream synchronisation timed out (runtime).
 pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507046;
+/// Waiting for an event timed out (runtime).
+pub const ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: aclError = 507047;
 
 /// The most bytes `HcclGetCommName` writes, its NUL included (`COMM_NAME_MAX_LENGTH`).
 pub const COMM_NAME_MAX_LENGTH: usize = 128;

@@ -15,11 +15,11 @@ use super::super::{GRANULARITY as G, inject_failure, test_lock};
 use crate::emu::job::Kind;
 use crate::sys::*;
 
-const PARA: HcclResult = HcclResult::HCCL_E_PARA;
-const PTR: HcclResult = HcclResult::HCCL_E_PTR;
-const FAILED: aclError = ACL_ERROR_RT_INTERNAL_ERROR;
+pub(crate) const PARA: HcclResult = HcclResult::HCCL_E_PARA;
+pub(crate) const PTR: HcclResult = HcclResult::HCCL_E_PTR;
+pub(crate) const FAILED: aclError = ACL_ERROR_RT_INTERNAL_ERROR;
 
-const TYPES: [HcclDataType; 12] = [
+pub(crate) const TYPES: [HcclDataType; 12] = [
     HcclDataType::HCCL_DATA_TYPE_INT8,
     HcclDataType::HCCL_DATA_TYPE_INT16,
     HcclDataType::HCCL_DATA_TYPE_INT32,
@@ -34,7 +34,7 @@ const TYPES: [HcclDataType; 12] = [
     HcclDataType::HCCL_DATA_TYPE_FP64,
 ];
 
-const OPS: [HcclReduceOp; 4] = [
+pub(crate) const OPS: [HcclReduceOp; 4] = [
     HcclReduceOp::HCCL_REDUCE_SUM,
     HcclReduceOp::HCCL_REDUCE_PROD,
     HcclReduceOp::HCCL_REDUCE_MAX,
@@ -44,7 +44,7 @@ const OPS: [HcclReduceOp; 4] = [
 const F32: HcclDataType = HcclDataType::HCCL_DATA_TYPE_FP32;
 const SUM: HcclReduceOp = HcclReduceOp::HCCL_REDUCE_SUM;
 
-fn size_of(t: HcclDataType) -> usize {
+pub(crate) fn size_of(t: HcclDataType) -> usize {
     match t.0 {
         0 | 7 => 1,
         1 | 3 | 8 | 11 => 2,
@@ -55,7 +55,7 @@ fn size_of(t: HcclDataType) -> usize {
 
 /// Rank `rank`'s element `i`: small integers (negative ones for signed types), so every
 /// result below is exact in every type and independent of the reduction's precision.
-fn value(t: HcclDataType, rank: u32, i: usize) -> f64 {
+pub(crate) fn value(t: HcclDataType, rank: u32, i: usize) -> f64 {
     let v = ((i * 7 + rank as usize * 3) % 5) as f64;
     if matches!(t.0, 6..=9) {
         v + 1.0
@@ -66,7 +66,7 @@ fn value(t: HcclDataType, rank: u32, i: usize) -> f64 {
 
 /// The values in type `t`. Integers wrap as the emulator's do: the exact value (every test
 /// value and result is an integer well inside f64's exact range) truncated to the type.
-fn encode(t: HcclDataType, vals: impl IntoIterator<Item = f64>) -> Vec<u8> {
+pub(crate) fn encode(t: HcclDataType, vals: impl IntoIterator<Item = f64>) -> Vec<u8> {
     let mut out = Vec::new();
     for v in vals {
         let int = v as i64;
@@ -89,7 +89,7 @@ fn encode(t: HcclDataType, vals: impl IntoIterator<Item = f64>) -> Vec<u8> {
 }
 
 /// The host reference: a left fold in rank order.
-fn fold(op: HcclReduceOp, vals: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn fold(op: HcclReduceOp, vals: impl Iterator<Item = f64>) -> f64 {
     vals.reduce(|a, b| match op {
         HcclReduceOp::HCCL_REDUCE_SUM => a + b,
         HcclReduceOp::HCCL_REDUCE_PROD => a * b,
@@ -123,6 +123,13 @@ fn call(
             Kind::AlltoAll => (h.HcclAlltoAll)(send, count, t, recv, count, t, r.comm, r.stream),
             Kind::Broadcast => (h.HcclBroadcast)(send, count, t, root, r.comm, r.stream),
             Kind::Barrier => (h.HcclBarrier)(r.comm, r.stream),
+            Kind::Reduce => {
+                (h.HcclReduce.unwrap())(send, recv, count, t, op, root, r.comm, r.stream)
+            }
+            Kind::Scatter => (h.HcclScatter.unwrap())(send, recv, count, t, root, r.comm, r.stream),
+            Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV => {
+                unreachable!("the V collectives' tests call them with their arrays")
+            }
         }
     }
 }
@@ -142,15 +149,16 @@ fn check_one(
     let (n, me) = (r.n as usize, r.rank);
     let root = r.n - 1;
     let in_elems = match kind {
-        Kind::ReduceScatter | Kind::AlltoAll => n * count,
+        Kind::ReduceScatter | Kind::AlltoAll | Kind::Scatter => n * count,
         _ => count,
     };
     buf.write(0, &encode(t, (0..in_elems).map(|i| value(t, me, i))));
     let (send, recv) = if kind == Kind::Broadcast {
         (buf.ptr, buf.ptr)
     } else {
+        let rest = buf.size - out;
         // SAFETY: device range validated by the emulator.
-        ok(unsafe { (acl().aclrtMemset)(buf.at(out), G, 0xEE, G) });
+        ok(unsafe { (acl().aclrtMemset)(buf.at(out), rest, 0xEE, rest) });
         (buf.ptr, buf.at(out))
     };
     hok(call(r, kind, send, recv, count as u64, t, op, root));
@@ -169,13 +177,25 @@ fn check_one(
             .map(|j| value(t, (j / count) as u32, me as usize * count + j % count))
             .collect(),
         Kind::Broadcast => (0..count).map(|i| value(t, root, i)).collect(),
-        Kind::Barrier => Vec::new(),
+        Kind::Reduce => (0..count)
+            .map(|i| fold(op, (0..r.n).map(|k| value(t, k, i))))
+            .collect(),
+        Kind::Scatter => (0..count)
+            .map(|i| value(t, root, me as usize * count + i))
+            .collect(),
+        _ => Vec::new(),
     };
     let at = if kind == Kind::Broadcast { 0 } else { out };
-    let got = buf.read::<u8>(at, want.len() * size_of(t));
+    let len = want.len() * size_of(t);
+    let got = buf.read::<u8>(at, len);
+    // Reduce leaves other ranks' recvBuf alone.
+    let want = match kind {
+        Kind::Reduce if me != root => vec![0xEE; len],
+        _ => encode(t, want),
+    };
     assert_eq!(
         got,
-        encode(t, want),
+        want,
         "{} type {} op {} on rank {me} of {n}",
         kind.name(),
         t.0,
@@ -196,14 +216,19 @@ fn every_kernel_matches_the_host_reference() {
                 let mut done = 0;
                 for t in TYPES {
                     for op in OPS {
-                        for kind in [Kind::AllReduce, Kind::ReduceScatter] {
+                        for kind in [Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce] {
                             check_one(r, &buf, G, kind, t, op, 1001);
-                            done += 1;
+                            done += u64::from(kind != Kind::Reduce);
                         }
                     }
-                    for kind in [Kind::AllGather, Kind::AlltoAll, Kind::Broadcast] {
+                    for kind in [
+                        Kind::AllGather,
+                        Kind::AlltoAll,
+                        Kind::Broadcast,
+                        Kind::Scatter,
+                    ] {
                         check_one(r, &buf, G, kind, t, SUM, 999);
-                        done += u64::from(kind != Kind::Broadcast);
+                        done += u64::from(matches!(kind, Kind::AllGather | Kind::AlltoAll));
                     }
                 }
                 if let Some(w) = win {
@@ -356,6 +381,8 @@ fn the_staged_path_chunks_through_a_small_buffer() {
         check_one(r, &buf, out, Kind::AllGather, t, SUM, 300_007);
         check_one(r, &buf, out, Kind::AlltoAll, t, SUM, 100_003);
         check_one(r, &buf, out, Kind::Broadcast, t, SUM, 500_009);
+        check_one(r, &buf, out, Kind::Reduce, t, SUM, 700_001);
+        check_one(r, &buf, out, Kind::Scatter, t, SUM, 200_003);
         buf.free();
     });
     assert_clean();

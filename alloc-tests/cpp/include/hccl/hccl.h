@@ -1,0 +1,68 @@
+/* Declarations written the way CANN's hccl/hccl.h declares them (prototypes as in the public
+ * header torch_npu vendors under third_party/hccl/inc/hccl/hccl.h). Only what
+ * hccl_surface.cpp uses. */
+#ifndef HCCL_H_
+#define HCCL_H_
+
+#include <acl/acl.h>
+#include <hccl/hccl_types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo);
+extern HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank,
+                                       HcclComm *comm);
+extern HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms);
+extern HcclResult HcclCommDestroy(HcclComm comm);
+extern HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize);
+extern HcclResult HcclGetRankId(HcclComm comm, uint32_t *rank);
+extern HcclResult HcclGetCommName(HcclComm comm, char *commName);
+extern const char *HcclGetErrorString(HcclResult code);
+
+extern HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
+                                HcclReduceOp op, HcclComm comm, aclrtStream stream);
+extern HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount,
+                                HcclDataType dataType, HcclComm comm, aclrtStream stream);
+extern HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root,
+                                HcclComm comm, aclrtStream stream);
+extern HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recvBuf,
+                                 const void *recvCounts, const void *recvDispls,
+                                 HcclDataType dataType, HcclComm comm, aclrtStream stream);
+extern HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, const void *sendDispls,
+                                     void *recvBuf, uint64_t recvCount, HcclDataType dataType,
+                                     HcclReduceOp op, HcclComm comm, aclrtStream stream);
+extern HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, const void *sdispls,
+                                HcclDataType sendType, const void *recvBuf, const void *recvCounts,
+                                const void *rdispls, HcclDataType recvType, HcclComm comm,
+                                aclrtStream stream);
+extern HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
+                             HcclReduceOp op, uint32_t root, HcclComm comm, aclrtStream stream);
+extern HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
+                              HcclDataType dataType, uint32_t root, HcclComm comm,
+                              aclrtStream stream);
+extern HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank,
+                           HcclComm comm, aclrtStream stream);
+extern HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank,
+                           HcclComm comm, aclrtStream stream);
+extern HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t itemNum, HcclComm comm,
+                                    aclrtStream stream);
+
+extern HcclResult HcclCommSetMemoryRange(HcclComm comm, void *baseVirPtr, size_t size,
+                                         size_t alignment, uint64_t flags);
+extern HcclResult HcclCommUnsetMemoryRange(HcclComm comm, void *baseVirPtr);
+extern HcclResult HcclCommActivateCommMemory(HcclComm comm, void *virPtr, size_t size,
+                                             size_t offset, aclrtDrvMemHandle handle,
+                                             uint64_t flags);
+extern HcclResult HcclCommDeactivateCommMemory(HcclComm comm, void *virPtr);
+
+extern HcclResult HcclCommSymWinRegister(HcclComm comm, void *addr, uint64_t size,
+                                         HcclCommSymWindow *winHandle, uint32_t flag);
+extern HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

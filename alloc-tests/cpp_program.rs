@@ -1,0 +1,84 @@
+//! A C++ program written for CANN (`alloc-tests/cpp/hccl_surface.cpp`) compiled against
+//! header declarations written the way CANN's `acl/acl.h` and `hccl/hccl.h` declare them
+//! (`alloc-tests/cpp/include`), linked with `-lhccl -lascendcl`, which resolve to the
+//! emulator's shared library, and run: as 4 processes through the launcher, and as one process
+//! that makes 4 communicators with `HcclCommInitAll`. The program checks the answer and the
+//! error code of every C function of the extended surface (events timing a collective, device
+//! memory from `aclrtMalloc`, the vector, rooted and point-to-point collectives on both paths,
+//! the VA-range calls) and exits non-zero at the first difference.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use symheap::launcher::Job;
+
+/// Compiles the program once per test process (both tests share it) and returns its path.
+fn program() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(compile).clone()
+}
+
+fn compile() -> PathBuf {
+    let library = crate::dlopen::build_emulator_cdylib();
+    let dir = library.parent().unwrap().join("cpp-program");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["libhccl.so", "libascendcl.so"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&library, &link).unwrap();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/cpp");
+    let source = root.join("hccl_surface.cpp");
+    let program = dir.join("hccl_surface");
+    let output = Command::new("c++")
+        .args([
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-pthread",
+            "-I",
+        ])
+        .arg(root.join("include"))
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .arg("-L")
+        .arg(&dir)
+        .args(["-lhccl", "-lascendcl"])
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .expect("a C++ compiler (c++)");
+    assert!(
+        output.status.success(),
+        "compiling {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    program
+}
+
+#[test]
+fn a_cpp_program_for_cann_checks_every_new_function_as_4_processes() {
+    let outcome = Job::new(4, program())
+        .grace(Duration::from_secs(30))
+        .run()
+        .unwrap();
+    assert!(outcome.success(), "{}", outcome.summary());
+}
+
+#[test]
+fn a_cpp_program_makes_4_communicators_with_hccl_comm_init_all() {
+    let output = Command::new(program())
+        .args(["init-all", "4"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
