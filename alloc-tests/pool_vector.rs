@@ -747,3 +747,41 @@ fn vector_collectives_take_the_symmetric_path_and_defer_reuse() {
     assert_eq!(after.staged_collectives, before.staged_collectives);
     session.assert_clean();
 }
+
+/// A rank's AlltoAllV send count that its peer does not expect cannot be seen by one rank
+/// before the call (it is not in the op hash either): the library reports it when the
+/// exchange runs, on every rank, and the pools refuse further work.
+#[test]
+fn a_mismatched_all_to_all_v_pair_fails_every_rank_and_poisons_the_pools() {
+    let session = EmuSession::start();
+    let outcomes = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let input = SymVec::from_host(&pool, &[1.0f32; 4])?;
+        let mut output = SymVec::<f32>::zeroed(&pool, 4)?;
+        // Rank 0 sends rank 1 two elements; rank 1 expects one.
+        let (send, recv) = if comm.rank() == 0 {
+            ([1, 2], [1, 1])
+        } else {
+            ([1, 1], [1, 1])
+        };
+        pool.all_to_all_v(&input, &send, &[0, 1], &mut output, &recv, &[0, 1])?;
+        let failed = pool.synchronize().unwrap_err();
+        let after = pool.broadcast(&mut output, 0).unwrap_err();
+        Ok((failed, after))
+    })
+    .unwrap();
+    for (failed, after) in outcomes {
+        assert!(
+            matches!(
+                &failed,
+                Error::Collective {
+                    code: symheap::sys::HcclResult::HCCL_E_PARA,
+                    ..
+                }
+            ),
+            "{failed:?}"
+        );
+        assert!(matches!(after, Error::Poisoned(_)), "{after:?}");
+    }
+    session.assert_clean();
+}

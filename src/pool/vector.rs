@@ -18,7 +18,10 @@
 //!   records the kind, element type and buffers, which every rank passes alike. That rank
 //!   `p`'s `recv_counts[r]` equals rank `r`'s `send_counts[p]` cannot be seen by one rank
 //!   alone: only the pair on the diagonal (what a rank sends itself) is checked here, and a
-//!   mismatched pair of peers is the library's to report when the exchange runs.
+//!   mismatched pair of peers is the library's to report when the exchange runs (the
+//!   emulator fails it on every rank with `HCCL_E_PARA`, which poisons the pools, as any
+//!   failed collective does). Strict mode could compare the whole matrix with an exchange of
+//!   the arrays; it does not, to keep one check (an AllGather of one word) per collective.
 
 use super::SymPool;
 use super::collectives::{Call, Kind};
