@@ -20,6 +20,5 @@ fn the_moe_dispatch_example_matches_its_host_reference_without_registering() {
     let tokens: usize = reports.iter().map(|r| r.tokens).sum();
     let rows: usize = reports.iter().map(|r| r.rows_in).sum();
     assert_eq!(rows, 2 * tokens);
-    assert_eq!(reports[0].last_loads.iter().sum::<usize>() % 2, 0);
     session.assert_clean();
 }

@@ -17,7 +17,8 @@
 //! `--iters`, `--warmup`, `--dtype`, `--redop`. Ranks: `--ranks N` (threads of this process)
 //! or `--procs N` (processes); `--memory window` registers the buffers as symmetric windows
 //! (the zero-copy path, default), `--memory plain` leaves them unregistered, so data stages
-//! through the HCCL buffer.
+//! through the HCCL buffer. The defaults differ from nccl-tests' (`-b 32M -e 32M -i 1M`):
+//! `-b 1K -e 64M -f 2`, a sweep.
 //!
 //! Output, as nccl-tests prints it: a header line with the run's parameters, one line per
 //! rank with its pid and device, then per size the out-of-place and in-place column groups
@@ -30,7 +31,10 @@
 //!   default `-a 1`); `algbw = size / time`; `busbw = algbw * factor`, with nccl-tests'
 //!   factors (its `PERFORMANCE.md`): AllReduce `2(n-1)/n`; AllGather, ReduceScatter, AlltoAll
 //!   and their vector forms `(n-1)/n`; Reduce 1. For AlltoAllV that is `(n-1)/n` of the total
-//!   bytes, as nccl-tests counts AlltoAll: the split below keeps every rank's total the same.
+//!   bytes, as nccl-tests counts AlltoAll (the split below keeps every rank's total the same).
+//!   For the uneven splits the factor is nominal: the share a rank keeps for itself is not
+//!   `1/n` (with 4 ranks, AlltoAllV's ranks keep 1, 3, 1 and 3 tenths), so the bytes that
+//!   really cross the links differ a little from `busbw`.
 //! - `#wrong` counts the output elements, on every rank, that differ from a host computation
 //!   (after a fresh input, one more operation), and is `N/A` with `-c 0`.
 //! - In-place columns are measured where HCCL allows the output to be the input (AllReduce);
@@ -726,9 +730,21 @@ fn measure<T: Num>(args: &Args, comm: &Comm) -> Result<()> {
     let inb = Buffer::new(comm, max_elems * size_of, args.registered)?;
     let outb = Buffer::new(comm, max_elems * size_of, args.registered)?;
     let (mut wrong_total, mut busbw_sum, mut busbw_rows) = (0u64, 0.0, 0u32);
-    let mut size = args.min;
+    let (mut size, mut last_bytes) = (args.min, 0);
     while size <= args.max {
         let p = plan(args.coll, n, comm.rank(), (size / size_of).max(1));
+        let bytes = p.in_len.max(p.out_len) as u64 * size_of;
+        let next = if args.factor > 1 {
+            size.saturating_mul(args.factor)
+        } else {
+            size.saturating_add(args.step_bytes)
+        };
+        // Small sizes of the vector collectives round up to whole units: one row per size.
+        if bytes == last_bytes {
+            size = next;
+            continue;
+        }
+        last_bytes = bytes;
         let out_of_place = measure_one::<T>(args, comm, &stream, (&inb, &outb), &p)?;
         let in_place = if args.coll.has_in_place() {
             Some(measure_one::<T>(args, comm, &stream, (&inb, &inb), &p)?)
@@ -748,7 +764,6 @@ fn measure<T: Num>(args: &Args, comm: &Comm) -> Result<()> {
                 ip.wrong as f64,
             ],
         )?;
-        let bytes = p.in_len.max(p.out_len) as u64 * size_of;
         let mut columns = Vec::new();
         for (present, seconds, wrong) in [
             (true, sums[0] / f64::from(n), sums[1] as u64),
@@ -798,11 +813,7 @@ fn measure<T: Num>(args: &Args, comm: &Comm) -> Result<()> {
                 columns[1]
             );
         }
-        size = if args.factor > 1 {
-            size.saturating_mul(args.factor)
-        } else {
-            size.saturating_add(args.step_bytes)
-        };
+        size = next;
     }
     if comm.rank() == 0 {
         let verdict = if wrong_total == 0 { "OK" } else { "FAILED" };

@@ -11,7 +11,8 @@ use crate::runtime::{Comm, Element, ReduceOp, Stream};
 use crate::sys::HcclDataType;
 use crate::{Error, Result, SymVec};
 
-/// The collectives of the pool, as they enter its op hash (and its trace events).
+/// The collectives of the pool, as they enter its trace events and (all but `Send` and
+/// `Recv`) its op hash.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Kind {
     AllReduce = 1,
@@ -245,7 +246,8 @@ impl SymPool {
     }
 
     /// Element-wise reduction of `input` across ranks into rank `root`'s `output`
-    /// (`HcclReduce`); other ranks' `output` is left as it was. Every rank passes the same
+    /// (`HcclReduce`); other ranks' `output` is not specified by CANN (the emulator leaves it
+    /// as it was). Every rank passes the same
     /// lengths, reduction and root.
     ///
     /// # Examples

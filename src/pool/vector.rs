@@ -17,10 +17,10 @@
 //!   of the exchange matrix, its receive counts column `r`), so neither is folded; the hash
 //!   records the kind, element type and buffers, which every rank passes alike. That rank
 //!   `p`'s `recv_counts[r]` equals rank `r`'s `send_counts[p]` cannot be seen by one rank
-//!   alone: only the pair on the diagonal (what a rank sends itself) is checked here, and a
-//!   mismatched pair of peers is the library's to report when the exchange runs (the
-//!   emulator fails it on every rank with `HCCL_E_PARA`, which poisons the pools, as any
-//!   failed collective does). Strict mode could compare the whole matrix with an exchange of
+//!   alone: only the pair on the diagonal (what a rank sends itself) is checked here. On CANN
+//!   a mismatched pair of peers is undefined (wrong data, or a timeout); the emulator fails
+//!   it on every rank with `HCCL_E_PARA`, which poisons the pools, as any failed collective
+//!   does. Strict mode could compare the whole matrix with an exchange of
 //!   the arrays; it does not, to keep one check (an AllGather of one word) per collective.
 
 use super::SymPool;
@@ -129,7 +129,7 @@ impl SymPool {
     /// `recv_counts[p]` must equal rank `p`'s `send_counts[rank]`; a usual way to get them is
     /// an [`all_to_all`](Self::all_to_all) of the send counts first. Send regions may
     /// overlap; receive regions may not. Elements of `output` outside every receive region
-    /// are left as they were. Every rank must make the call, with counts of zero where it
+    /// are not written by the emulator (CANN does not say). Every rank must make the call, with counts of zero where it
     /// exchanges nothing.
     ///
     /// # Examples
@@ -220,7 +220,8 @@ impl SymPool {
     /// `input` land at element `recv_displs[p]` (`HcclAllGatherV`). Every rank passes the same
     /// arrays, and `input` holds at least `recv_counts[rank]` elements (buffers are allocated
     /// alike on every rank: see the module notes in `pool/vector.rs`). Regions may not
-    /// overlap; elements of `output` outside them are left as they were.
+    /// overlap; the emulator leaves elements of `output` outside them as they were (CANN does
+    /// not say).
     ///
     /// # Examples
     /// Rank `r` contributes `r + 1` elements, from an input as long on every rank:
@@ -294,7 +295,8 @@ impl SymPool {
     /// `send_counts[r]` elements of rank `r`'s `output` (`HcclReduceScatterV`). Every rank
     /// passes the same arrays, and `output` holds at least `send_counts[rank]` elements
     /// (buffers are allocated alike on every rank: see the module notes in
-    /// `pool/vector.rs`); the rest of it is left as it was. Blocks may overlap (they are only
+    /// `pool/vector.rs`); the emulator leaves the rest of it as it was (CANN does not say).
+    /// Blocks may overlap (they are only
     /// read).
     ///
     /// # Examples

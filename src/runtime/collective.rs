@@ -6,7 +6,7 @@ use super::{Comm, DevicePtr, Runtime, Stream};
 use crate::sys::{HcclDataType, HcclReduceOp, HcclSendRecvItem};
 use crate::{Error, Result};
 
-/// The reduction of AllReduce and ReduceScatter.
+/// The reduction of a reducing collective (AllReduce, ReduceScatter[V], Reduce).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     /// Element-wise sum.
@@ -381,7 +381,8 @@ impl Comm {
     }
 
     /// Block `p` (of `recv_count` elements) of rank `root`'s `send` lands in rank `p`'s
-    /// `recv` (`HcclScatter`). Only the root's `send` is read; other ranks may pass null.
+    /// `recv` (`HcclScatter`). Only the root's `send` is read; other ranks may pass
+    /// `DevicePtr::from_raw(std::ptr::null_mut())`.
     ///
     /// # Errors
     /// As for [`reduce`](Self::reduce).
