@@ -161,7 +161,8 @@ void acl_basics(uint32_t *device_count)
     ACL_OK(aclInit(nullptr));
     EXPECT_ACL(aclInit(nullptr), ACL_ERROR_REPEAT_INITIALIZE);
     ACL_OK(aclrtGetDeviceCount(device_count));
-    CHECK(*device_count == 16);
+    const char *configured = getenv("SYMHEAP_EMU_DEVICE_COUNT");  // the emulator's setting
+    CHECK(*device_count == (configured != nullptr ? (uint32_t)atoi(configured) : 16u));
     EXPECT_ACL(aclrtGetDeviceCount(nullptr), ACL_ERROR_INVALID_PARAM);
     EXPECT_ACL(aclrtSetDevice((int32_t)*device_count), ACL_ERROR_RT_INVALID_DEVICEID);
 }
@@ -244,7 +245,8 @@ void timed_all_reduce(const Rank &k)
     EXPECT_ACL(aclrtQueryEventStatus(end, nullptr), ACL_ERROR_INVALID_PARAM);
     ACL_OK(aclrtSynchronizeEvent(end));
     ACL_OK(aclrtEventElapsedTime(&ms, start, end));
-    CHECK(ms > 0 && ms <= wall_ms);
+    // Within the host's time around it (plus float rounding of the milliseconds).
+    CHECK(ms > 0 && ms <= wall_ms * 1.001 + 0.01);
     EXPECT_ACL(aclrtEventElapsedTime(nullptr, start, end), ACL_ERROR_INVALID_PARAM);
     std::vector<float> got = download<float>(out.dev, count);
     float ranks = (float)k.n;

@@ -11,6 +11,7 @@ extern "C" {
 
 ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
 ACL_FUNC_VISIBILITY aclError aclFinalize();
+ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg();
 
 #ifdef __cplusplus
 }

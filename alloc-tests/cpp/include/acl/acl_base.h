@@ -7,17 +7,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "error_codes/rt_error_codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#ifdef FUNC_VISIBILITY
 #define ACL_FUNC_VISIBILITY __attribute__((visibility("default")))
+#else
+#define ACL_FUNC_VISIBILITY
+#endif
 
 typedef void *aclrtStream;
 typedef void *aclrtEvent;
 typedef void *aclrtContext;
 typedef int aclError;
 
+static const int ACL_ERROR_NONE = 0;
 static const int ACL_SUCCESS = 0;
 static const int ACL_ERROR_INVALID_PARAM = 100000;
 static const int ACL_ERROR_UNINITIALIZE = 100001;
@@ -27,7 +34,6 @@ static const int ACL_ERROR_BAD_ALLOC = 200000;
 static const int ACL_ERROR_API_NOT_SUPPORT = 200001;
 
 ACL_FUNC_VISIBILITY const char *aclrtGetSocName();
-ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg();
 
 #ifdef __cplusplus
 }

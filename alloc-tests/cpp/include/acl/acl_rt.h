@@ -1,6 +1,7 @@
 /* Declarations written the way CANN's acl/acl_rt.h declares them (prototypes, enums and
- * macros as in the public header torch_npu vendors under third_party/acl/inc/acl/acl_rt.h and
- * in hicann/runtime's include/external/acl). Only what hccl_surface.cpp uses. */
+ * macros as in the public header torch_npu vendors under third_party/acl/inc/acl/acl_rt.h;
+ * aclrtGetDeviceSatMode, which that copy lacks, as hicann/runtime's include/external/acl
+ * declares it). Only what hccl_surface.cpp uses. */
 #ifndef INC_EXTERNAL_ACL_ACL_RT_H_
 #define INC_EXTERNAL_ACL_ACL_RT_H_
 
@@ -15,17 +16,6 @@ extern "C" {
 
 #define ACL_CONTINUE_ON_FAILURE 0x00000000U
 #define ACL_STOP_ON_FAILURE 0x00000001U
-
-/* Runtime error codes (acl/error_codes/rt_error_codes.h). */
-#define ACL_ERROR_RT_PARAM_INVALID 107000
-#define ACL_ERROR_RT_INVALID_DEVICEID 107001
-#define ACL_ERROR_RT_CONTEXT_NULL 107002
-#define ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID 107006
-#define ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL 107007
-#define ACL_ERROR_RT_INVALID_HANDLE 107017
-#define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000
-#define ACL_ERROR_RT_MEMORY_ALLOCATION 207001
-#define ACL_ERROR_RT_INTERNAL_ERROR 507000
 
 typedef void *aclrtDrvMemHandle;
 

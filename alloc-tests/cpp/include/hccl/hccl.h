@@ -57,6 +57,8 @@ extern HcclResult HcclCommActivateCommMemory(HcclComm comm, void *virPtr, size_t
                                              uint64_t flags);
 extern HcclResult HcclCommDeactivateCommMemory(HcclComm comm, void *virPtr);
 
+/* The symmetric-window API (CANN 9.x, libhcomm), as shared/reference/cann-abi.md gives it; the
+ * torch_npu copy of hccl.h predates it. */
 extern HcclResult HcclCommSymWinRegister(HcclComm comm, void *addr, uint64_t size,
                                          HcclCommSymWindow *winHandle, uint32_t flag);
 extern HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);

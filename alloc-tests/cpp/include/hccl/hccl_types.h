@@ -90,6 +90,7 @@ typedef struct HcclSendRecvItemDef {
     uint32_t remoteRank;
 } HcclSendRecvItem;
 
+/* The symmetric-window handle (CANN 9.x, libhcomm; see hccl.h). */
 typedef void *HcclCommSymWindow;
 
 #ifdef __cplusplus
