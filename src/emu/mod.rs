@@ -278,10 +278,11 @@
 //!   integers wrap; fp16 / bf16 are reduced in f32 and rounded once; float max / min ignore a
 //!   NaN operand (IEEE maxNum / minNum).
 //!
-//! V collectives (`HcclAllGatherV`, `HcclReduceScatterV`, `HcclAlltoAllV`):
-//! - The counts and displacements are host arrays of `rankSize` `uint64_t`, in elements, read
-//!   during the call (a NULL array is `HCCL_E_PTR`). Checked when called (`HCCL_E_PARA`):
-//!   AllGatherV's `recvCounts[rank]` is the rank's `sendCount`; ReduceScatterV's `recvCount` is
+//! V collectives:
+//! - V collectives (`HcclAllGatherV`, `HcclReduceScatterV`, `HcclAlltoAllV`): the counts and
+//!   displacements are host arrays of `rankSize` `uint64_t`, in elements, read during the call
+//!   (a NULL array is `HCCL_E_PTR`). Checked when called (`HCCL_E_PARA`): AllGatherV's
+//!   `recvCounts[rank]` is the rank's `sendCount`; ReduceScatterV's `recvCount` is
 //!   `sendCounts[rank]`; AlltoAllV's `sendType == recvType`; no block overflows; every
 //!   non-empty block is in mapped device memory (each pinned on its own: gaps between blocks
 //!   need not be mapped); no two receive blocks share a byte; no receive block overlaps a send
