@@ -31,7 +31,7 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> AclResult {
 
 /// Fails with `ACL_ERROR_INVALID_PARAM` on a NULL pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
-    errors::non_null(ptr as usize, what)
+    errors::acl_non_null(ptr as usize, what)
 }
 
 /// `aclInit`: `ACL_ERROR_REPEAT_INITIALIZE` when already initialised, as CANN. The emulator
@@ -220,8 +220,9 @@ pub(super) unsafe fn aclrtGetSocName(_: args::aclrtGetSocName) -> *const c_char 
     c"Ascend910_9391".as_ptr()
 }
 
-/// `aclrtSetDeviceSatMode`: the current device's overflow mode for streams created later;
-/// `SATURATION` (0) or `INFNAN` (1), anything else `ACL_ERROR_RT_PARAM_INVALID`.
+/// `aclrtSetDeviceSatMode`: the current device's overflow mode (only recorded: the emulator's
+/// reductions give IEEE results in both modes); `SATURATION` (0) or `INFNAN` (1), anything
+/// else `ACL_ERROR_RT_PARAM_INVALID`.
 pub(super) unsafe fn aclrtSetDeviceSatMode(a: args::aclrtSetDeviceSatMode) -> AclResult {
     device::set_sat_mode(a.mode)
 }

@@ -7,7 +7,7 @@
 
 use crate::sys::aclrtMemcpyKind;
 
-use super::errors::{AclResult, non_null, param};
+use super::errors::{AclResult, acl_non_null, param};
 use super::memory::{self, Pins};
 use super::{host, stream};
 
@@ -31,7 +31,9 @@ impl Op {
             // torn data, as on a device.
             unsafe { std::ptr::copy(src as *const u8, self.dst as *mut u8, self.len) };
         } else {
-            // SAFETY: as above for the destination, which is device memory.
+            // SAFETY: the destination was checked to be wholly inside mapped device memory
+            // or inside one live `aclrtMallocHost` allocation (`plan_set`), and stays pinned
+            // (neither unmapped nor freed) until `self` is dropped.
             unsafe { std::ptr::write_bytes(self.dst as *mut u8, self.value, self.len) };
         }
     }
@@ -63,8 +65,8 @@ fn plan_copy(
     count: usize,
     kind: aclrtMemcpyKind,
 ) -> AclResult<Option<Op>> {
-    non_null(dst, "dst")?;
-    non_null(src, "src")?;
+    acl_non_null(dst, "dst")?;
+    acl_non_null(src, "src")?;
     if count > dest_max {
         return param(format!("count {count} exceeds destMax {dest_max}"));
     }
@@ -117,7 +119,7 @@ fn plan_copy(
 /// Checks a memset of device memory or of `aclrtMallocHost` memory (CANN's documentation
 /// allows both; other host memory is refused); `None` when there is nothing to fill.
 fn plan_set(dst: usize, max: usize, value: i32, count: usize) -> AclResult<Option<Op>> {
-    non_null(dst, "devPtr")?;
+    acl_non_null(dst, "devPtr")?;
     if count > max {
         return param(format!("count {count} exceeds maxCount {max}"));
     }

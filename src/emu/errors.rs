@@ -47,10 +47,19 @@ pub(crate) fn invalid<T>(msg: impl Into<String>) -> AclResult<T> {
     acl_fail(ACL_ERROR_INVALID_PARAM, msg)
 }
 
-/// Fails with `ACL_ERROR_INVALID_PARAM` when the pointer argument `what` is NULL.
-pub(crate) fn non_null(addr: usize, what: &str) -> AclResult {
+/// Fails with `ACL_ERROR_INVALID_PARAM` when the pointer argument `what` of an ACL call is
+/// NULL.
+pub(crate) fn acl_non_null(addr: usize, what: &str) -> AclResult {
     if addr == 0 {
         return invalid(format!("{what} is NULL"));
+    }
+    Ok(())
+}
+
+/// Fails with `HCCL_E_PTR` when the pointer argument `what` of an HCCL call is NULL.
+pub(crate) fn hccl_non_null(addr: usize, what: &str) -> HcclRes {
+    if addr == 0 {
+        return hccl_fail(HcclResult::HCCL_E_PTR, format!("{what} is NULL"));
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! never leaves a task with a dangling reference.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys::{
@@ -18,12 +18,12 @@ use crate::sys::{
 
 use super::counters::{self, Counter};
 use super::device;
-use super::errors::{AclResult, Fail, acl_fail, non_null};
+use super::errors::{AclResult, Fail, acl_fail, acl_non_null};
 use super::registry::{HandleKind, Registry, lock, new_handle};
 use super::stream::{self, TaskFailure};
 
 /// The environment variable that bounds how long a stream waits for an event
-/// (`aclrtStreamWaitEvent`), in seconds (default 1800).
+/// (`aclrtStreamWaitEvent`), in seconds (default 1800); read once, at the first wait.
 pub(crate) const EVENT_WAIT_ENV: &str = "SYMHEAP_EMU_EVENT_WAIT_S";
 
 const DEFAULT_EVENT_WAIT: Duration = Duration::from_secs(1800);
@@ -40,16 +40,22 @@ pub(crate) fn set_wait_limit(limit: Option<Duration>) {
     WAIT_LIMIT_MS.store(ms, Ordering::Relaxed);
 }
 
-/// How long a stream waits for an event before its wait task fails.
+/// How long a stream waits for an event before its wait task fails: the tests' bound if set,
+/// otherwise [`EVENT_WAIT_ENV`]'s (read once: every wait task asks).
 fn wait_limit() -> Duration {
+    static FROM_ENV: OnceLock<Duration> = OnceLock::new();
     match WAIT_LIMIT_MS.load(Ordering::Relaxed) {
-        u64::MAX => std::env::var(EVENT_WAIT_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .unwrap_or(DEFAULT_EVENT_WAIT),
+        u64::MAX => *FROM_ENV.get_or_init(|| parse_wait_limit(std::env::var(EVENT_WAIT_ENV).ok())),
         ms => Duration::from_millis(ms),
     }
+}
+
+/// The bound [`EVENT_WAIT_ENV`]'s value `v` sets: non-negative seconds (fractions allowed), or
+/// the default when unset or unusable.
+fn parse_wait_limit(v: Option<String>) -> Duration {
+    v.and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(DEFAULT_EVENT_WAIT)
 }
 
 /// What became of a record.
@@ -125,7 +131,7 @@ static EVENTS: Registry<Event> = Registry::new();
 /// The live event `handle`: NULL is `ACL_ERROR_INVALID_PARAM`, an unknown or destroyed one
 /// `ACL_ERROR_RT_INVALID_HANDLE`.
 fn lookup(handle: usize, what: &str) -> AclResult<Arc<Event>> {
-    non_null(handle, what)?;
+    acl_non_null(handle, what)?;
     EVENTS.get(handle).map_or_else(
         || {
             acl_fail(
@@ -683,5 +689,23 @@ mod tests {
             }
         });
         assert_clean();
+    }
+
+    #[test]
+    fn event_wait_bound_is_seconds_or_the_default() {
+        use super::{DEFAULT_EVENT_WAIT, parse_wait_limit};
+        let parse = |v: Option<&str>| parse_wait_limit(v.map(str::to_owned));
+        assert_eq!(parse(Some(" 2.5 ")), Duration::from_millis(2500));
+        assert_eq!(parse(Some("0")), Duration::ZERO);
+        for unusable in [
+            None,
+            Some(""),
+            Some("soon"),
+            Some("-1"),
+            Some("NaN"),
+            Some("inf"),
+        ] {
+            assert_eq!(parse(unusable), DEFAULT_EVENT_WAIT, "{unusable:?}");
+        }
     }
 }

@@ -30,12 +30,9 @@ use super::registry::lock;
 use super::vector::{self, Blocks};
 use super::{p2p, sym_window};
 
-/// Fails on a null pointer argument.
+/// Fails with `HCCL_E_PTR` on a NULL pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> HcclRes {
-    if ptr.is_null() {
-        return hccl_fail(HcclResult::HCCL_E_PTR, format!("{what} is NULL"));
-    }
-    Ok(())
+    super::errors::hccl_non_null(ptr as usize, what)
 }
 
 /// Writes `value` through the C out-pointer `out`.

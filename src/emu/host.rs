@@ -36,7 +36,9 @@ impl Drop for HostAlloc {
 static HOST: Mutex<BTreeMap<usize, Arc<HostAlloc>>> = Mutex::new(BTreeMap::new());
 
 /// `aclrtMallocHost`: `size` (non-zero) bytes of 64-byte aligned host memory. The emulator
-/// zeroes it (CANN does not initialise it).
+/// zeroes it (CANN does not initialise it). Size 0, or one too large for a [`Layout`] (about
+/// `isize::MAX`), is `ACL_ERROR_INVALID_PARAM` (100000); an allocation the host cannot make
+/// `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001).
 pub(crate) fn malloc(size: usize) -> AclResult<usize> {
     if size == 0 {
         return invalid("size is 0");

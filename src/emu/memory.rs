@@ -554,7 +554,9 @@ fn malloc_counted(size: usize) -> Option<usize> {
 
 /// `aclrtMalloc` on `device`: `size` (non-zero) bytes of device memory, counted against the
 /// device's memory as CANN counts them ([`malloc_counted`]), backed by whole granules. Its
-/// addressable range is exactly `size` bytes from the returned (granule-aligned) address.
+/// addressable range is exactly `size` bytes from the returned address, which is page-aligned
+/// (a mapping where the kernel chooses; CANN documents 64-byte alignment), not
+/// necessarily granule-aligned.
 pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
     if size == 0 {
         return invalid("size is 0");
@@ -625,6 +627,14 @@ pub(crate) fn pin_range(addr: usize, len: usize) -> Result<Pins, String> {
     // The lock is released before a failed attempt drops its pins: dropping the last
     // reference to a window takes the lock again.
     verdict.map(|()| pins)
+}
+
+/// Checks that `[addr, addr + len)` is wholly inside mapped device memory, as [`pin_range`]
+/// does, but keeps nothing pinned: for records that refer to memory without holding it. The
+/// error says what is not mapped.
+pub(crate) fn check_mapped(addr: usize, len: usize) -> Result<(), String> {
+    // The pins are dropped here, after `pin_range` released the lock.
+    pin_range(addr, len).map(drop)
 }
 
 /// The user mapping containing `addr`.

@@ -8,9 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::sys::HcclResult;
-
-use super::errors::{HcclRes, hccl_fail, para};
+use super::errors::{HcclRes, hccl_non_null, para};
 use super::memory;
 
 /// An activated block.
@@ -36,14 +34,6 @@ fn overlap(a: usize, alen: usize, b: usize, blen: usize) -> bool {
     a < b.saturating_add(blen) && b < a.saturating_add(alen)
 }
 
-/// Fails on a null pointer argument.
-fn non_null(addr: usize, what: &str) -> HcclRes {
-    if addr == 0 {
-        return hccl_fail(HcclResult::HCCL_E_PTR, format!("{what} is NULL"));
-    }
-    Ok(())
-}
-
 impl Ranges {
     /// `HcclCommSetMemoryRange`: `[base, base + size)` inside one reservation, overlapping no
     /// range already set; `alignment` 0; `flags` 0 or 1 (torch_npu passes 1).
@@ -54,7 +44,7 @@ impl Ranges {
         alignment: usize,
         flags: u64,
     ) -> HcclRes {
-        non_null(base, "baseVirPtr")?;
+        hccl_non_null(base, "baseVirPtr")?;
         if size == 0 {
             return para("size is 0");
         }
@@ -87,7 +77,7 @@ impl Ranges {
 
     /// `HcclCommUnsetMemoryRange`: `base` must be a range's base, with nothing activated.
     pub(crate) fn unset(&mut self, base: usize) -> HcclRes {
-        non_null(base, "baseVirPtr")?;
+        hccl_non_null(base, "baseVirPtr")?;
         let Some(r) = self.ranges.get(&base) else {
             return para(format!("{base:#x} is not the base of a memory range set"));
         };
@@ -112,8 +102,8 @@ impl Ranges {
         handle: usize,
         flags: u64,
     ) -> HcclRes {
-        non_null(ptr, "virPtr")?;
-        non_null(handle, "handle")?;
+        hccl_non_null(ptr, "virPtr")?;
+        hccl_non_null(handle, "handle")?;
         if size == 0 {
             return para("size is 0");
         }
@@ -161,7 +151,8 @@ impl Ranges {
                 ));
             }
         }
-        if let Err(e) = memory::pin_range(ptr, size) {
+        // The record pins nothing (see the module's notes): only a check.
+        if let Err(e) = memory::check_mapped(ptr, size) {
             return para(e);
         }
         range.active.insert(ptr, Active { size });
@@ -170,7 +161,7 @@ impl Ranges {
 
     /// `HcclCommDeactivateCommMemory`: `ptr` must be an activated block's start.
     pub(crate) fn deactivate(&mut self, ptr: usize) -> HcclRes {
-        non_null(ptr, "virPtr")?;
+        hccl_non_null(ptr, "virPtr")?;
         let range = self.ranges.range_mut(..=ptr).next_back().map(|(_, r)| r);
         match range.and_then(|r| r.active.remove(&ptr)) {
             Some(_) => Ok(()),

@@ -69,13 +69,31 @@
 //!   (or, when the sender's buffer is in a symmetric window, straight out of it).
 //!
 //! # Choices where the reference is silent
-//! ACL:
+//! Initialisation and errors:
 //! - `aclInit` when already initialised returns `ACL_ERROR_REPEAT_INITIALIZE` (100002), and
 //!   `aclFinalize` when already finalised (no `aclInit` since) `ACL_ERROR_REPEAT_FINALIZE`
 //!   (100037); `aclInit` after `aclFinalize` succeeds, and so does `aclFinalize` before any
 //!   `aclInit` (as CANN's flag checks do). Nothing else needs `aclInit`: every other call works
 //!   before it and after `aclFinalize`, whose live objects stay usable (the emulator needs no
 //!   initialisation, and the layers above may share the process with another ACL user).
+//! - NULL pointer arguments of ACL calls (out-pointers, addresses, events, physical handles)
+//!   are `ACL_ERROR_INVALID_PARAM` (100000), CANN's `ACL_REQUIRES_NOT_NULL`; other bad values
+//!   keep the runtime's codes. An unknown stream, event or physical handle is
+//!   `ACL_ERROR_RT_INVALID_HANDLE` (107017); an address that is not the start of a
+//!   reservation, mapping or allocation is `ACL_ERROR_RT_PARAM_INVALID` (107000). NULL streams
+//!   are a case of their own (see *Streams*).
+//! - In HCCL calls, NULL pointer arguments and NULL handles are `HCCL_E_PTR`; an unknown
+//!   communicator, window or stream handle is `HCCL_E_PARA`.
+//! - `aclGetRecentErrMsg` returns the calling thread's last failure message of any emulated
+//!   call, ACL or HCCL (read and clear), or NULL. A failed stream task's detail becomes the
+//!   message of the thread whose `aclrtSynchronizeStream` reports the failure (see the failure
+//!   modes under *Streams*).
+//! - `HcclGetErrorString` returns libhccl's descriptions (`"parameter error"` for
+//!   `HCCL_E_PARA`, see [`crate::sys::HcclResult::description`]); for a code libhccl does not
+//!   describe it returns `"unknown error"` (libhccl itself answers `"unknow error"` at or above
+//!   `HCCL_E_RESERVED` and has no entry for 22..=1041).
+//!
+//! Devices:
 //! - `aclrtGetDevice`, `aclrtCreateStream`, `aclrtCreateEvent`, `aclrtMalloc`,
 //!   `aclrtGetMemInfo` and `aclrtGet/SetDeviceSatMode` on a thread without a device:
 //!   `ACL_ERROR_RT_CONTEXT_NULL` (107002). A device id outside `0..count`:
@@ -83,61 +101,50 @@
 //!   `SYMHEAP_EMU_DEVICE_COUNT`. `aclrtResetDevice` unbinds the thread and ends the device's
 //!   context settings (overflow mode and stop-on-failure back to the defaults), also for other
 //!   threads bound to it (CANN counts references; the emulator does not).
-//! - NULL pointer arguments of ACL calls (out-pointers, addresses, events, physical handles)
-//!   are `ACL_ERROR_INVALID_PARAM` (100000), CANN's `ACL_REQUIRES_NOT_NULL`; other bad values
-//!   keep the runtime's codes. There is no default stream: a NULL stream is
-//!   `ACL_ERROR_RT_PARAM_INVALID` (107000) for every call that takes one (ACL and HCCL's
-//!   collectives, where it is `HCCL_E_PTR`), whereas the real ACL runs work given a NULL stream
-//!   on the device's default stream; `aclrtDestroyStream(NULL)` is 100000 (the default stream
-//!   cannot be destroyed). An unknown stream, event or physical handle is
-//!   `ACL_ERROR_RT_INVALID_HANDLE` (107017); an address that is not the start of a
-//!   reservation, mapping or allocation is 107000.
+//! - Device ids name devices machine-wide, so a process may use any of them; the memory
+//!   limit of [`set_device_memory_limit`] is counted per process.
+//! - A device has 64 GiB (an Atlas A3 die's HBM), or the host's RAM if that is less. Emulated
+//!   device memory is host memory whose pages are allocated when first touched, so the
+//!   emulator also refuses (`ACL_ERROR_RT_MEMORY_ALLOCATION`) an allocation that would take
+//!   this process's devices together past the host's RAM (`MemTotal`), or that is larger than
+//!   what the host has available now (`MemAvailable`): a run that asks for too much gets the
+//!   error a device would give instead of being killed by the kernel later. Memory another
+//!   process allocated but has not touched yet is not seen.
 //! - `aclrtGetSocName` returns `"Ascend910_9391"` (an Atlas A3 name: CANN's own code tells A3
 //!   by the prefix `Ascend910_93`) for every device, also before `aclrtSetDevice`.
 //! - `aclrtSetDeviceSatMode` accepts `ACL_RT_OVERFLOW_MODE_SATURATION` (0) and
-//!   `ACL_RT_OVERFLOW_MODE_INFNAN` (1, the default); other values are 107000. Each stream takes
-//!   its device's mode when created and keeps it; the emulator only stores it: its reductions
-//!   give IEEE results (Inf and NaN, as `INFNAN`) in both modes.
-//! - Failure modes: in `ACL_CONTINUE_ON_FAILURE` mode (the default) a failed task's failure
-//!   (the first one) is kept while later tasks run, and `aclrtSynchronizeStream` returns its
-//!   code (`ACL_ERROR_RT_INTERNAL_ERROR`, 507000, for a failed collective) and clears it. In
-//!   `ACL_STOP_ON_FAILURE` mode the stream skips the tasks after the failure and refuses new
-//!   ones (with the failure's code) until that synchronize, then runs again (CANN's stream
-//!   stays stopped). Stop mode set on any stream, or on NULL (the default stream, with a
-//!   current device), applies to every stream of that device's context, existing or new,
-//!   until `aclrtResetDevice`, as on A2 / A3; a mode other than 0 or 1 is 107000.
-//! - `aclrtMalloc` needs a current device; size 0 or one that overflows is 100000, and every
+//!   `ACL_RT_OVERFLOW_MODE_INFNAN` (1, the default); other values are 107000. The emulator
+//!   only keeps the device's mode for `aclrtGetDeviceSatMode` (CANN's streams take it when
+//!   created, which nothing observable depends on here): its reductions give IEEE results (Inf
+//!   and NaN, as `INFNAN`) in both modes.
+//!
+//! Memory:
+//! - `aclrtMalloc` (on the current device): size 0 or one that overflows is 100000, and every
 //!   policy value is accepted (CANN treats unknown ones as its default). It counts `size`
 //!   rounded up to 32 plus 32 bytes against the device's memory (as CANN on A2 / A3), beyond
 //!   which it fails with `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001) like
-//!   `aclrtMallocPhysical`; the memory is zeroed, granule-aligned, and exactly `size` bytes
-//!   are addressable (copies past them fail). Copies, memsets and staged collectives accept
-//!   it; it cannot be registered as a symmetric window (it is no `aclrtMapMem` mapping), nor
-//!   unmapped or released with the VMM calls. `aclrtFree` of anything but the start of a live
-//!   allocation is 107000. Like CANN's, `aclrtFree` does not wait for queued work: the memory
-//!   stops being device memory and counting at once, while work already queued on it keeps it
-//!   mapped until that work is done.
-//! - `aclrtMallocHost` needs no device; size 0 is 100000; the memory is 64-byte aligned and
-//!   zeroed. Copies treat it as host memory (and check ranges inside it), `aclrtMemset` /
+//!   `aclrtMallocPhysical`; the memory is zeroed, page-aligned (which covers the 64 bytes
+//!   CANN documents), and exactly `size` bytes are addressable (copies past them fail). Copies,
+//!   memsets and staged collectives accept it; it cannot be registered as a symmetric window
+//!   (it is no `aclrtMapMem` mapping), nor unmapped or released with the VMM calls. `aclrtFree`
+//!   of anything but the start of a live allocation is 107000. Like CANN's, `aclrtFree` does
+//!   not wait for queued work: the memory stops being device memory and counting at once,
+//!   while work already queued on it keeps it mapped until that work is done.
+//! - `aclrtMallocHost` needs no device; size 0, or one too large for any allocation (about
+//!   `PTRDIFF_MAX` or more), is 100000, and an allocation the host cannot make is
+//!   `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001); the memory is 64-byte aligned and zeroed.
+//!   Copies treat it as host memory (and check ranges inside it), `aclrtMemset` /
 //!   `aclrtMemsetAsync` accept it as CANN documents (other host memory is 107000), and
-//!   `aclrtFreeHost` of anything but the start of a live allocation is 107000. Work queued
-//!   on it keeps it until done.
+//!   `aclrtFreeHost` of anything but the start of a live allocation is 107000. Work queued on
+//!   it keeps it until done.
 //! - `aclrtMemset` with `count > maxCount` is 107000 (CANN's runtime check; its code is not
 //!   documented). `aclrtGetMemInfo` reports the same numbers for every attribute, with
 //!   `aclrtMalloc` memory counted.
-//! - Events need a current device to be created. A plain event may be recorded again (the new
-//!   record replaces the old). Never recorded, it queries `COMPLETE` (as CANN's runtime
-//!   answers), synchronizes at once and `aclrtStreamWaitEvent` on it waits for nothing;
-//!   `aclrtEventElapsedTime` needs both records run (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`,
-//!   107006, otherwise), and an end before the start is
-//!   `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL` (107007); the two need not be on one stream. A
-//!   stream waits at most `SYMHEAP_EMU_EVENT_WAIT_S` seconds (1800 by default; CANN waits
-//!   forever unless `aclrtSetOpWaitTimeout`): then its wait task fails with
-//!   `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` (507047), reported by `aclrtSynchronizeStream`. A
-//!   record its stream skipped (stop mode) queries `NOT_READY`, and synchronizing it, or a
-//!   stream waiting for it, fails with 507000. `aclrtSynchronizeEvent` waits as long as
-//!   `aclrtSynchronizeStream` would. `aclrtDestroyEvent` does not block: a pending record
-//!   still completes and its waiters still wait for it.
+//! - `aclrtMemcpy` kinds are checked against which side is device memory: inside a
+//!   reservation, an `aclrtMalloc` allocation or a symmetric heap (anything else, also
+//!   `aclrtMallocHost` memory, is host memory); `ACL_MEMCPY_DEFAULT` infers them. The kind is
+//!   checked also when the count is 0, which is then a no-op. Copies may span adjacent
+//!   mappings.
 //! - `aclrtReserveMemAddress` rejects a non-NULL `expectPtr` (107000) and flags other than
 //!   0 or 1; reservations are aligned to at least the granularity.
 //! - `aclrtMallocPhysical` needs `location.type == ACL_MEM_LOCATION_TYPE_DEVICE`, a device id
@@ -149,19 +156,42 @@
 //!   the communicator, which deregisters what is left), so no window refers to stale memory.
 //! - `aclrtFreePhysical` fails with 107000 while the allocation is mapped or registered in a
 //!   symmetric window; `aclrtReleaseMemAddress` fails with 107000 while it has mappings.
-//! - `aclrtMemcpy` kinds are checked against which side is device address space (inside a
-//!   reservation or a symmetric heap); `ACL_MEMCPY_DEFAULT` infers them. A count of 0 is a
-//!   no-op. Copies may span adjacent mappings.
-//! - A failed task's detail is copied to the synchronizing thread's `aclGetRecentErrMsg` (see
-//!   the failure modes above).
-//! - `aclGetRecentErrMsg` returns the calling thread's last failure message of any emulated
-//!   call, ACL or HCCL (read and clear), or NULL.
+//!
+//! Streams:
+//! - There is no default stream: a NULL stream is `ACL_ERROR_RT_PARAM_INVALID` (107000) for
+//!   every call that queues work on a stream or synchronizes one (`aclrtSynchronizeStream`,
+//!   `aclrtMemcpyAsync`, `aclrtMemsetAsync`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`), and
+//!   `HCCL_E_PTR` for HCCL's collectives and point-to-point calls, whereas the real ACL runs
+//!   such work on the device's default stream. `aclrtDestroyStream(NULL)` is 100000 (the
+//!   default stream cannot be destroyed), and `aclrtSetStreamFailureMode(NULL)` sets the mode
+//!   of the current device's context (107002 without a device), as below.
+//! - Failure modes: in `ACL_CONTINUE_ON_FAILURE` mode (the default) a failed task's failure
+//!   (the first one) is kept while later tasks run, and `aclrtSynchronizeStream` returns its
+//!   code (`ACL_ERROR_RT_INTERNAL_ERROR`, 507000, for a failed collective) and clears it. In
+//!   `ACL_STOP_ON_FAILURE` mode the stream skips the tasks after the failure and refuses new
+//!   ones (with the failure's code) until that synchronize, then runs again (CANN's stream
+//!   stays stopped). Stop mode set on any stream, or on NULL (the default stream, with a
+//!   current device), applies to every stream of that device's context, existing or new,
+//!   until `aclrtResetDevice`, as on A2 / A3; a mode other than 0 or 1 is 107000.
 //! - `aclrtDestroyStream` runs what is queued (a collective waiting for absent peers until its
 //!   timeout), joins the thread and discards a pending failure.
 //!
-//! HCCL:
-//! - Null pointer arguments and NULL handles are `HCCL_E_PTR`; an unknown communicator, window
-//!   or stream handle is `HCCL_E_PARA`.
+//! Events:
+//! - A plain event may be recorded again (the new record replaces the old). Never recorded, it
+//!   queries `COMPLETE` (as CANN's runtime answers), synchronizes at once and
+//!   `aclrtStreamWaitEvent` on it waits for nothing; `aclrtEventElapsedTime` needs both
+//!   records run (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID`, 107006, otherwise), and an end
+//!   before the start is `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL` (107007); the two need not be
+//!   on one stream.
+//! - A stream waits at most `SYMHEAP_EMU_EVENT_WAIT_S` seconds (read once; 1800 by default;
+//!   CANN waits forever unless `aclrtSetOpWaitTimeout`): then its wait task fails with
+//!   `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` (507047), reported by `aclrtSynchronizeStream`.
+//! - A record its stream skipped (stop mode) queries `NOT_READY`, and synchronizing it, or a
+//!   stream waiting for it, fails with 507000. `aclrtSynchronizeEvent` waits as long as
+//!   `aclrtSynchronizeStream` would. `aclrtDestroyEvent` does not block: a pending record
+//!   still completes and its waiters still wait for it.
+//!
+//! Communicators and symmetric windows:
 //! - Init on a thread without a device: `HCCL_E_RUNTIME`. Config fields are read from the
 //!   first `min(configSize, 2248)` bytes (by size; the version is not interpreted).
 //!   `hcclExecTimeOut <= 0` means 120 s, or `SYMHEAP_EMU_EXEC_TIMEOUT_S` (seconds) when set;
@@ -178,26 +208,23 @@
 //!   communicator. If it goes, every later step of every rank fails with the codes of a
 //!   timeout and a message saying so. A root info that is never used keeps its host thread
 //!   and socket until the process ends.
-//! - Each rank reserves `hcclSymWinMaxMemSizePerRank` GiB (16 by default) times the number of
-//!   ranks of address space for its symmetric heap. `SYMHEAP_EMU_SYM_HEAP_GIB` caps that
-//!   stride for every communicator of the process, for tools whose address space is smaller
-//!   (valgrind's stays under 128 GiB); a window larger than the cap then fails to register
-//!   as one larger than the stride does.
+//! - `HcclCommInitAll` needs `ndev > 0` and distinct device ids, each valid for
+//!   `aclrtSetDevice` (`0..count`, see *Devices*) (`HCCL_E_PARA`), and non-NULL arrays
+//!   (`HCCL_E_PTR`); it makes a root info and joins rank i from a thread of its own bound to
+//!   `devices[i]`, with the default config, so the calling thread's device binding is
+//!   unchanged; if any rank fails, the others are destroyed and the first failure (by rank) is
+//!   returned. The communicators may then be used from any thread.
+//! - `HcclGetCommName` writes at most `COMM_NAME_MAX_LENGTH` (128) bytes, the NUL included:
+//!   the config's `hcclCommName` (cut to 127 bytes; not compared across ranks nor checked for
+//!   uniqueness) when it is not empty, otherwise the rendezvous name made by `HcclGetRootInfo`
+//!   (`symheap-emu-<pid>-<n>-<key>`), the same on every rank and different for every root
+//!   info. A NULL `commName` is `HCCL_E_PTR`.
 //! - A rank waiting at a step (a collective, or a window registration's exchange) for longer
 //!   than [`set_wait_warning`]'s interval (10 s by default, or [`WAIT_WARNING_ENV`] seconds)
 //!   logs one `tracing` warning, long before the exec timeout fails the step. In a collective
 //!   it names the ranks it waits for; in a registration exchange, which goes through the
 //!   rendezvous host, the waiting rank does not know them yet, and the host names them when
 //!   the timeout ends the wait. The real library logs nothing like it to the application.
-//! - Device ids name devices machine-wide, so a process may use any of them; the memory
-//!   limit of [`set_device_memory_limit`] is counted per process.
-//! - A device has 64 GiB (an Atlas A3 die's HBM), or the host's RAM if that is less. Emulated
-//!   device memory is host memory whose pages are allocated when first touched, so the
-//!   emulator also refuses (`ACL_ERROR_RT_MEMORY_ALLOCATION`) an allocation that would take
-//!   this process's devices together past the host's RAM (`MemTotal`), or that is larger than
-//!   what the host has available now (`MemAvailable`): a run that asks for too much gets the
-//!   error a device would give instead of being killed by the kernel later. Memory another
-//!   process allocated but has not touched yet is not seen.
 //! - `HcclCommDestroy` is local: it deregisters this rank's windows without a rendezvous and
 //!   forgets the handle; the heap and staging buffer go when queued work no longer uses them.
 //!   It also marks the rank as gone in its group: a peer waiting for it in a register /
@@ -207,11 +234,12 @@
 //!   before destroying still meet their peers. A peer that is alive but absent still makes
 //!   the others wait for the exec timeout. A rank lost without `HcclCommDestroy` (see *Lost
 //!   ranks*) fails its peers the same way, at once, with a message naming it.
-//! - `HcclGetErrorString` returns libhccl's descriptions (`"parameter error"` for
-//!   `HCCL_E_PARA`, see [`crate::sys::HcclResult::description`]); for a code libhccl does not
-//!   describe it returns `"unknown error"` (libhccl itself answers `"unknow error"` at or above
-//!   `HCCL_E_RESERVED` and has no entry for 22..=1041).
 //! - `HcclGetCommAsyncError` reads and clears the communicator's first collective failure.
+//! - Each rank reserves `hcclSymWinMaxMemSizePerRank` GiB (16 by default) times the number of
+//!   ranks of address space for its symmetric heap. `SYMHEAP_EMU_SYM_HEAP_GIB` caps that
+//!   stride for every communicator of the process, for tools whose address space is smaller
+//!   (valgrind's stays under 128 GiB); a window larger than the cap then fails to register
+//!   as one larger than the stride does.
 //! - A window covers the whole physical allocation mapped at `addr`, and the emulator needs
 //!   that allocation mapped whole (offset 0, its full size) at one address (`HCCL_E_PARA`
 //!   otherwise). Registering the same allocation again on a communicator returns the same
@@ -223,22 +251,34 @@
 //!   communicator consumes a sequence number even when it is rejected locally (the number is
 //!   taken as soon as the communicator is found, before any other argument check), so peers'
 //!   matching calls time out and later calls stay matched. An injected failure of such a call
-//!   ([`inject_failure`]) consumes its sequence number the same way.
-//! - Collectives: unsupported type (INT128, FP8 kinds, reserved) or op, a root out of range,
-//!   an overflowing count, a buffer not wholly in mapped device memory, reduction buffers not
-//!   aligned to the element size, or buffers that overlap other than in place (AllReduce
-//!   `send == recv`, AllGather `send == recv + rank * count`, ReduceScatter
+//!   ([`inject_failure`]) consumes its sequence number the same way. (Point-to-point calls
+//!   take no such number, see *Point-to-point*.)
+//!
+//! Collectives:
+//! - Checked when called: unsupported type (INT128, FP8 kinds, reserved) or op, a root out of
+//!   range, an overflowing count, a buffer not wholly in mapped device memory, reduction
+//!   buffers not aligned to the element size, or buffers that overlap other than in place
+//!   (AllReduce `send == recv`, AllGather `send == recv + rank * count`, ReduceScatter
 //!   `recv == send + rank * count`, Reduce `send == recv` on the root, Scatter
 //!   `recv == send + root * recvCount` on the root): `HCCL_E_PARA`. A count of 0 succeeds at
 //!   once. AlltoAll needs equal send / receive counts and types. Broadcast, Barrier, Reduce and
 //!   Scatter always use the staged path: HCCL looks buffers up in windows for AllReduce,
 //!   AllGather, ReduceScatter and AlltoAll only (the emulator lets their V forms do the same,
-//!   see below).
+//!   see *V collectives*).
 //! - `HcclReduce` writes only the root's `recvBuf`; `HcclScatter` reads only the root's
 //!   `sendBuf`. The other ranks' buffer of that side is not used, not checked, and may be
 //!   NULL (a NULL buffer a rank does use is `HCCL_E_PTR`). Reduce accepts every type and op
 //!   the other reductions do (PROD included, also for INT16 / BFP16, which CANN's docs exclude
 //!   on A3).
+//! - On the stream, ranks whose calls differ (collective, count, type, op, root), whose paths
+//!   differ, or whose window offsets differ fail with `HCCL_E_PARA` on every rank, with a
+//!   message naming each rank's call or offsets; absent peers give `HCCL_E_TIMEOUT` after the
+//!   exec timeout. (In-place AllGather / ReduceScatter compare the offset of rank 0's block.)
+//! - Reductions fold in rank order for every element, so all ranks get identical bits;
+//!   integers wrap; fp16 / bf16 are reduced in f32 and rounded once; float max / min ignore a
+//!   NaN operand (IEEE maxNum / minNum).
+//!
+//! V collectives:
 //! - V collectives (`HcclAllGatherV`, `HcclReduceScatterV`, `HcclAlltoAllV`): the counts and
 //!   displacements are host arrays of `rankSize` `uint64_t`, in elements, read during the call
 //!   (a NULL array is `HCCL_E_PTR`). Checked when called (`HCCL_E_PARA`): AllGatherV's
@@ -272,22 +312,16 @@
 //!   rounds of `cap / (rankSize * size)` elements per pair of ranks (AllGatherV, which sends
 //!   one block to all: `cap / size`), as many rounds as the largest count any rank sends any
 //!   rank needs, the same on every rank.
-//! - On the stream, ranks whose calls differ (collective, count, type, op, root), whose paths
-//!   differ, or whose window offsets differ fail with `HCCL_E_PARA` on every rank, with a
-//!   message naming each rank's call or offsets; absent peers give `HCCL_E_TIMEOUT` after the
-//!   exec timeout. (In-place AllGather / ReduceScatter compare the offset of rank 0's block.)
-//! - Reductions fold in rank order for every element, so all ranks get identical bits;
-//!   integers wrap; fp16 / bf16 are reduced in f32 and rounded once; float max / min ignore a
-//!   NaN operand (IEEE maxNum / minNum).
 //!
-//! HCCL point-to-point, `HcclCommInitAll`, `HcclGetCommName`, memory ranges (issue 9):
+//! Point-to-point (`HcclSend`, `HcclRecv`, `HcclBatchSendRecv`):
 //! - `HcclSend` / `HcclRecv` / `HcclBatchSendRecv` take no collective sequence number: the
 //!   k-th send from rank s to rank d pairs with the k-th receive at d from s (per ordered
 //!   pair, in the host order of the calls, whatever streams they go to; a pair's messages run
 //!   one after another). Only calls that pass their checks and are queued take a number (as
 //!   in HCCL, a rejected call creates no operation), so the peer's matching call pairs with
 //!   this rank's next accepted one. A count of 0 (with a valid item type and peer) succeeds
-//!   at once, queues nothing and takes no number (even with a NULL buffer).
+//!   at once, queues nothing and takes no number (even with a NULL buffer or an unsupported
+//!   data type: the buffer and type checks below apply only to items that move data).
 //! - Their checks: NULL comm or stream, a NULL buffer with a count above 0, or a NULL item
 //!   array (even with `itemNum` 0): `HCCL_E_PTR`; a peer not below rankSize or equal to the
 //!   calling rank, an item type other than `HCCL_SEND` / `HCCL_RECV`, an unsupported type,
@@ -314,16 +348,8 @@
 //!   a symmetric window of the communicator, the receiver copies it straight out of its heap
 //!   mapping of the sender's memory instead (counted in [`Counters::direct_receives`], the
 //!   staged ones in [`Counters::staged_receives`]).
-//! - `HcclCommInitAll` needs distinct device ids in `0..64` and `ndev > 0` (`HCCL_E_PARA`),
-//!   non-NULL arrays (`HCCL_E_PTR`); it makes a root info and joins rank i from a thread of its
-//!   own bound to `devices[i]`, with the default config, so the calling thread's device
-//!   binding is unchanged; if any rank fails, the others are destroyed and the first failure
-//!   (by rank) is returned. The communicators may then be used from any thread.
-//! - `HcclGetCommName` writes at most `COMM_NAME_MAX_LENGTH` (128) bytes, the NUL included:
-//!   the config's `hcclCommName` (cut to 127 bytes; not compared across ranks nor checked for
-//!   uniqueness) when it is not empty, otherwise the rendezvous name made by `HcclGetRootInfo`
-//!   (`symheap-emu-<pid>-<n>-<key>`), the same on every rank and different for every root
-//!   info. A NULL `commName` is `HCCL_E_PTR`.
+//!
+//! Memory ranges (`HcclCommSetMemoryRange` & co.):
 //! - Memory ranges are recorded per communicator (torch_npu sets its segments on each
 //!   communicator, so a range may be set on several communicators of a process; CANN says a
 //!   range is visible to all of them) and the calls are local, with no rendezvous.

@@ -14,7 +14,7 @@ use std::thread::{self, JoinHandle};
 
 use crate::sys::{
     ACL_CONTINUE_ON_FAILURE, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_ERROR_RT_PARAM_INVALID, ACL_STOP_ON_FAILURE, aclError, aclrtFloatOverflowMode,
+    ACL_ERROR_RT_PARAM_INVALID, ACL_STOP_ON_FAILURE, aclError,
 };
 
 use super::counters::{self, Counter, STREAM_THREAD_PREFIX};
@@ -56,14 +56,6 @@ struct Shared {
 pub(crate) struct Stream {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
-    /// The device's float overflow mode when the stream was created (`aclrtSetDeviceSatMode`
-    /// applies to streams created after it). Stored only: the emulator's reductions give IEEE
-    /// results (Inf and NaN, as `ACL_RT_OVERFLOW_MODE_INFNAN`) whatever the mode.
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "stored for fidelity; tests read it")
-    )]
-    pub(crate) overflow_mode: aclrtFloatOverflowMode,
 }
 
 impl Queue {
@@ -109,7 +101,6 @@ pub(crate) fn create() -> AclResult<usize> {
         Arc::new(Stream {
             shared,
             worker: Mutex::new(Some(worker)),
-            overflow_mode: device::sat_mode(device),
         }),
     );
     counters::inc(Counter::Streams);

@@ -10,12 +10,12 @@
 
 use std::ffi::c_void;
 
-use crate::sys::HcclResult;
-
-use super::errors::{HcclRes, hccl_fail, para};
+use super::errors::{HcclRes, hccl_non_null, para};
 use super::steps::Steps;
 
-/// Which V collective.
+/// Which V collective. The same three as `job::Kind`'s V variants, repeated here because
+/// `job` uses this module (a checked collective holds its [`Blocks`]), and the modules depend
+/// only on modules listed before them (see the module list in `emu/mod.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
     AllGatherV,
@@ -66,9 +66,7 @@ impl Block {
 /// `ptr` is null or valid for reading `n` `u64`s (the C caller's contract; it need not be
 /// aligned).
 pub(crate) unsafe fn read(ptr: *const c_void, n: u32, what: &str) -> HcclRes<Vec<u64>> {
-    if ptr.is_null() {
-        return hccl_fail(HcclResult::HCCL_E_PTR, format!("{what} is NULL"));
-    }
+    hccl_non_null(ptr as usize, what)?;
     let ptr = ptr.cast::<u64>();
     // SAFETY: the caller's contract: `n` readable `u64`s at `ptr`, maybe unaligned.
     Ok((0..n as usize)
@@ -76,14 +74,20 @@ pub(crate) unsafe fn read(ptr: *const c_void, n: u32, what: &str) -> HcclRes<Vec
         .collect())
 }
 
-/// The C names of a V collective's arrays: `(send counts, send displacements, receive counts,
-/// receive displacements)`; a scalar where the C function takes one count, `-` where it takes
-/// no displacement.
-fn names(shape: Shape) -> [&'static str; 4] {
+/// The C names of one side of a V collective's arguments: its counts (a scalar where the C
+/// function takes one count for every rank), and its displacements (`None` where it takes
+/// none).
+type Names = (&'static str, Option<&'static str>);
+
+/// The C names of a V collective's arguments: `(send side, receive side)`.
+fn names(shape: Shape) -> (Names, Names) {
     match shape {
-        Shape::AllGatherV => ["sendCount", "-", "recvCounts", "recvDispls"],
-        Shape::ReduceScatterV => ["sendCounts", "sendDispls", "recvCount", "-"],
-        Shape::AlltoAllV => ["sendCounts", "sdispls", "recvCounts", "rdispls"],
+        Shape::AllGatherV => (("sendCount", None), ("recvCounts", Some("recvDispls"))),
+        Shape::ReduceScatterV => (("sendCounts", Some("sendDispls")), ("recvCount", None)),
+        Shape::AlltoAllV => (
+            ("sendCounts", Some("sdispls")),
+            ("recvCounts", Some("rdispls")),
+        ),
     }
 }
 
@@ -176,16 +180,16 @@ impl Blocks {
     /// distinct and sorted, and each buffer's extent (the end of its last block, from its
     /// base); `HCCL_E_PARA` naming the block when one overflows.
     pub(crate) fn ranges(&self, send: usize, recv: usize, es: usize) -> HcclRes<Ranges> {
-        let names = names(self.shape);
-        let side = |blocks: &[Block], base: usize, counts: &str, displs: &str| {
+        let (send_names, recv_names) = names(self.shape);
+        let side = |blocks: &[Block], base: usize, (counts, displs): Names| {
             let mut out = Vec::new();
             let mut extent = 0;
             for (j, b) in blocks.iter().enumerate() {
                 let Some((start, len)) = b.bytes(base, es) else {
                     return para(match displs {
                         // A scalar count, the same block for every rank.
-                        "-" => format!("{counts} {} overflows", b.count),
-                        _ => format!(
+                        None => format!("{counts} {} overflows", b.count),
+                        Some(displs) => format!(
                             "{displs}[{j}] = {} and {counts}[{j}] = {} overflow",
                             b.displ, b.count
                         ),
@@ -200,8 +204,8 @@ impl Blocks {
             out.dedup();
             Ok((out, extent))
         };
-        let (send_ranges, send_extent) = side(&self.send, send, names[0], names[1])?;
-        let (recv_ranges, recv_extent) = side(&self.recv, recv, names[2], names[3])?;
+        let (send_ranges, send_extent) = side(&self.send, send, send_names)?;
+        let (recv_ranges, recv_extent) = side(&self.recv, recv, recv_names)?;
         Ok(Ranges {
             shape: self.shape,
             send: send_ranges,

@@ -6,7 +6,7 @@ use super::{Comm, DevicePtr, Runtime, Stream};
 use crate::sys::{HcclDataType, HcclReduceOp, HcclSendRecvItem};
 use crate::{Error, Result};
 
-/// The reduction of a reducing collective (AllReduce, ReduceScatter[V], Reduce).
+/// The reduction of a reducing collective (AllReduce, ReduceScatter, ReduceScatterV, Reduce).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     /// Element-wise sum.

@@ -315,9 +315,10 @@ c_enum! {
     /// `aclrtEventRecordedStatus`: whether the work an event captured has run (note the
     /// numbering, the opposite of the deprecated `aclrtEventStatus`).
     aclrtEventRecordedStatus {
-        /// Not run yet (or never recorded).
+        /// Recorded but not run yet.
         ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
-        /// Run.
+        /// Run, or never recorded (CANN's runtime answers `COMPLETE` for an event with no
+        /// record, and so does the emulator).
         ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
     }
 }
