@@ -58,8 +58,10 @@ pub(crate) struct Mailbox {
     /// The sender's header: bytes per staged chunk (its staging section is two chunks).
     pub(crate) chunk: AtomicU64,
     /// The sender's header: the window slot plus one of a buffer in a symmetric window (0:
-    /// not in a window), and its offset there.
+    /// not in a window), the window's id ([`super::window::Window::id`]: a slot may be reused)
+    /// and the buffer's offset there.
     pub(crate) window_slot: AtomicU64,
+    pub(crate) window_id: AtomicU64,
     pub(crate) window_offset: AtomicU64,
     /// Messages of the pair this side is finished with (done or given up).
     pub(crate) done: AtomicU64,

@@ -2,7 +2,7 @@
 //! and the configuration fields the emulator uses.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,9 +64,9 @@ pub(crate) struct Comm {
     pub(crate) group: Arc<Group>,
     pub(crate) rank: u32,
     pub(crate) n: u32,
-    /// What `HcclGetCommName` answers: the config's `hcclCommName`, or the rendezvous name
-    /// (the same on every rank).
-    pub(crate) name: String,
+    /// What `HcclGetCommName` answers: the config's `hcclCommName` bytes as given, or the
+    /// rendezvous name (the same on every rank).
+    pub(crate) name: Vec<u8>,
     /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
@@ -97,17 +97,21 @@ struct Root {
 
 /// `HcclGetRootInfo`: starts the hub of a fresh rendezvous in this process and names it in
 /// the blob: `ROOT_MAGIC`, the 16-byte session key, the socket name's length and the name.
+///
+/// The name (the socket's, which every local user can list, and the default comm name) ends
+/// in random bits of its own, not in bits of the key, which authenticates joins.
 pub(crate) fn get_root_info() -> HcclRes<HcclRootInfo> {
     let fail = |e: std::io::Error| Fail {
         code: HcclResult::HCCL_E_SYSCALL,
         msg: format!("cannot start the rendezvous: {e}"),
     };
     let session = os::random_bytes().map_err(fail)?;
+    let id = os::random_bytes().map_err(fail)?;
     let name = format!(
         "symheap-emu-{:x}-{:x}-{:x}",
         std::process::id(),
         NEXT_ROOT.fetch_add(1, Ordering::Relaxed),
-        u64::from_le_bytes(session[..8].try_into().unwrap_or_default()),
+        u64::from_le_bytes(id[..8].try_into().unwrap_or_default()),
     );
     hub::start(&name, session).map_err(fail)?;
     let mut info = HcclRootInfo::default();
@@ -238,6 +242,17 @@ pub(crate) fn init(
     rank: u32,
     config: &HcclCommConfig,
 ) -> HcclRes<usize> {
+    init_cancellable(n, root, rank, config, &AtomicBool::new(false))
+}
+
+/// [`init`], which stops waiting for the other ranks once `cancel` is raised.
+fn init_cancellable(
+    n: u32,
+    root: &HcclRootInfo,
+    rank: u32,
+    config: &HcclCommConfig,
+    cancel: &AtomicBool,
+) -> HcclRes<usize> {
     if n == 0 {
         return para("nRanks is 0");
     }
@@ -261,7 +276,8 @@ pub(crate) fn init(
     // The staging buffer, then the point-to-point area of the same size.
     let staging = os::memfd(2 * buffer).map_err(memory_error)?;
     let timeout = join_timeout(settings.timeout);
-    let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout)?;
+    let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout, cancel)?;
+    check_buffer_sizes(&stagings, 2 * buffer)?;
     let map = |offset| {
         stagings
             .iter()
@@ -279,7 +295,7 @@ pub(crate) fn init(
             group,
             rank,
             n,
-            name: comm_name(config).unwrap_or(root.name),
+            name: comm_name(config).unwrap_or(root.name.into_bytes()),
             timeout: settings.timeout,
             stride: settings.stride,
             coll_seq: AtomicU64::new(0),
@@ -296,6 +312,36 @@ pub(crate) fn init(
     );
     counters::inc(Counter::Comms);
     Ok(handle)
+}
+
+/// `HCCL_E_PARA` unless every rank's staging memfd (`stagings`, in rank order) is `len` bytes
+/// like this rank's: each rank maps every peer's with its own size, and touching a mapping
+/// past the end of a smaller memfd would kill the process (SIGBUS). Every rank sees the same
+/// sizes, so all fail alike.
+fn check_buffer_sizes(stagings: &[OwnedFd], len: usize) -> HcclRes {
+    let sizes = stagings
+        .iter()
+        .map(|fd| os::file_size(fd.as_fd()))
+        .collect::<std::io::Result<Vec<u64>>>()
+        .or_else(|e| {
+            hccl_fail(
+                HcclResult::HCCL_E_SYSCALL,
+                format!("cannot read the size of a staging buffer: {e}"),
+            )
+        })?;
+    if sizes.iter().all(|&s| s == len as u64) {
+        return Ok(());
+    }
+    // Each memfd is two buffers of `hcclBufferSize` MiB.
+    let each: Vec<String> = sizes
+        .iter()
+        .enumerate()
+        .map(|(r, s)| format!("rank {r}: {} MiB", (s / 2) >> 20))
+        .collect();
+    para(format!(
+        "the ranks were made with different hcclBufferSize ({}): it must be the same on every rank",
+        each.join(", ")
+    ))
 }
 
 /// `HcclCommInitAll` (after the null checks): `devices.len()` communicators of one group,
@@ -316,21 +362,43 @@ pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
     let n = devices.len() as u32;
     let root = get_root_info()?;
     let config = HcclCommConfig::init();
+    init_ranks(devices, &|rank, d, cancel| {
+        device::set(d).map_err(|e| Fail {
+            code: HcclResult::HCCL_E_RUNTIME,
+            msg: e.msg,
+        })?;
+        init_cancellable(n, &root, rank, &config, cancel)
+    })
+}
+
+/// What a rank's init answers when it stopped waiting because another failed.
+const CANCELLED: &str = "another rank of HcclCommInitAll failed";
+
+/// The body of [`init_all`]: runs `init_one(rank, device, cancel)` for every rank on a thread
+/// of its own. The first rank to fail raises `cancel`, so the others stop waiting for it to
+/// join and fail at once; then every communicator made is destroyed and the first failure
+/// by rank (not counting the ranks that were cancelled) is returned.
+fn init_ranks(
+    devices: &[i32],
+    init_one: &(dyn Fn(u32, i32, &AtomicBool) -> HcclRes<usize> + Sync),
+) -> HcclRes<Vec<usize>> {
+    let cancel = AtomicBool::new(false);
     let joined: Vec<HcclRes<usize>> = std::thread::scope(|s| {
         let threads: Vec<_> = devices
             .iter()
-            .zip(0..n)
+            .zip(0u32..)
             .map(|(&d, rank)| {
-                let (root, config) = (&root, &config);
-                std::thread::Builder::new()
+                let cancel = &cancel;
+                let spawned = std::thread::Builder::new()
                     .name(format!("symheap-emu-init-{rank}"))
                     .spawn_scoped(s, move || {
-                        device::set(d).map_err(|e| Fail {
-                            code: HcclResult::HCCL_E_RUNTIME,
-                            msg: e.msg,
-                        })?;
-                        init(n, root, rank, config)
-                    })
+                        init_one(rank, d, cancel)
+                            .inspect_err(|_| cancel.store(true, Ordering::Release))
+                    });
+                if spawned.is_err() {
+                    cancel.store(true, Ordering::Release);
+                }
+                spawned
             })
             .collect();
         threads
@@ -351,7 +419,15 @@ pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
         match joined {
             Ok(handle) => handles.push(handle),
             Err(f) => {
-                first.get_or_insert((i, f));
+                // A cancelled rank's failure only stands in for one that is not.
+                if first
+                    .as_ref()
+                    .is_none_or(|(_, g): &(usize, Fail<HcclResult>)| {
+                        g.msg == CANCELLED && f.msg != CANCELLED
+                    })
+                {
+                    first = Some((i, f));
+                }
             }
         }
     }
@@ -367,8 +443,9 @@ pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
     })
 }
 
-/// The config's `hcclCommName` (up to its NUL, at most 127 bytes), if not empty.
-fn comm_name(config: &HcclCommConfig) -> Option<String> {
+/// The config's `hcclCommName` (up to its NUL, at most 127 bytes, unchanged: not
+/// necessarily UTF-8), if not empty.
+fn comm_name(config: &HcclCommConfig) -> Option<Vec<u8>> {
     let bytes: Vec<u8> = config
         .hcclCommName
         .iter()
@@ -376,7 +453,7 @@ fn comm_name(config: &HcclCommConfig) -> Option<String> {
         .map(|&c| c as u8)
         .take_while(|&b| b != 0)
         .collect();
-    (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
+    (!bytes.is_empty()).then_some(bytes)
 }
 
 /// Joins `root` as `rank` of `n`, sharing this rank's `staging` memfd, and waits up to
@@ -387,8 +464,10 @@ fn join(
     rank: u32,
     staging: BorrowedFd<'_>,
     timeout: Duration,
+    cancel: &AtomicBool,
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
-    match Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout) {
+    match Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout, cancel) {
+        Err(JoinError::Cancelled) => para(CANCELLED),
         Ok(joined) => Ok(joined),
         Err(JoinError::Refused(why)) => para(why),
         Err(JoinError::Timeout { missing }) => hccl_fail(
@@ -491,6 +570,7 @@ mod tests {
     use std::ptr::null_mut;
     use std::time::{Duration, Instant};
 
+    use super::super::errors::hccl_fail;
     use super::super::testutil::{
         DevBuf, acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
     };
@@ -632,9 +712,17 @@ mod tests {
         let root = super::parse_root(&root()).unwrap();
         let staging = super::os::memfd(4096).unwrap();
         let start = Instant::now();
-        let err = super::join(&root, 2, 0, staging.as_fd(), Duration::from_millis(200))
-            .err()
-            .unwrap();
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let err = super::join(
+            &root,
+            2,
+            0,
+            staging.as_fd(),
+            Duration::from_millis(200),
+            &never,
+        )
+        .err()
+        .unwrap();
         assert_eq!(err.code, HcclResult::HCCL_E_TIMEOUT);
         assert!(err.msg.contains("[1]"), "{}", err.msg);
         assert!(start.elapsed().as_secs_f64() < 5.0);
@@ -679,6 +767,108 @@ mod tests {
                 assert_eq!(get(0x77 as HcclComm, buf.as_mut_ptr()), PARA);
             }
         });
+        assert_clean();
+    }
+
+    /// `HcclGetCommName` of `comm`, as bytes.
+    fn name_bytes(comm: HcclComm) -> Vec<u8> {
+        let mut buf = [0x55 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+        // SAFETY: a buffer of COMM_NAME_MAX_LENGTH bytes.
+        hok(unsafe { (hccl().HcclGetCommName.unwrap())(comm, buf.as_mut_ptr()) });
+        let bytes: Vec<u8> = buf.iter().map(|&c| c as u8).collect();
+        let nul = bytes.iter().position(|&b| b == 0).expect("NUL-terminated");
+        bytes[..nul].to_vec()
+    }
+
+    #[test]
+    fn comm_names_are_copied_as_bytes_and_hide_the_session_key() {
+        let _g = test_lock();
+        // Not UTF-8: copied unchanged, cut at 127 bytes.
+        let mut cfg = test_config();
+        cfg.hcclCommName = [0xE9u8 as std::ffi::c_char; 128];
+        assert_eq!(
+            run_ranks(1, &cfg, |r| name_bytes(r.comm)),
+            [vec![0xE9; 127]]
+        );
+        // The rendezvous name (the default comm name, and the socket name every local user
+        // can list) shows nothing of the key that authenticates joins.
+        for _ in 0..4 {
+            let root = super::parse_root(&root()).unwrap();
+            for len in [4, 8] {
+                let key = u64::from_le_bytes(root.session[..8].try_into().unwrap());
+                let part = format!("{:x}", key & (u64::MAX >> (64 - 8 * len)));
+                assert!(!root.name.contains(&part), "{} shows {part}", root.name);
+            }
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn ranks_with_different_buffer_sizes_are_refused() {
+        let _g = test_lock();
+        let root = root();
+        let codes: Vec<(HcclResult, String)> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2u32)
+                .map(|rank| {
+                    let root = &root;
+                    s.spawn(move || {
+                        let mut cfg = test_config();
+                        cfg.hcclBufferSize = 1 + rank;
+                        let mut comm = null_mut();
+                        // SAFETY: valid pointers.
+                        unsafe {
+                            ok((acl().aclrtSetDevice)(rank as i32));
+                            let code =
+                                (hccl().HcclCommInitRootInfoConfig)(2, root, rank, &cfg, &mut comm);
+                            let msg = recent();
+                            if code == HcclResult::HCCL_SUCCESS {
+                                hok((hccl().HcclCommDestroy)(comm));
+                            }
+                            ok((acl().aclrtResetDevice)(rank as i32));
+                            (code, msg)
+                        }
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for (code, msg) in codes {
+            assert_eq!(code, PARA, "{msg}");
+            assert!(msg.contains("hcclBufferSize"), "{msg}");
+        }
+        assert_clean();
+    }
+
+    /// A rank of `HcclCommInitAll` that fails makes the others give up at once instead of
+    /// waiting 30 s for it to join; its own failure is the one returned.
+    #[test]
+    fn init_all_fails_at_once_when_a_rank_fails() {
+        let _g = test_lock();
+        let root = super::get_root_info().unwrap();
+        let config = test_config();
+        let start = Instant::now();
+        let err = super::init_ranks(&[0, 1, 2], &|rank, d, cancel| {
+            if rank == 1 {
+                // The others are waiting by now.
+                std::thread::sleep(Duration::from_millis(50));
+                return hccl_fail(HcclResult::HCCL_E_INTERNAL, "rank 1 breaks");
+            }
+            super::device::set(d).unwrap();
+            super::init_cancellable(3, &root, rank, &config, cancel)
+        })
+        .unwrap_err();
+        assert_eq!(err.code, HcclResult::HCCL_E_INTERNAL, "{}", err.msg);
+        assert!(
+            err.msg.contains("rank 1 (device 1): rank 1 breaks"),
+            "{}",
+            err.msg
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(counters().comms, 0);
         assert_clean();
     }
 

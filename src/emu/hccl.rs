@@ -359,7 +359,7 @@ pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
 pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
     let c = comm::lookup(a.comm as usize)?;
     non_null(a.commName, "commName")?;
-    let name = c.name.as_bytes();
+    let name = c.name.as_slice();
     let len = name.len().min(COMM_NAME_MAX_LENGTH - 1);
     // SAFETY: non-null; the caller promises `COMM_NAME_MAX_LENGTH` writable bytes, and
     // `len + 1` is at most that.

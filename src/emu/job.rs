@@ -272,6 +272,14 @@ fn check_vector(
     op: Op,
 ) -> HcclRes<Option<Job>> {
     let kind = req.sig.kind;
+    // CANN refuses it for all three, whatever the blocks (two NULLs are unused buffers).
+    if req.send == req.recv && req.send != 0 {
+        return para(format!(
+            "{}: sendBuf and recvBuf are the same address {:#x} (there is no in-place form)",
+            kind.name(),
+            req.send
+        ));
+    }
     blocks.check_own(comm.rank)?;
     if blocks.whole_operation_is_empty() {
         return Ok(None);

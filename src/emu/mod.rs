@@ -197,7 +197,8 @@
 //!   `hcclExecTimeOut <= 0` means 120 s, or `SYMHEAP_EMU_EXEC_TIMEOUT_S` (seconds) when set;
 //!   either is clamped to at most one day. Init waits for the other ranks to join for the
 //!   exec timeout but at least 30 s (rank threads may start late on a loaded machine);
-//!   `hcclBufferSize` unset or 0 means 200 MiB, mapped so untouched pages cost nothing;
+//!   `hcclBufferSize` unset or 0 means 200 MiB, mapped so untouched pages cost nothing, and
+//!   must be the same on every rank (init fails with `HCCL_E_PARA` on every rank otherwise);
 //!   `hcclSymWinMaxMemSizePerRank` is the heap stride in GiB (`stride * nRanks` must fit in
 //!   64 TiB). A root info is used up once all its ranks joined. Its bytes are
 //!   `"symheap-emu-root"`, the 16-byte session key, the socket name's length and the name; a
@@ -210,15 +211,18 @@
 //!   and socket until the process ends.
 //! - `HcclCommInitAll` needs `ndev > 0` and distinct device ids, each valid for
 //!   `aclrtSetDevice` (`0..count`, see *Devices*) (`HCCL_E_PARA`), and non-NULL arrays
-//!   (`HCCL_E_PTR`); it makes a root info and joins rank i from a thread of its own bound to
-//!   `devices[i]`, with the default config, so the calling thread's device binding is
-//!   unchanged; if any rank fails, the others are destroyed and the first failure (by rank) is
-//!   returned. The communicators may then be used from any thread.
+//!   (`HCCL_E_PTR`); it makes a root info and joins rank i from a thread of its
+//!   own bound to `devices[i]`, with the default config, so the calling thread's device
+//!   binding is unchanged; if any rank fails, the others stop waiting for it at once (instead
+//!   of the join timeout), those made are destroyed and the first failure (by rank, not
+//!   counting the ranks that only gave up because of it) is returned. The communicators may
+//!   then be used from any thread.
 //! - `HcclGetCommName` writes at most `COMM_NAME_MAX_LENGTH` (128) bytes, the NUL included:
-//!   the config's `hcclCommName` (cut to 127 bytes; not compared across ranks nor checked for
-//!   uniqueness) when it is not empty, otherwise the rendezvous name made by `HcclGetRootInfo`
-//!   (`symheap-emu-<pid>-<n>-<key>`), the same on every rank and different for every root
-//!   info. A NULL `commName` is `HCCL_E_PTR`.
+//!   the config's `hcclCommName` bytes as given (cut to 127 bytes, not necessarily UTF-8; not
+//!   compared across ranks nor checked for uniqueness) when it is not empty, otherwise the
+//!   rendezvous name made by `HcclGetRootInfo` (`symheap-emu-<pid>-<n>-<random>`, 64 random
+//!   bits of its own, nothing of the session key), the same on every rank and different for
+//!   every root info. A NULL `commName` is `HCCL_E_PTR`.
 //! - A rank waiting at a step (a collective, or a window registration's exchange) for longer
 //!   than [`set_wait_warning`]'s interval (10 s by default, or [`WAIT_WARNING_ENV`] seconds)
 //!   logs one `tracing` warning, long before the exec timeout fails the step. In a collective
@@ -283,11 +287,13 @@
 //!   displacements are host arrays of `rankSize` `uint64_t`, in elements, read during the call
 //!   (a NULL array is `HCCL_E_PTR`). Checked when called (`HCCL_E_PARA`): AllGatherV's
 //!   `recvCounts[rank]` is the rank's `sendCount`; ReduceScatterV's `recvCount` is
-//!   `sendCounts[rank]`; AlltoAllV's `sendType == recvType`; no block overflows; every
+//!   `sendCounts[rank]`; AlltoAllV's `sendType == recvType`; no block overflows (an empty
+//!   block's displacement is otherwise free); every
 //!   non-empty block is in mapped device memory (each pinned on its own: gaps between blocks
 //!   need not be mapped); no two receive blocks share a byte; no receive block overlaps a send
-//!   block (there is no in-place form, as CANN requires `recvBuf != sendBuf`; send blocks may
-//!   overlap each other); reductions need element-aligned buffers. A NULL buffer is
+//!   block, and `sendBuf == recvBuf` (not NULL) is refused even when no blocks overlap (there
+//!   is no in-place form: CANN requires `recvBuf != sendBuf`; send blocks may overlap each
+//!   other); reductions need element-aligned buffers. A NULL buffer is
 //!   `HCCL_E_PTR` only when the rank moves something through it. ReduceScatterV accepts
 //!   PROD, as ReduceScatter does (CANN's docs exclude it on A2 / A3).
 //! - A V collective succeeds at once, queuing nothing, only when the rank's own arguments
@@ -344,10 +350,13 @@
 //!   `hcclBufferSize` after the collective staging buffer in the same memfd (pages cost only
 //!   when touched), so sends never share bytes with collectives of other streams. It holds a
 //!   section of `hcclBufferSize / rankSize` per destination, used as two chunks (the sender
-//!   fills one while the receiver empties the other). When the sender's buffer lies wholly in
-//!   a symmetric window of the communicator, the receiver copies it straight out of its heap
-//!   mapping of the sender's memory instead (counted in [`Counters::direct_receives`], the
-//!   staged ones in [`Counters::staged_receives`]).
+//!   fills one while the receiver empties the other; a message needing `u32::MAX` chunks or
+//!   more is `HCCL_E_PARA`). When the sender's buffer lies wholly in a symmetric window of
+//!   the communicator, the receiver copies it straight out of its heap mapping of the
+//!   sender's memory instead (counted in [`Counters::direct_receives`], the staged ones in
+//!   [`Counters::staged_receives`]); it finds the window by slot and registration, so a
+//!   window registered later in a freed slot is never taken for it (not found: the sender
+//!   stages).
 //!
 //! Memory ranges (`HcclCommSetMemoryRange` & co.):
 //! - Memory ranges are recorded per communicator (torch_npu sets its segments on each

@@ -99,6 +99,13 @@ pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
+/// The size in bytes of the file (a memfd) `fd` names.
+pub(crate) fn file_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    Ok(std::fs::File::from(fd.try_clone_to_owned()?)
+        .metadata()?
+        .len())
+}
+
 /// Maps the first `len` bytes of `fd` read/write and shared, where the kernel chooses.
 pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
     map_shared_at(fd, 0, len)

@@ -84,38 +84,38 @@ pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static st
     if transfers.is_empty() {
         return Ok(());
     }
-    // Numbered and queued under the lock, so numbers are taken in queue order and only by
-    // queued transfers.
+    // Numbered and queued under the lock, so numbers are taken in queue order, and only once
+    // the stream accepted the task: a refused call leaves no `Batch` behind, whose drop would
+    // mark messages finished that were never numbered.
     let mut messages = lock(&comm.messages);
-    let mut next = (messages.sent.clone(), messages.received.clone());
-    for t in &mut transfers {
-        let counter = match t.send {
-            true => &mut next.0[t.peer as usize],
-            false => &mut next.1[t.peer as usize],
+    let make = || -> stream::Task {
+        for t in &mut transfers {
+            let counter = match t.send {
+                true => &mut messages.sent[t.peer as usize],
+                false => &mut messages.received[t.peer as usize],
+            };
+            t.msg = *counter;
+            *counter += 1;
+        }
+        let mut batch = Batch {
+            comm: comm.clone(),
+            transfers,
         };
-        t.msg = *counter;
-        *counter += 1;
-    }
-    let mut batch = Batch {
-        comm: comm.clone(),
-        transfers,
-    };
-    let task = Box::new(move || {
-        let comm = batch.comm.clone();
-        run(&comm, &mut batch.transfers).map_err(|f| {
-            comm.set_async_error(f.code);
-            TaskFailure {
-                code: ACL_ERROR_RT_INTERNAL_ERROR,
-                msg: format!(
-                    "{name} on rank {} failed with {}: {}",
-                    comm.rank, f.code, f.msg
-                ),
-            }
+        Box::new(move || {
+            let comm = batch.comm.clone();
+            run(&comm, &mut batch.transfers).map_err(|f| {
+                comm.set_async_error(f.code);
+                TaskFailure {
+                    code: ACL_ERROR_RT_INTERNAL_ERROR,
+                    msg: format!(
+                        "{name} on rank {} failed with {}: {}",
+                        comm.rank, f.code, f.msg
+                    ),
+                }
+            })
         })
-    });
-    stream.enqueue(task).map_err(stream_error)?;
-    (messages.sent, messages.received) = next;
-    Ok(())
+    };
+    stream.enqueue_with(make).map_err(stream_error)
 }
 
 /// `msg`, prefixed with the item it is about when a batch has several.
@@ -221,6 +221,7 @@ impl Transfer {
                 "the staging buffer is too small for a section per rank",
             );
         }
+        chunks(bytes, chunk)?;
         let window = match send {
             true => comm.find_window(item.buf, bytes),
             false => None,
@@ -315,11 +316,12 @@ impl Transfer {
         mine.count.store(self.count, Release);
         mine.dtype.store(self.dtype.0 as u32 as u64, Release);
         mine.chunk.store(self.chunk as u64, Release);
-        let (slot, offset) = match &self.window {
-            Some((w, offset)) => (w.slot as u64 + 1, *offset as u64),
-            None => (0, 0),
+        let (slot, id, offset) = match &self.window {
+            Some((w, offset)) => (w.slot as u64 + 1, w.id, *offset as u64),
+            None => (0, 0, 0),
         };
         mine.window_slot.store(slot, Release);
+        mine.window_id.store(id, Release);
         mine.window_offset.store(offset, Release);
         mine.header.store(self.msg + 1, Release);
         self.state = State::Header;
@@ -347,7 +349,7 @@ impl Transfer {
         if self.send {
             self.state = State::Sending {
                 posted: 0,
-                chunks: self.bytes.div_ceil(self.chunk) as u64,
+                chunks: chunks(self.bytes, self.chunk)?,
                 deciding: self.window.is_some(),
             };
             return Ok(true);
@@ -355,8 +357,9 @@ impl Transfer {
         let (mine, _) = self.mailboxes(comm);
         let slot = theirs.window_slot.load(Acquire);
         if slot != 0 {
+            let id = theirs.window_id.load(Acquire);
             let offset = theirs.window_offset.load(Acquire) as usize;
-            if self.read_window(comm, slot as usize - 1, offset) {
+            if self.read_window(comm, slot as usize - 1, id, offset) {
                 mine.progress.store(progress(self.msg, DIRECT), Release);
                 counters::inc(Counter::DirectReceives);
                 self.finish(mine);
@@ -365,24 +368,29 @@ impl Transfer {
             // Declined: the sender stages.
             mine.progress.store(progress(self.msg, 0), Release);
         }
-        let chunk = theirs.chunk.load(Acquire) as usize;
+        let chunk = usize::try_from(theirs.chunk.load(Acquire)).unwrap_or(usize::MAX);
         let area = &comm.group.p2p[self.peer as usize];
-        let section = comm.rank as usize * 2 * chunk;
-        if chunk == 0 || section + 2 * chunk > area.len() {
+        // Checked: the chunk size is the peer's word (init made every rank's area the same
+        // size, so it fits, but nothing here may overflow on a bad word).
+        let two = chunk.checked_mul(2);
+        let end = two.and_then(|two| (comm.rank as usize).checked_mul(two)?.checked_add(two));
+        let Some(section) = end
+            .filter(|&e| chunk != 0 && e <= area.len())
+            .map(|e| e - 2 * chunk)
+        else {
             return hccl_fail(
                 HcclResult::HCCL_E_INTERNAL,
                 format!(
-                    "rank {}'s staging section of {} bytes does not fit its area as this rank \
-                     maps it ({} bytes): the ranks were made with different hcclBufferSize",
+                    "rank {}'s staging section for this rank (two chunks of {chunk} bytes) does \
+                     not fit its area as this rank maps it ({} bytes)",
                     self.peer,
-                    2 * chunk,
                     area.len()
                 ),
             );
-        }
+        };
         self.state = State::Receiving {
             got: 0,
-            chunks: self.bytes.div_ceil(chunk) as u64,
+            chunks: chunks(self.bytes, chunk)?,
             chunk,
             src: area.addr() + section,
         };
@@ -390,9 +398,14 @@ impl Transfer {
     }
 
     /// Receiver: copies the whole message out of this rank's mapping of the sender's window
-    /// at `slot`, if this rank has that window and the message lies inside it.
-    fn read_window(&self, comm: &Comm, slot: usize, offset: usize) -> bool {
-        let window = lock(&comm.windows).iter().find(|w| w.slot == slot).cloned();
+    /// at `slot`, registered as `id`, if this rank has that very window (not another one
+    /// registered in the slot since) and the message lies inside it. Otherwise the sender
+    /// stages the message.
+    fn read_window(&self, comm: &Comm, slot: usize, id: u64, offset: usize) -> bool {
+        let window = lock(&comm.windows)
+            .iter()
+            .find(|w| w.slot == slot && w.id == id)
+            .cloned();
         let Some(w) = window else { return false };
         if offset
             .checked_add(self.bytes)
@@ -544,6 +557,21 @@ impl Transfer {
             (State::Done, _) => "for nothing",
         }
     }
+}
+
+/// How many `chunk`-byte chunks move `bytes`: `HCCL_E_PARA` when the count would not stay
+/// below `u32::MAX`, since a `progress` word holds it in 32 bits (and `u32::MAX` means "read
+/// directly").
+fn chunks(bytes: usize, chunk: usize) -> HcclRes<u64> {
+    let n = bytes.div_ceil(chunk) as u64;
+    if n >= DIRECT {
+        return para(format!(
+            "{bytes} bytes take {n} chunks of {chunk} bytes through the staging area: at most \
+             {} fit one transfer (raise hcclBufferSize or split the message)",
+            DIRECT - 1
+        ));
+    }
+    Ok(n)
 }
 
 /// A `progress` word: `n` of message `k`.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,7 +83,13 @@ pub(crate) enum JoinError {
     Refused(String),
     /// Not every rank joined within the timeout; these had not.
     Timeout { missing: Vec<u32> },
+    /// The caller's cancel flag was raised while waiting (another rank of the same
+    /// `HcclCommInitAll` failed).
+    Cancelled,
 }
+
+/// How often a join waiting for the other ranks looks at its cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
 
 /// `now + timeout`, or a day from now if that cannot be represented.
 pub(crate) fn deadline(timeout: Duration) -> Instant {
@@ -95,8 +101,8 @@ pub(crate) fn deadline(timeout: Duration) -> Instant {
 
 impl Rendezvous {
     /// Joins the hub on abstract socket `name` as `rank` of `n`, handing it this rank's
-    /// `staging` memfd, and waits up to `timeout` for every rank: then every rank's staging
-    /// memfd, in rank order.
+    /// `staging` memfd, and waits up to `timeout` for every rank, or until `cancel` is
+    /// raised: then every rank's staging memfd, in rank order.
     pub(crate) fn join(
         name: &str,
         session: &[u8],
@@ -104,6 +110,7 @@ impl Rendezvous {
         rank: u32,
         staging: BorrowedFd<'_>,
         timeout: Duration,
+        cancel: &AtomicBool,
     ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
         let conn = Conn::connect(name).map_err(|e| {
             JoinError::Refused(format!(
@@ -116,14 +123,22 @@ impl Rendezvous {
         hello.u32(std::process::id());
         conn.send(&hello.bytes, &[staging])
             .map_err(|e| JoinError::Refused(format!("cannot reach the rendezvous: {e}")))?;
-        let left = deadline(timeout).saturating_duration_since(Instant::now());
-        if poll_readable(&[conn.fd()], left)
-            .unwrap_or_default()
-            .is_empty()
-        {
-            return Err(JoinError::Timeout {
-                missing: not_joined(&conn),
-            });
+        let until = deadline(timeout);
+        loop {
+            if cancel.load(Ordering::Acquire) {
+                // Closing the connection (when `conn` drops) frees this rank's place.
+                return Err(JoinError::Cancelled);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            let ready = poll_readable(&[conn.fd()], left.min(CANCEL_POLL));
+            if ready.as_ref().is_ok_and(|r| !r.is_empty()) {
+                break;
+            }
+            if ready.is_err() || left <= CANCEL_POLL {
+                return Err(JoinError::Timeout {
+                    missing: not_joined(&conn),
+                });
+            }
         }
         let welcome = match conn.recv() {
             Ok(Some(m)) => m,
@@ -498,8 +513,15 @@ mod tests {
                     let name = &name;
                     s.spawn(move || {
                         let staging = os::memfd(4096).unwrap();
-                        let joined =
-                            Rendezvous::join(name, &session, n, rank, staging.as_fd(), LONG);
+                        let joined = Rendezvous::join(
+                            name,
+                            &session,
+                            n,
+                            rank,
+                            staging.as_fd(),
+                            LONG,
+                            &AtomicBool::new(false),
+                        );
                         (rank, joined.ok().unwrap().0)
                     })
                 })

@@ -103,11 +103,17 @@ pub(crate) fn run_vector(
         // of its own blocks, or a peer's it checked); a piece is at most `per` elements, so a
         // section fits its staging buffer; the barriers order every staging write before the
         // reads of it, and each rank writes only its own staging buffer and blocks.
+        // Empty pieces are skipped before any address is made: an empty block's displacement
+        // may be anything that does not overflow on its own.
         for j in 0..sections {
             let b = table.block(r, if shared { r } else { j as u32 });
+            let len = b.piece(start, per);
+            if len == 0 {
+                continue;
+            }
             let src = job.send + (b.displ as usize + start) * es;
             // SAFETY: see above.
-            unsafe { copy(mine + section(j), src, b.piece(start, per) * es) };
+            unsafe { copy(mine + section(j), src, len * es) };
         }
         steps.barrier()?;
         if job.sig.kind == Kind::ReduceScatterV {
@@ -122,6 +128,9 @@ pub(crate) fn run_vector(
         }
         for (k, &s) in (0..n).zip(staging) {
             let len = table.block(k, r).piece(start, per);
+            if len == 0 {
+                continue;
+            }
             let dst = job.recv + (blocks.recv[k as usize].displ as usize + start) * es;
             // SAFETY: see above.
             unsafe { copy(dst, s + own, len * es) };

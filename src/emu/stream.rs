@@ -197,6 +197,13 @@ impl Stream {
     /// Queues `task` behind everything already enqueued. A stream stopped by a failure in
     /// stop-on-failure mode refuses new tasks until synchronized, with the failure's code.
     pub(crate) fn enqueue(&self, task: Task) -> AclResult {
+        self.enqueue_with(|| task)
+    }
+
+    /// As [`Stream::enqueue`], but the task is made by `make` only once the stream accepts
+    /// it (under the queue's lock, so nothing else is queued in between): what `make` commits
+    /// (a message number) is never committed for a refused task.
+    pub(crate) fn enqueue_with(&self, make: impl FnOnce() -> Task) -> AclResult {
         let mut q = lock(&self.shared.queue);
         if q.shutdown {
             return acl_fail(ACL_ERROR_RT_INVALID_HANDLE, "the stream is being destroyed");
@@ -216,7 +223,7 @@ impl Stream {
                 ),
             );
         }
-        q.tasks.push_back(task);
+        q.tasks.push_back(make());
         q.enqueued += 1;
         drop(q);
         self.shared.work.notify_one();

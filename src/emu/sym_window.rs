@@ -256,7 +256,7 @@ pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32)
             user_base,
         } => {
             let peers = votes.iter().map(|v| v.phys.as_ref().map(AsFd::as_fd));
-            let w = Window::create(heap, slot, &phys, user_base, peers);
+            let w = Window::create(heap, slot, seq, &phys, user_base, peers);
             publish(comm, seq, w)?
         }
     };

@@ -88,16 +88,23 @@ pub(crate) fn run_vector(
     // writes is one of its own checked receive blocks (the table's count for it is this rank's
     // own count, compared at the exchange). Send and receive blocks never overlap on any rank,
     // so no rank writes bytes another reads.
+    // Empty blocks are skipped before any address is made: their displacements may be
+    // anything that does not overflow on their own rank (in a peer's mapping they could).
     if job.sig.kind == Kind::ReduceScatterV {
-        let srcs: Vec<usize> = (0..n).map(src).collect();
         let len = blocks.recv[r as usize].count as usize;
-        // SAFETY: see above.
-        unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, len) };
+        if len > 0 {
+            let srcs: Vec<usize> = (0..n).map(src).collect();
+            // SAFETY: see above.
+            unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, len) };
+        }
         return;
     }
     for k in 0..n {
-        let dst = job.recv + blocks.recv[k as usize].displ as usize * es;
         let len = table.block(k, r).count as usize * es;
+        if len == 0 {
+            continue;
+        }
+        let dst = job.recv + blocks.recv[k as usize].displ as usize * es;
         // SAFETY: see above.
         unsafe { copy(dst, src(k), len) };
     }

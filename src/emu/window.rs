@@ -122,6 +122,9 @@ pub(crate) struct Window {
     heap: Arc<SymHeap>,
     /// Offset of the window in every rank's stride (identical on all ranks).
     pub(crate) slot: usize,
+    /// The registration's collective host sequence number: identical on all ranks and never
+    /// reused on the communicator, unlike `slot` (a later window may take a freed slot).
+    pub(crate) id: u64,
     /// Bytes: the whole physical allocation.
     pub(crate) size: usize,
     /// Where the user mapped the allocation on this rank.
@@ -134,10 +137,12 @@ pub(crate) struct Window {
 
 impl Window {
     /// Makes the window over `phys` (mapped at `user_base` on this rank) in `slot` of `heap`,
-    /// and maps every rank's allocation (`peers`, in rank order) into this rank's heap.
+    /// registered as collective host call `id`, and maps every rank's allocation (`peers`, in
+    /// rank order) into this rank's heap.
     pub(crate) fn create<'a>(
         heap: Arc<SymHeap>,
         slot: usize,
+        id: u64,
         phys: &Physical,
         user_base: usize,
         peers: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
@@ -160,6 +165,7 @@ impl Window {
             desc,
             heap,
             slot,
+            id,
             size,
             user_base,
             phys: phys.handle,

@@ -6,7 +6,8 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use super::super::testutil::{
-    DevBuf, Rank, assert_clean, deregister, hccl, hok, recent, register, run_ranks, test_config,
+    DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
+    test_config,
 };
 use super::super::{GRANULARITY as G, counters, test_lock};
 use crate::sys::*;
@@ -432,6 +433,96 @@ fn bad_calls_are_rejected_synchronously_and_take_no_message_number() {
         assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
         assert_elements(&buf.read::<i32>(0, count), &pattern(0, 6, count));
         buf.free();
+    });
+    assert_clean();
+}
+
+#[test]
+fn a_call_refused_by_a_stopped_stream_takes_no_message_number() {
+    let _g = test_lock();
+    // Rank 1's receive is queued before rank 0's refused send.
+    let queued = Barrier::new(2);
+    run_ranks(2, &test_config(), |r| {
+        let buf = DevBuf::new(r.rank, G);
+        let count = 64;
+        if r.rank == 0 {
+            let a = acl();
+            // SAFETY: a live stream.
+            ok(unsafe { (a.aclrtSetStreamFailureMode.unwrap())(r.stream, ACL_STOP_ON_FAILURE) });
+            super::super::stream::lookup(r.stream as usize)
+                .unwrap()
+                .enqueue(Box::new(|| {
+                    Err(super::super::stream::TaskFailure {
+                        code: FAILED,
+                        msg: "an earlier task failed".into(),
+                    })
+                }))
+                .unwrap();
+            // Wait until the failure stopped the stream (harmless memsets are skipped).
+            // SAFETY: device range validated by the emulator.
+            while unsafe { (a.aclrtMemsetAsync)(buf.ptr, 4, 0, 4, r.stream) } == ACL_SUCCESS {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Refused: no operation, no message number.
+            queued.wait();
+            assert_ne!(
+                send(r, buf.ptr, count as u64, I32, 1),
+                HcclResult::HCCL_SUCCESS
+            );
+            assert!(recent().contains("stop-on-failure"), "{}", recent());
+            // Time for rank 1's waiting receive to look at the pair's mailbox.
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(r.sync(), FAILED);
+            buf.write(0, &pattern(0, 7, count));
+            hok(send(r, buf.ptr, count as u64, I32, 1));
+        } else {
+            hok(recv(r, buf.ptr, count as u64, I32, 0));
+            queued.wait();
+        }
+        assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
+        assert_elements(&buf.read::<i32>(0, count), &pattern(0, 7, count));
+        buf.free();
+    });
+    assert_clean();
+}
+
+#[test]
+fn a_transfer_needs_fewer_than_u32_max_chunks() {
+    let chunk = 64;
+    let most = (u32::MAX as usize - 1) * chunk;
+    assert_eq!(super::chunks(most, chunk).unwrap(), u32::MAX as u64 - 1);
+    let f = super::chunks(most + 1, chunk).unwrap_err();
+    assert_eq!(f.code, PARA);
+    assert!(f.msg.contains("chunks"), "{}", f.msg);
+    assert!(super::chunks(usize::MAX, chunk).is_err());
+    assert_eq!(super::chunks(1, chunk).unwrap(), 1);
+}
+
+/// A direct read needs the sender's very window: the slot and its registration's id.
+#[test]
+fn a_direct_read_matches_the_window_id_as_well_as_the_slot() {
+    let _g = test_lock();
+    run_ranks(2, &test_config(), |r| {
+        let win_buf = DevBuf::new(r.rank, G);
+        let win = register(r, &win_buf);
+        let plain = DevBuf::new(r.rank, G);
+        if r.rank == 1 {
+            let comm = super::super::comm::lookup(r.comm as usize).unwrap();
+            let w = super::super::registry::lock(&comm.windows)[0].clone();
+            let item = super::Item {
+                kind: RECV,
+                buf: plain.ptr as usize,
+                count: 16,
+                dtype: I32,
+                peer: 0,
+            };
+            let t = super::Transfer::check(&comm, &item).unwrap();
+            assert!(!t.read_window(&comm, w.slot, w.id + 1, 0), "another window");
+            assert!(t.read_window(&comm, w.slot, w.id, 0));
+        }
+        deregister(win);
+        win_buf.free();
+        plain.free();
     });
     assert_clean();
 }

@@ -782,3 +782,120 @@ fn a_null_buffer_among_windows_fails_as_asymmetric() {
     }
     assert_clean();
 }
+
+/// CANN refuses `sendBuf == recvBuf` for every V collective, even when the blocks do not
+/// overlap; NULL for both (nothing moves through either) stays fine.
+#[test]
+fn equal_send_and_recv_buffers_are_rejected() {
+    let _g = test_lock();
+    run_ranks(1, &test_config(), |r| {
+        let buf = DevBuf::new(0, G);
+        let p = buf.ptr;
+        // Blocks far apart: only the equal bases are wrong.
+        let ag = Args {
+            send_count: 4,
+            counts: vec![4],
+            displs: vec![64],
+            ..Args::default()
+        };
+        let rs = Args {
+            recv_count: 4,
+            counts: vec![4],
+            displs: vec![64],
+            ..Args::default()
+        };
+        let a2a = Args {
+            counts: vec![4],
+            displs: vec![0],
+            recv_counts: vec![4],
+            recv_displs: vec![64],
+            ..Args::default()
+        };
+        for (kind, a) in [
+            (Kind::AllGatherV, &ag),
+            (Kind::ReduceScatterV, &rs),
+            (Kind::AlltoAllV, &a2a),
+        ] {
+            assert_eq!(call_v(r, kind, p, p, a, F32, SUM), PARA, "{}", kind.name());
+            assert!(recent().contains("sendBuf"), "{}", recent());
+        }
+        let empty = Args {
+            counts: vec![0],
+            displs: vec![0],
+            recv_counts: vec![0],
+            recv_displs: vec![0],
+            ..Args::default()
+        };
+        hok(call_v(
+            r,
+            Kind::AlltoAllV,
+            null_mut(),
+            null_mut(),
+            &empty,
+            F32,
+            SUM,
+        ));
+        ok(r.sync());
+        buf.free();
+    });
+    assert_clean();
+}
+
+/// An empty block may have any displacement that does not overflow on its own rank: the
+/// address arithmetic of the later rounds (staged) and of the peer's mapping (symmetric) must
+/// skip it (in a debug build, the overflow panics on the stream thread otherwise).
+#[test]
+fn empty_blocks_with_huge_displacements_move_nothing() {
+    let _g = test_lock();
+    let mut cfg = test_config();
+    cfg.hcclBufferSize = 1;
+    // 1 MiB staging, two sections: 131072 i32 per round, so 200_000 take two rounds.
+    let count = 200_000u64;
+    for symmetric in [false, true] {
+        run_ranks(2, &cfg, |r| {
+            let buf = DevBuf::new(r.rank, 2 * G);
+            let win = symmetric.then(|| register(r, &buf));
+            let (me, peer) = (r.rank as usize, 1 - r.rank as usize);
+            // The largest displacement whose address does not overflow on this rank.
+            let huge = |base: usize| ((usize::MAX - base) / 4 - 1) as u64;
+            let (send, recv) = (buf.ptr, buf.at(G));
+            let mut counts = vec![0u64; 2];
+            counts[me] = count;
+            let mut sd = vec![0u64; 2];
+            sd[peer] = huge(send as usize);
+            let mut rd = vec![0u64; 2];
+            rd[peer] = huge(recv as usize);
+            let a = Args {
+                counts: counts.clone(),
+                displs: sd.clone(),
+                recv_counts: counts.clone(),
+                recv_displs: rd,
+                ..Args::default()
+            };
+            let data: Vec<i32> = (0..count as i32).map(|i| i ^ (me as i32 * 977)).collect();
+            buf.write(0, &data);
+            hok(call_v(r, Kind::AlltoAllV, send, recv, &a, I32, SUM));
+            assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
+            assert_eq!(buf.read::<i32>(G, count as usize), data);
+            // ReduceScatterV: rank 1 receives nothing, its block at a huge displacement (the
+            // same on every rank: user addresses stay below 2^47).
+            let rs = Args {
+                recv_count: [count, 0][me],
+                counts: vec![count, 0],
+                displs: vec![0, huge(1 << 47)],
+                ..Args::default()
+            };
+            hok(call_v(r, Kind::ReduceScatterV, send, recv, &rs, I32, SUM));
+            assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
+            if me == 0 {
+                let sum: Vec<i32> = (0..count as i32).map(|i| i.wrapping_add(i ^ 977)).collect();
+                assert_eq!(buf.read::<i32>(G, count as usize), sum);
+            }
+            if let Some(w) = win {
+                deregister(w);
+            }
+            buf.free();
+        });
+    }
+    assert_clean();
+}
