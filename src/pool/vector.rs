@@ -29,7 +29,8 @@ use crate::runtime::Element;
 use crate::{Error, Result, SymVec};
 
 /// The displacements that pack regions of `counts` elements one after another from element
-/// 0: the exclusive prefix sums, as most callers of the vector collectives lay them out.
+/// 0: the exclusive prefix sums, as most callers of the vector collectives lay them out. The
+/// sums saturate at `usize::MAX`; the collectives then refuse such a region as overflowing.
 ///
 /// # Examples
 /// ```
