@@ -89,12 +89,16 @@ impl Wire for Arrival {
     }
 }
 
-/// Converts an ACL stream lookup failure into HCCL's codes.
+/// Converts a failed stream lookup or refused task (ACL codes) into HCCL's codes.
 pub(crate) fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
-    let code = if f.code == crate::sys::ACL_ERROR_RT_PARAM_INVALID {
-        HcclResult::HCCL_E_PTR
-    } else {
-        HcclResult::HCCL_E_PARA
+    let code = match f.code {
+        // A NULL stream (the emulator has none by default).
+        crate::sys::ACL_ERROR_RT_PARAM_INVALID => HcclResult::HCCL_E_PTR,
+        // An unknown stream, or one being destroyed.
+        crate::sys::ACL_ERROR_RT_INVALID_HANDLE => HcclResult::HCCL_E_PARA,
+        // The runtime refused the task (a stream stopped by stop-on-failure mode), as HCCL
+        // reports a failed runtime call.
+        _ => HcclResult::HCCL_E_RUNTIME,
     };
     Fail { code, msg: f.msg }
 }

@@ -169,8 +169,9 @@
 //!   (the first one) is kept while later tasks run, and `aclrtSynchronizeStream` returns its
 //!   code (`ACL_ERROR_RT_INTERNAL_ERROR`, 507000, for a failed collective) and clears it. In
 //!   `ACL_STOP_ON_FAILURE` mode the stream skips the tasks after the failure and refuses new
-//!   ones (with the failure's code) until that synchronize, then runs again (CANN's stream
-//!   stays stopped). Stop mode set on any stream, or on NULL (the default stream, with a
+//!   ones (with the failure's code; HCCL calls queuing on it get `HCCL_E_RUNTIME`, as for a
+//!   failed runtime call) until that synchronize, then runs again (CANN's stream stays
+//!   stopped). Stop mode set on any stream, or on NULL (the default stream, with a
 //!   current device), applies to every stream of that device's context, existing or new,
 //!   until `aclrtResetDevice`, as on A2 / A3; a mode other than 0 or 1 is 107000.
 //! - `aclrtDestroyStream` runs what is queued (a collective waiting for absent peers until its
