@@ -12,7 +12,7 @@ use crate::sys::{
 
 use super::counters::{self, Counter};
 use super::device;
-use super::errors::{Fail, HcclRes, hccl_fail, para};
+use super::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
 use super::hub;
 use super::memory_range::Ranges;
 use super::os;
@@ -482,9 +482,7 @@ fn join(
 
 /// The live communicator `handle` (null `HCCL_E_PTR`, unknown `HCCL_E_PARA`).
 pub(crate) fn lookup(handle: usize) -> HcclRes<Arc<Comm>> {
-    if handle == 0 {
-        return hccl_fail(HcclResult::HCCL_E_PTR, "comm is NULL");
-    }
+    hccl_non_null(handle, "comm")?;
     COMMS.get(handle).map_or_else(
         || para(format!("{handle:#x} is not a live communicator")),
         Ok,

@@ -11,13 +11,13 @@ use std::ffi::{c_char, c_void};
 
 use crate::sys::{
     COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp,
-    HcclResult, HcclRootInfo, HcclSendRecvType, aclrtStream,
+    HcclRootInfo, HcclSendRecvType, aclrtStream,
 };
 
 use super::collective;
 use super::comm;
 use super::entry::{CollectiveCall, Sequence, collective};
-use super::errors::{HcclRes, hccl_error_string, hccl_fail};
+use super::errors::{HcclRes, hccl_error_string};
 use super::exports as args;
 use super::job::Kind::{
     self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
@@ -340,9 +340,6 @@ pub(super) unsafe fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
 pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
     non_null(a.devices, "devices")?;
     non_null(a.comms, "comms")?;
-    if a.ndev == 0 {
-        return hccl_fail(HcclResult::HCCL_E_PARA, "ndev is 0");
-    }
     // SAFETY: non-null; the caller promises `ndev` device ids.
     let devices = unsafe { std::slice::from_raw_parts(a.devices, a.ndev as usize) }.to_vec();
     let handles = comm::init_all(&devices)?;

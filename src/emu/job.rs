@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::sys::{HcclDataType, HcclReduceOp, HcclResult};
+use crate::sys::{HcclDataType, HcclReduceOp};
 
 use super::comm::Comm;
-use super::errors::{HcclRes, hccl_fail, para};
+use super::errors::{HcclRes, hccl_non_null, para};
 use super::memory::{self, Pins};
 use super::reduce::{DType, Op};
 use super::vector::Blocks;
@@ -388,8 +388,8 @@ impl Buffers {
             ("sendBuf", self.send, self.in_len),
             ("recvBuf", self.recv, self.out_len),
         ] {
-            if addr == 0 && len > 0 {
-                return hccl_fail(HcclResult::HCCL_E_PTR, format!("{what} is NULL"));
+            if len > 0 {
+                hccl_non_null(addr, what)?;
             }
         }
         Ok(())

@@ -35,7 +35,7 @@ use super::board::{Mailbox, Side};
 use super::collective::stream_error;
 use super::comm::{self, Comm};
 use super::counters::{self, Counter};
-use super::errors::{Fail, HcclRes, hccl_fail, para};
+use super::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
 use super::memory::{self, Pins};
 use super::patience::Patience;
 use super::primitives::copy;
@@ -202,9 +202,7 @@ impl Transfer {
         let Some(dtype) = DType::from_hccl(item.dtype) else {
             return para(format!("data type {} is not supported", item.dtype));
         };
-        if item.buf == 0 {
-            return hccl_fail(HcclResult::HCCL_E_PTR, "buf is NULL");
-        }
+        hccl_non_null(item.buf, "buf")?;
         let bytes = usize::try_from(item.count)
             .ok()
             .and_then(|c| c.checked_mul(dtype.size()));
