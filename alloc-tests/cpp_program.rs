@@ -20,14 +20,7 @@ fn program() -> PathBuf {
 }
 
 fn compile() -> PathBuf {
-    let library = crate::dlopen::build_emulator_cdylib();
-    let dir = library.parent().unwrap().join("cpp-program");
-    std::fs::create_dir_all(&dir).unwrap();
-    for name in ["libhccl.so", "libascendcl.so"] {
-        let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&library, &link).unwrap();
-    }
+    let dir = crate::dlopen::c_program_dir("cpp-program");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/cpp");
     let source = root.join("hccl_surface.cpp");
     let program = dir.join("hccl_surface");

@@ -41,6 +41,21 @@ pub(crate) fn build_emulator_cdylib() -> PathBuf {
     lib
 }
 
+/// A directory named `name` beside the emulator's shared library, in which `libhccl.so` and
+/// `libascendcl.so` link to it: where a C or C++ program for CANN is linked with
+/// `-L dir -lhccl -lascendcl` and built.
+pub(crate) fn c_program_dir(name: &str) -> PathBuf {
+    let library = build_emulator_cdylib();
+    let dir = library.parent().unwrap().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for lib in ["libhccl.so", "libascendcl.so"] {
+        let link = dir.join(lib);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&library, &link).unwrap();
+    }
+    dir
+}
+
 #[test]
 fn allreduce_through_the_dlopened_emulator() {
     let lib = build_emulator_cdylib();

@@ -403,14 +403,7 @@ fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
 /// processes through the launcher.
 #[test]
 fn a_c_program_for_cann_runs_unchanged_as_4_processes() {
-    let library = crate::dlopen::build_emulator_cdylib();
-    let dir = library.parent().unwrap().join("c-program");
-    std::fs::create_dir_all(&dir).unwrap();
-    for name in ["libhccl.so", "libascendcl.so"] {
-        let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&library, &link).unwrap();
-    }
+    let dir = crate::dlopen::c_program_dir("c-program");
     let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/c/seed_sequence.c");
     let program = dir.join("seed_sequence");
     let status = std::process::Command::new("cc")

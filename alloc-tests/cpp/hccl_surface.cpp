@@ -391,15 +391,22 @@ void all_to_all_v(const Rank &k)
     all_to_all_v_on(k, send.dev, recv.dev);
 }
 
-// The same AlltoAllV with both buffers in a symmetric window (HCCL's zero-copy path).
-void all_to_all_v_in_window(const Rank &k)
+// Pinned 2 MiB-page HBM on `device`, the physical memory the HCCL documents' examples map.
+aclrtPhysicalMemProp device_huge_pages(int32_t device)
 {
     aclrtPhysicalMemProp prop = {};
     prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
     prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
     prop.memAttr = ACL_HBM_MEM_HUGE;
-    prop.location.id = (uint32_t)k.device;
+    prop.location.id = (uint32_t)device;
     prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    return prop;
+}
+
+// The same AlltoAllV with both buffers in a symmetric window (HCCL's zero-copy path).
+void all_to_all_v_in_window(const Rank &k)
+{
+    aclrtPhysicalMemProp prop = device_huge_pages(k.device);
     size_t g = 0;
     ACL_OK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g));
     void *vir = nullptr;
@@ -505,12 +512,7 @@ void point_to_point(const Rank &k)
 // run a collective on it, then tear down in reverse.
 void memory_range(const Rank &k)
 {
-    aclrtPhysicalMemProp prop = {};
-    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
-    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
-    prop.memAttr = ACL_HBM_MEM_HUGE;
-    prop.location.id = (uint32_t)k.device;
-    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    aclrtPhysicalMemProp prop = device_huge_pages(k.device);
     size_t g = 0;
     ACL_OK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g));
     void *vir = nullptr;
