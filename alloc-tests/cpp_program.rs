@@ -20,37 +20,18 @@ fn program() -> PathBuf {
 }
 
 fn compile() -> PathBuf {
-    let dir = crate::dlopen::c_program_dir("cpp-program");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/cpp");
-    let source = root.join("hccl_surface.cpp");
-    let program = dir.join("hccl_surface");
-    let output = Command::new("c++")
-        .args([
-            "-std=c++17",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O1",
-            "-pthread",
-            "-I",
-        ])
-        .arg(root.join("include"))
-        .arg("-o")
-        .arg(&program)
-        .arg(&source)
-        .arg("-L")
-        .arg(&dir)
-        .args(["-lhccl", "-lascendcl"])
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .expect("a C++ compiler (c++)");
-    assert!(
-        output.status.success(),
-        "compiling {}:\n{}",
-        source.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    program
+    let include = format!("-I{}", root.join("include").display());
+    let flags = [
+        "-std=c++17",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-O1",
+        "-pthread",
+        &include,
+    ];
+    crate::dlopen::compile_for_cann("cpp-program", "c++", &flags, &root.join("hccl_surface.cpp"))
 }
 
 #[test]

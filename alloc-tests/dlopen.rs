@@ -1,7 +1,7 @@
 //! The dynamic-loading path: the emulator built as a shared library, opened with
 //! `Runtime::load_from` exactly as the real `libhccl.so` / `libascendcl.so` would be.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use symheap::Runtime;
@@ -41,19 +41,44 @@ pub(crate) fn build_emulator_cdylib() -> PathBuf {
     lib
 }
 
-/// A directory named `name` beside the emulator's shared library, in which `libhccl.so` and
-/// `libascendcl.so` link to it: where a C or C++ program for CANN is linked with
-/// `-L dir -lhccl -lascendcl` and built.
-pub(crate) fn c_program_dir(name: &str) -> PathBuf {
+/// Compiles the C or C++ program for CANN at `source` with `compiler` and `flags`, linked with
+/// `-lhccl -lascendcl` against the emulator's shared library, and returns the program's path.
+///
+/// The program is built in a directory named `dir_name` beside that library, in which
+/// `libhccl.so` and `libascendcl.so` link to it; the program finds them there at run time.
+pub(crate) fn compile_for_cann(
+    dir_name: &str,
+    compiler: &str,
+    flags: &[&str],
+    source: &Path,
+) -> PathBuf {
     let library = build_emulator_cdylib();
-    let dir = library.parent().unwrap().join(name);
+    let dir = library.parent().unwrap().join(dir_name);
     std::fs::create_dir_all(&dir).unwrap();
     for lib in ["libhccl.so", "libascendcl.so"] {
         let link = dir.join(lib);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&library, &link).unwrap();
     }
-    dir
+    let program = dir.join(source.file_stem().unwrap());
+    let output = Command::new(compiler)
+        .args(flags)
+        .arg("-o")
+        .arg(&program)
+        .arg(source)
+        .arg("-L")
+        .arg(&dir)
+        .args(["-lhccl", "-lascendcl"])
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("running the compiler {compiler}: {e}"));
+    assert!(
+        output.status.success(),
+        "compiling {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    program
 }
 
 #[test]

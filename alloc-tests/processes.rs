@@ -403,20 +403,9 @@ fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
 /// processes through the launcher.
 #[test]
 fn a_c_program_for_cann_runs_unchanged_as_4_processes() {
-    let dir = crate::dlopen::c_program_dir("c-program");
     let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/c/seed_sequence.c");
-    let program = dir.join("seed_sequence");
-    let status = std::process::Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .arg("-L")
-        .arg(&dir)
-        .args(["-lhccl", "-lascendcl"])
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .status()
-        .expect("a C compiler (cc)");
-    assert!(status.success(), "compiling {}", source.display());
+    let flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"];
+    let program = crate::dlopen::compile_for_cann("c-program", "cc", &flags, &source);
     let outcome = Job::new(4, &program)
         .grace(Duration::from_secs(20))
         .run()
