@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use symheap::launcher::Job;
+use symheap_tools::launcher::Job;
 
 /// Compiles the program once per test process (both tests share it) and returns its path.
 fn program() -> PathBuf {

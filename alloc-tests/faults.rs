@@ -202,11 +202,11 @@ fn walk_one_scenario() {
     let config = CommConfig::new().exec_timeout_secs(5);
     let run = || emu::launch_with(&rt, 1, &config, |comm| (scenario.run)(comm)).map(drop);
 
-    emu::count_calls();
+    emu::testing::count_calls();
     run().unwrap_or_else(|e| panic!("{name}, clean: {e}"));
-    let calls = emu::call_counts();
+    let calls = emu::testing::call_counts();
     assert!(rt.take_drop_errors().is_empty(), "{name}, clean");
-    emu::check_released().unwrap_or_else(|left| panic!("{name}, clean: {left}"));
+    emu::testing::check_released().unwrap_or_else(|left| panic!("{name}, clean: {left}"));
 
     // Releases last: a failed one may leave its resource behind for the rest of the process.
     let (releases, others): (Vec<_>, Vec<_>) =
@@ -214,10 +214,10 @@ fn walk_one_scenario() {
     let (mut points, mut leaked) = (0, 0);
     for (&call, &count) in others.into_iter().chain(releases) {
         for nth in 1..=count {
-            let before = emu::counters().live();
-            emu::inject_failure(call, nth, failure_code(call));
+            let before = emu::testing::counters().live();
+            emu::testing::inject_failure(call, nth, failure_code(call));
             let outcome = run();
-            emu::clear_injected_failures();
+            emu::testing::clear_injected_failures();
             let at = format!("{name}: call {nth} of {count} to {call}");
             let drop_errors = rt.take_drop_errors();
             match &outcome {
@@ -227,9 +227,9 @@ fn walk_one_scenario() {
                 _ => {}
             }
             if RELEASES.contains(&call) {
-                leaked += u64::from(emu::counters().live() != before);
+                leaked += u64::from(emu::testing::counters().live() != before);
             } else {
-                emu::check_released().unwrap_or_else(|left| panic!("{at}: {left}"));
+                emu::testing::check_released().unwrap_or_else(|left| panic!("{at}: {left}"));
             }
             points += 1;
         }

@@ -18,8 +18,8 @@ pub struct EmuSession {
 impl EmuSession {
     pub fn start() -> Self {
         let guard = EMU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        symheap::emu::clear_injected_failures();
-        if let Err(left) = symheap::emu::check_released() {
+        symheap::emu::testing::clear_injected_failures();
+        if let Err(left) = symheap::emu::testing::check_released() {
             panic!("a previous test leaked: {left}");
         }
         EmuSession { _guard: guard }
@@ -29,7 +29,7 @@ impl EmuSession {
     /// memfds.
     #[track_caller]
     pub fn assert_clean(&self) {
-        if let Err(left) = symheap::emu::check_released() {
+        if let Err(left) = symheap::emu::testing::check_released() {
             panic!("{left}");
         }
     }
@@ -37,7 +37,7 @@ impl EmuSession {
 
 impl Drop for EmuSession {
     fn drop(&mut self) {
-        symheap::emu::clear_injected_failures();
+        symheap::emu::testing::clear_injected_failures();
     }
 }
 

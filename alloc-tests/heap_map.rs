@@ -1,4 +1,4 @@
-//! The heap map (`symheap-map`'s page, `symheap::heap_map::render`): a known layout on two
+//! The heap map (`symheap-map`'s page, `symheap_tools::heap_map::render`): a known layout on two
 //! emulated ranks, drawn; its block elements counted in the HTML, and in the DOM of headless
 //! Chromium with no console errors (`alloc-tests/map/check.sh`).
 //!
@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symheap::{PoolConfig, ReduceOp, RegionState, Snapshot, SymPool, SymVec, emu, heap_map};
+use symheap::{PoolConfig, ReduceOp, RegionState, Snapshot, SymPool, SymVec, emu};
+use symheap_tools::heap_map;
 
 /// A tag with markup in it: the page must show it as text.
 const ODD_TAG: &str = "kv-cache <&\"'>";

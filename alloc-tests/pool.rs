@@ -590,7 +590,7 @@ fn a_failed_step_of_pool_creation_undoes_everything() {
         "aclrtCreateStream",
     ] {
         let err = emu::launch(1, |comm| {
-            emu::inject_failure(call, 1, 1);
+            emu::testing::inject_failure(call, 1, 1);
             SymPool::new(comm, PoolConfig::new(4 << 20)).map(|_| ())
         })
         .unwrap_err();
@@ -604,7 +604,7 @@ fn failed_growth_leaves_a_working_pool() {
     let session = EmuSession::start();
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
-        emu::inject_failure("aclrtMallocPhysical", 1, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        emu::testing::inject_failure("aclrtMallocPhysical", 1, ACL_ERROR_RT_MEMORY_ALLOCATION);
         let err = pool.alloc(3 << 20, 0).unwrap_err();
         assert!(
             matches!(
@@ -633,7 +633,7 @@ fn a_window_that_fails_to_deregister_is_freed_with_its_communicator() {
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
         drop(pool.alloc(3 << 20, 0)?); // grows, then is free
-        emu::inject_failure("HcclCommSymWinDeregister", 1, HcclResult::HCCL_E_INTERNAL.0);
+        emu::testing::inject_failure("HcclCommSymWinDeregister", 1, HcclResult::HCCL_E_INTERNAL.0);
         let err = pool.trim().unwrap_err();
         assert!(
             matches!(
@@ -647,7 +647,7 @@ fn a_window_that_fails_to_deregister_is_freed_with_its_communicator() {
         );
         assert_eq!(pool.stats().windows, 1);
         // And on drop: the error is recorded, not panicked.
-        emu::inject_failure("HcclCommSymWinDeregister", 1, HcclResult::HCCL_E_INTERNAL.0);
+        emu::testing::inject_failure("HcclCommSymWinDeregister", 1, HcclResult::HCCL_E_INTERNAL.0);
         let rt = comm.runtime().clone();
         drop(pool);
         assert_eq!(rt.take_drop_errors().len(), 1);
@@ -731,7 +731,7 @@ fn reading_a_buffer_after_a_failed_collective_poisons_the_pool() {
 #[test]
 fn pooled_collectives_take_the_symmetric_path() {
     let session = EmuSession::start();
-    let before = emu::counters();
+    let before = emu::testing::counters();
     emu::launch(2, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let mut v = SymVec::from_host(&pool, &[1.0f32; 64])?;
@@ -741,7 +741,7 @@ fn pooled_collectives_take_the_symmetric_path() {
         pool.synchronize()
     })
     .unwrap();
-    let after = emu::counters();
+    let after = emu::testing::counters();
     // Per rank: the warm-up and ten AllReduces, all zero-copy.
     assert_eq!(
         after.symmetric_collectives - before.symmetric_collectives,
@@ -857,7 +857,7 @@ fn a_failed_warm_up_of_a_new_window_poisons_the_pool_and_leaks_nothing() {
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
         // Growing waits for the pool's stream, then for the new window's warm-up: fail that.
-        emu::inject_failure("aclrtSynchronizeStream", 2, ACL_ERROR_RT_INTERNAL_ERROR);
+        emu::testing::inject_failure("aclrtSynchronizeStream", 2, ACL_ERROR_RT_INTERNAL_ERROR);
         let err = pool.alloc(3 << 20, 0).unwrap_err();
         assert!(err.to_string().contains("aclrtSynchronizeStream"), "{err}");
         let again = pool.alloc(512, 0);
@@ -867,7 +867,7 @@ fn a_failed_warm_up_of_a_new_window_poisons_the_pool_and_leaks_nothing() {
         let errors = rt.take_drop_errors();
         assert!(errors.is_empty(), "{errors:?}");
         // The first window's warm-up, in SymPool::new.
-        emu::inject_failure("aclrtSynchronizeStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
+        emu::testing::inject_failure("aclrtSynchronizeStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
         let err = SymPool::new(comm, PoolConfig::new(2 << 20)).unwrap_err();
         assert!(err.to_string().contains("aclrtSynchronizeStream"), "{err}");
         let errors = rt.take_drop_errors();
@@ -889,7 +889,7 @@ fn trim_reports_every_failure_to_release_a_window() {
         emu::launch(1, |comm| {
             let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
             drop(pool.alloc(3 << 20, 0)?); // grows, then is free
-            emu::inject_failure(call, 1, ACL_ERROR_RT_INTERNAL_ERROR);
+            emu::testing::inject_failure(call, 1, ACL_ERROR_RT_INTERNAL_ERROR);
             let err = pool.trim().unwrap_err();
             assert!(
                 matches!(err, Error::Acl { call: c, .. } if c == call),

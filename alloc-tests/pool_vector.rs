@@ -710,7 +710,7 @@ fn missing_library_entries_are_unsupported_and_change_nothing() {
 #[test]
 fn vector_collectives_take_the_symmetric_path_and_defer_reuse() {
     let session = EmuSession::start();
-    let before = emu::counters();
+    let before = emu::testing::counters();
     emu::launch(2, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let (two, packed) = ([2usize, 2], [0usize, 2]);
@@ -738,7 +738,7 @@ fn vector_collectives_take_the_symmetric_path_and_defer_reuse() {
         Ok(())
     })
     .unwrap();
-    let after = emu::counters();
+    let after = emu::testing::counters();
     // Per rank: the pool's warm-up and the three vector collectives, all zero-copy.
     assert_eq!(
         after.symmetric_collectives - before.symmetric_collectives,

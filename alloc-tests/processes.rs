@@ -6,10 +6,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use symheap::launcher::{Job, Outcome};
 use symheap::runtime::{RootInfo, Window};
 use symheap::sys::HcclResult;
 use symheap::{Comm, CommConfig, Error, PoolConfig, Runtime, Stream, SymPool, SymVec};
+use symheap_tools::launcher::{Job, Outcome};
 
 use crate::collectives::{every_vector_wrapper, every_wrapper};
 use crate::harness::DeviceBuf;
@@ -66,9 +66,9 @@ fn every_collective(comm: &Comm) -> symheap::Result<()> {
 /// took: per element type, four AllReduces, ReduceScatter, AllGather and AlltoAll on the
 /// registered buffers are symmetric; everything else stages.
 fn checking_paths(ranks_here: u64, run: impl FnOnce()) {
-    let before = symheap::emu::counters();
+    let before = symheap::emu::testing::counters();
     run();
-    let after = symheap::emu::counters();
+    let after = symheap::emu::testing::counters();
     let symmetric = after.symmetric_collectives - before.symmetric_collectives;
     assert_eq!(symmetric, ranks_here * 12 * 7);
     assert!(after.staged_collectives > before.staged_collectives);
@@ -138,7 +138,7 @@ fn rank_of_point_to_point() {
     let window = DeviceBuf::new(&comm, bytes, true).unwrap();
     plain.write(&comm, 0, &data(rank, 1)).unwrap();
     window.write(&comm, 0, &data(rank, 2)).unwrap();
-    let before = symheap::emu::counters();
+    let before = symheap::emu::testing::counters();
     let bsr = symheap::emu::hccl_api().HcclBatchSendRecv.unwrap();
     let i32_type = HcclDataType::HCCL_DATA_TYPE_INT32;
     let item = |kind, buf: symheap::runtime::DevicePtr, peer| HcclSendRecvItem {
@@ -167,7 +167,7 @@ fn rank_of_point_to_point() {
             assert_eq!(v, value(prev, tag, i), "element {i} from rank {prev}");
         }
     }
-    let after = symheap::emu::counters();
+    let after = symheap::emu::testing::counters();
     assert_eq!(after.staged_receives - before.staged_receives, 1);
     assert_eq!(after.direct_receives - before.direct_receives, 1);
 }

@@ -16,7 +16,7 @@ use crate::harness::{DeviceBuf, EmuSession};
 fn an_injected_failure_is_reported_with_its_call_and_code_and_nothing_leaks() {
     let session = EmuSession::start();
     let err = symheap::emu::launch(1, |comm| {
-        symheap::emu::inject_failure("aclrtMapMem", 1, ACL_ERROR_RT_MEMORY_ALLOCATION);
+        symheap::emu::testing::inject_failure("aclrtMapMem", 1, ACL_ERROR_RT_MEMORY_ALLOCATION);
         DeviceBuf::new(comm, 4 << 20, false).map(|_| ())
     })
     .unwrap_err();
@@ -41,7 +41,11 @@ fn an_injected_failure_is_reported_with_its_call_and_code_and_nothing_leaks() {
 fn hccl_errors_carry_the_library_text() {
     let session = EmuSession::start();
     let err = symheap::emu::launch(1, |comm| {
-        symheap::emu::inject_failure("HcclCommSymWinRegister", 1, HcclResult::HCCL_E_MEMORY.0);
+        symheap::emu::testing::inject_failure(
+            "HcclCommSymWinRegister",
+            1,
+            HcclResult::HCCL_E_MEMORY.0,
+        );
         DeviceBuf::new(comm, 4 << 20, true).map(|_| ())
     })
     .unwrap_err();
@@ -71,7 +75,7 @@ fn errors_in_drop_are_recorded_not_panicked() {
     rt.set_device(0).unwrap();
     let stream = Stream::new(&rt).unwrap();
     let raw = stream.as_raw();
-    symheap::emu::inject_failure("aclrtDestroyStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
+    symheap::emu::testing::inject_failure("aclrtDestroyStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
     drop(stream);
     let errors = rt.take_drop_errors();
     assert_eq!(errors.len(), 1, "{errors:?}");
@@ -179,6 +183,30 @@ fn launch_blames_the_rank_that_panicked() {
     session.assert_clean();
 }
 
+/// A rank that returns an error before its first collective does not make its peer wait for
+/// the exec timeout (120 s by default): `launch` ends as soon as the peer finds it gone.
+#[test]
+fn a_rank_that_fails_early_does_not_make_its_peers_wait_for_the_timeout() {
+    let session = EmuSession::start();
+    let start = std::time::Instant::now();
+    let err = symheap::emu::launch(2, |comm| {
+        if comm.rank() == 1 {
+            return Err(Error::InvalidArgument("rank 1 fails early".into()));
+        }
+        let s = Stream::new(comm.runtime())?;
+        comm.barrier(&s)?;
+        comm.synchronize(&s)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("rank 1 fails early"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    session.assert_clean();
+}
+
 /// What `tracing` logged in this test process, captured by a global subscriber.
 static LOGGED: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
@@ -209,7 +237,7 @@ fn capture_logs() {
 fn a_waiting_collective_says_which_ranks_it_waits_for() {
     let session = EmuSession::start();
     capture_logs();
-    symheap::emu::set_wait_warning(Duration::from_millis(200));
+    symheap::emu::testing::set_wait_warning(Duration::from_millis(200));
     let sums = symheap::emu::launch(2, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let mut v = SymVec::from_host(&pool, &[1.0f32; 4])?;
@@ -219,7 +247,7 @@ fn a_waiting_collective_says_which_ranks_it_waits_for() {
         pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
         v.to_host()
     });
-    symheap::emu::set_wait_warning(Duration::from_secs(10));
+    symheap::emu::testing::set_wait_warning(Duration::from_secs(10));
     assert_eq!(sums.unwrap()[0], [2.0; 4], "the late rank still took part");
     let logged = String::from_utf8(LOGGED.lock().unwrap().clone()).unwrap();
     assert!(

@@ -50,9 +50,9 @@
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
-use symheap::launcher::{self, Job};
 use symheap::runtime::{Comm, DevicePtr, Element, Mapping, ReduceOp, Stream, Window};
 use symheap::{Error, Result};
+use symheap_tools::launcher::{self, Job};
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Coll {

@@ -6,7 +6,7 @@
 //! cargo run --release --example inference_worker              # 4 processes
 //! cargo run --release --example inference_worker -- --threads # 4 threads
 //! cargo run --release --example inference_worker -- --snapshot /tmp/snap
-//! cargo run --release --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
+//! cargo run --release -p symheap-tools --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
 //! ```
 //!
 //! Started plainly, the program re-runs itself through the launcher as four processes
@@ -27,9 +27,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use symheap::launcher::{self, Job};
 use symheap::runtime::{Comm, ReduceOp, Stream, Window};
 use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu};
+use symheap_tools::launcher::{self, Job};
 
 const RANKS: u32 = 4;
 const STEPS: usize = 300;
@@ -384,7 +384,9 @@ fn print_map_command(dir: Option<&Path>) {
     if let Some(dir) = dir {
         let d = dir.display();
         println!("snapshots: {d}/rank-*.json; draw them with");
-        println!("  cargo run --release --bin symheap-map -- {d}/rank-*.json -o {d}/heap-map.html");
+        println!(
+            "  cargo run --release -p symheap-tools --bin symheap-map -- {d}/rank-*.json -o {d}/heap-map.html"
+        );
     }
 }
 

@@ -28,11 +28,11 @@
 
 use std::time::Instant;
 
-use symheap::launcher::{self, Job};
 use symheap::{
     Comm, CommConfig, PoolConfig, ReduceOp, Result, Runtime, SymPool, SymVec, emu,
     packed_displacements,
 };
+use symheap_tools::launcher::{self, Job};
 
 /// Ranks (devices).
 pub const RANKS: usize = 4;

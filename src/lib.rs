@@ -5,14 +5,13 @@ mod allocator;
 pub mod emu;
 mod error;
 pub mod heap;
-pub mod heap_map;
-pub mod launcher;
 mod pool;
 pub mod runtime;
 mod snapshot;
 mod sym_box;
 mod sym_vec;
-pub mod sys;
+/// The C types of HCCL and ACL and the function tables (the `symheap-sys` crate).
+pub use symheap_sys as sys;
 
 pub use allocator::SymAllocator;
 /// The `allocator-api2` crate that [`SymAllocator`] implements `Allocator` of: use this

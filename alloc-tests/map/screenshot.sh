@@ -7,7 +7,7 @@
 # example, a 4-rank map of the inference worker:
 #
 #   cargo run --release --example inference_worker -- --snapshot /tmp/snap
-#   cargo run --release --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
+#   cargo run --release -p symheap-tools --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
 #   alloc-tests/map/screenshot.sh /tmp/snap/heap-map.html heap-map.png
 #
 # Exit status: 0 written; 1 Chromium failed; 2 usage; 77 no Chromium (CHROMIUM=... to name one).

@@ -136,7 +136,7 @@ impl std::fmt::Display for Bytes {
 
 /// `bytes` in the largest binary unit (KiB .. EiB) it reaches, or `None` below 1 KiB: the one
 /// scaling that every human-readable size in the crate uses.
-pub(crate) fn binary_units(bytes: u64) -> Option<(f64, &'static str)> {
+pub fn binary_units(bytes: u64) -> Option<(f64, &'static str)> {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {
         return None;

@@ -51,62 +51,15 @@
 //! the granularity) becomes a free block, the block is trimmed to exactly the rounded request,
 //! and the tail becomes a free block. Free blocks never touch, so neither needs merging.
 //!
-//! ## Why this split, and the numbers behind it
+//! ## Why this split
 //!
 //! What a pool can sell is the fill it reaches before the first allocation fails, and that
-//! failure is a *large* request finding no region: when blocks are large relative to the heap,
-//! TLSF's rounding to the next bin and its newest-first order split large regions that a best
-//! fit would have kept, and its worst cases fell well below an exact best fit's. The many
-//! small blocks decide the speed, and barely the fill. So large blocks get the exact choice, and
-//! small ones keep TLSF's O(1) paths. Measured with `cargo bench --bench heap` (fill at the first
-//! failure, % of a 1 GiB heap; table and workloads in `benches/README.md`), mean / minimum over
-//! 300 seeds (1000..1300, on which the threshold was chosen):
-//!
-//! | workload | TLSF only (before) | this heap | exact best fit (B-trees) |
-//! |---|---:|---:|---:|
-//! | blocks log-uniform up to 40 MiB | 90.8 / 73.2 | 90.9 / 78.1 | 90.7 / 76.7 |
-//! | blocks uniform up to 32 MiB | 90.8 / 75.4 | 90.8 / 79.0 | 90.8 / 79.0 |
-//! | blocks log-uniform up to 16 MiB | 94.0 / 87.1 | 94.1 / 87.1 | 94.0 / 86.7 |
-//!
-//! and on the inference traces (peak live bytes / smallest workable capacity, 30 traces)
-//! 89.8 / 82.6 %, the exact best fit's to the decimal, where TLSF alone reached 88.3 / 81.3 %.
-//! On the 30 seeds that the targets are stated for (0..30), the 40 MiB mix's mean is 91.1 %
-//! against the best fit's 91.5 % (the minimum is the same): small blocks are placed
-//! differently, and over 30 seeds that is worth half a point either way. Seed by seed over 3000
-//! fresh seeds (2000..5000, `HEAP_FILL_SEEDS`), this heap's fill minus the best fit's is
-//! -0.02 ± 0.05 points on that mix (equal on 1933 seeds), -0.02 ± 0.03 on the 16 MiB one and
-//! 0 on the uniform blocks (equal on every seed): no difference that 3000 seeds can see.
-//!
-//! Alternatives measured and not kept (same workloads, against the best fit):
-//! * a threshold of `capacity / 64` to `capacity / 1024`, or `/ 16384`: within noise on the
-//!   means, lower minima on one workload or another; `capacity / 4096` was at or above the
-//!   best fit on every workload on the tuning seeds;
-//! * every bin ordered (a best fit for all sizes): identical to the B-tree best fit, but then
-//!   inserting a small block walks a list of equal-sized ones: 1.5 to 2.1 times
-//!   offset-allocator's time per free + alloc pair with 1000 to 4000 live blocks; with each
-//!   bin's free blocks in a sorted array instead (and 16-byte nodes), still 1.5 to 1.6 times;
-//! * size segregation by address, simulated over ordered sets (seeds 0..30): large blocks
-//!   carved from the top of the best-fitting region reached 91.5 % mean on the uniform blocks
-//!   (best fit 90.1 %) but 90.8 % on the 40 MiB mix (91.5 %) and 89.2 % on the traces
-//!   (89.8 %); in this heap, small blocks carved from the top of a large region: no better
-//!   beyond noise;
-//! * a small request's own bin looked at first even when the rounded bin is not empty: no
-//!   difference beyond noise;
-//! * a *bounded* best fit for small requests (the smallest fitting block, lowest first, among
-//!   the first `k` blocks of the request's own bin, else of the next non-empty bin): with
-//!   `k = 8` the same fill as the best fit on all 3000 fresh seeds of the 40 MiB mix, with
-//!   `k = 32` on every seed of all three mixes, but the scans cost 85 (`k = 2`) to 200
-//!   (`k = 32`) more instructions per free + alloc pair at 1000 live blocks (about 375 without)
-//!   and 1.28 to 1.30 times offset-allocator's time at `k = 8`. Cheaper partial versions (only
-//!   the own bin; only the smallest or lowest of the first 8 in the bin the fast path takes), a
-//!   threshold of `capacity / 16384` or `/ 65536`, and small blocks carved from the top of a
-//!   large region: all within one standard error of the best fit's mean over the 3000 seeds
-//!   (the last with a minimum 6 points lower on the uniform blocks). See `benches/README.md`.
-//!
-//! An ordered set from a crate (`intrusive-collections`' red-black tree) was not needed: the
-//! sorted lists reuse the nodes' free-list links, and are short (one to three blocks in
-//! practice; see Complexity). Such a tree links nodes by address, which a vector that grows
-//! does not keep stable.
+//! failure is a *large* request finding no region: TLSF's rounding and newest-first order split
+//! large regions that a best fit would have kept. The many small blocks decide the speed, and
+//! barely the fill. So large blocks get the exact choice, and small ones keep TLSF's O(1)
+//! paths: the fill is an exact best fit's within noise (seed by seed over 3000 seeds), at
+//! offset-allocator's time per free + alloc pair. The measurements, the alternatives tried and
+//! why none was kept are in `benches/README.md` (`cargo bench --bench heap`).
 //!
 //! # Complexity
 //!
@@ -161,8 +114,9 @@ mod op_hash;
 mod size_class;
 mod tlsf;
 
+pub(crate) use block::Bytes;
+pub use block::binary_units;
 pub use block::{Block, HeapRegion, HeapReport};
-pub(crate) use block::{Bytes, binary_units};
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -304,21 +258,37 @@ impl Heap {
     /// ```
     #[inline]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<Block> {
+        match self.try_alloc(size, align)? {
+            Some(block) => Ok(block),
+            None => Err(self.out_of_memory(size, align)),
+        }
+    }
+
+    /// [`alloc`](Self::alloc), with `Ok(None)` where `alloc` reports
+    /// [`Error::OutOfMemory`]: for a caller that tries several heaps and reports its own
+    /// error, this builds no report. The op hash records the same as for `alloc`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] as for [`alloc`](Self::alloc).
+    #[inline]
+    pub fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<Block>> {
         let Some(request) = self.request(size, align) else {
             return Err(self.refuse_alloc(size, align));
         };
         let Some(found) = self.find(request) else {
-            return Err(self.out_of_memory(size, align, request));
+            self.hash.record(Op::AllocOutOfMemory, size, align, 0);
+            return Ok(None);
         };
         let (node, offset) = self.carve(found, request.units);
         let offset = offset << self.shift;
         self.hash.record(Op::Alloc, size, align, offset);
-        Ok(Block {
+        Ok(Some(Block {
             offset,
             size: request.units << self.shift,
             node,
             heap: self.id,
-        })
+        }))
     }
 
     /// Returns `block` to the heap, merging it with free neighbours. O(1).
@@ -455,14 +425,14 @@ impl Heap {
         })
     }
 
-    /// Records an `alloc` that found no room and reports what there was.
+    /// Reports what there was for an `alloc` of a valid request that found no room.
     #[cold]
     #[inline(never)]
-    fn out_of_memory(&mut self, size: u64, align: u64, request: Request) -> Error {
-        self.hash.record(Op::AllocOutOfMemory, size, align, 0);
+    fn out_of_memory(&self, size: u64, align: u64) -> Error {
+        let align_units = self.request(size, align).map_or(0, |r| r.align_units);
         Error::OutOfMemory(OutOfMemory {
             requested: size,
-            align: request.align_units << self.shift,
+            align: align_units << self.shift,
             capacity: self.capacity,
             free: self.free_units << self.shift,
             largest_free: self.largest_free(),

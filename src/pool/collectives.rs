@@ -8,7 +8,6 @@
 use super::{PoolShared, PoolState, SymAlloc, SymPool};
 use crate::heap::fold_words;
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
-use crate::sys::HcclDataType;
 use crate::{Error, Result, SymVec};
 
 /// The collectives of the pool, as they enter its trace events and (all but `Send` and
@@ -38,7 +37,8 @@ pub(super) struct Call<'a> {
     /// The element count every rank passes alike; `None` where ranks' counts differ by design
     /// (AlltoAllV), so it is neither hashed nor a reason to skip the call.
     pub(super) count: Option<u64>,
-    pub(super) dtype: HcclDataType,
+    /// The element type, as its `HcclDataType` code.
+    pub(super) dtype: i32,
     pub(super) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
     pub(super) args: &'a [u64],
@@ -51,7 +51,7 @@ impl Call<'_> {
     fn hash(&self) -> u64 {
         let op = self.op.map_or(0, |op| op.to_raw().0 as u64 + 1);
         let count = self.count.unwrap_or(u64::MAX);
-        let head = [self.kind as u64, count, self.dtype.0 as u64, op];
+        let head = [self.kind as u64, count, self.dtype as u64, op];
         let args = [self.args.len() as u64]
             .into_iter()
             .chain(self.args.iter().copied());
@@ -78,7 +78,7 @@ impl SymPool {
         let call = Call {
             kind: Kind::AllReduce,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
@@ -104,7 +104,7 @@ impl SymPool {
         let call = Call {
             kind: Kind::AllReduce,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
             buffers: &[data.alloc()],
@@ -132,7 +132,7 @@ impl SymPool {
         let call = Call {
             kind: Kind::AllGather,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
@@ -165,7 +165,7 @@ impl SymPool {
         let call = Call {
             kind: Kind::ReduceScatter,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
@@ -196,7 +196,7 @@ impl SymPool {
         let call = Call {
             kind: Kind::AllToAll,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
@@ -234,7 +234,7 @@ impl SymPool {
         let call = Call {
             kind: Kind::Broadcast,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: None,
             args: &[u64::from(root)],
             buffers: &[data.alloc()],
@@ -279,12 +279,12 @@ impl SymPool {
         self.check_owned("reduce", &[input.alloc(), output.alloc()])?;
         check_len("reduce", "output", output.len(), input.len())?;
         self.check_rank("reduce", "root", root)?;
-        self.require("HcclReduce", |h| h.HcclReduce.is_some())?;
+        self.shared.comm().runtime().require("HcclReduce")?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Kind::Reduce,
             count: Some(count),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[u64::from(root)],
             buffers: &[input.alloc(), output.alloc()],
@@ -308,20 +308,6 @@ impl SymPool {
                 "{what}: {name} {rank} is not a rank (there are {})",
                 self.ranks()
             )))
-        }
-    }
-
-    /// [`Error::Unsupported`] naming `call` when the library lacks it: checked before the
-    /// call is recorded, so an unsupported collective leaves the op hash alone.
-    pub(super) fn require(
-        &self,
-        call: &'static str,
-        present: impl FnOnce(&crate::sys::HcclApi) -> bool,
-    ) -> Result<()> {
-        if present(self.shared.comm().runtime().hccl()) {
-            Ok(())
-        } else {
-            Err(Error::Unsupported { call })
         }
     }
 

@@ -661,15 +661,11 @@ impl PoolState {
     /// First fit over segments in key order; `None` when no segment has room.
     fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<PoolBlock>> {
         for (key, segment) in self.segments.iter_mut() {
-            match segment.heap.alloc(size, align) {
-                Ok(block) => {
-                    return Ok(Some(PoolBlock {
-                        segment: key,
-                        block,
-                    }));
-                }
-                Err(Error::OutOfMemory(_)) => continue,
-                Err(other) => return Err(other),
+            if let Some(block) = segment.heap.try_alloc(size, align)? {
+                return Ok(Some(PoolBlock {
+                    segment: key,
+                    block,
+                }));
             }
         }
         Ok(None)

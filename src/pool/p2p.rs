@@ -57,7 +57,7 @@ impl SymPool {
     /// error.
     pub fn send<T: Element>(&self, data: &SymVec<T>, peer: u32) -> Result<()> {
         self.check_peer("send", data.alloc(), peer)?;
-        self.require("HcclSend", |h| h.HcclSend.is_some())?;
+        self.shared.comm().runtime().require("HcclSend")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared
             .enqueue_pair(Kind::Send, count, data.alloc(), |comm, stream| {
@@ -77,7 +77,7 @@ impl SymPool {
     /// error.
     pub fn recv<T: Element>(&self, data: &mut SymVec<T>, peer: u32) -> Result<()> {
         self.check_peer("recv", data.alloc(), peer)?;
-        self.require("HcclRecv", |h| h.HcclRecv.is_some())?;
+        self.shared.comm().runtime().require("HcclRecv")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared
             .enqueue_pair(Kind::Recv, count, data.alloc(), |comm, stream| {

@@ -200,12 +200,12 @@ impl SymPool {
                 send_counts[me], recv_counts[me]
             )));
         }
-        self.require("HcclAlltoAllV", |h| h.HcclAlltoAllV.is_some())?;
+        self.shared.comm().runtime().require("HcclAlltoAllV")?;
         let (sendp, recvp) = (input.device_ptr(), output.device_ptr());
         let call = Call {
             kind: Kind::AllToAllV,
             count: None,
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
@@ -274,13 +274,13 @@ impl SymPool {
             me,
             recv_counts[me],
         )?;
-        self.require("HcclAllGatherV", |h| h.HcclAllGatherV.is_some())?;
+        self.shared.comm().runtime().require("HcclAllGatherV")?;
         let args: Vec<u64> = rc.iter().chain(&rd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), rc[me]);
         let call = Call {
             kind: Kind::AllGatherV,
             count: Some(rc.iter().sum()),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: None,
             args: &args,
             buffers: &[input.alloc(), output.alloc()],
@@ -351,13 +351,13 @@ impl SymPool {
             me,
             send_counts[me],
         )?;
-        self.require("HcclReduceScatterV", |h| h.HcclReduceScatterV.is_some())?;
+        self.shared.comm().runtime().require("HcclReduceScatterV")?;
         let args: Vec<u64> = sc.iter().chain(&sd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), sc[me]);
         let call = Call {
             kind: Kind::ReduceScatterV,
             count: Some(sc.iter().sum()),
-            dtype: T::DATA_TYPE,
+            dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &args,
             buffers: &[input.alloc(), output.alloc()],

@@ -176,6 +176,34 @@ impl Runtime {
         )
     }
 
+    /// Whether the libraries provide the C function `name` (`"HcclReduce"`,
+    /// `"aclrtMalloc"`, ...): the functions symheap requires always, an optional one where
+    /// the loaded CANN exports it (an older CANN lacks the symmetric-window calls, for
+    /// example), a name symheap does not know never. A call of a missing function fails with
+    /// [`Error::Unsupported`] naming it.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[cfg(feature = "emulator")] {
+    /// let rt = symheap::Runtime::emulated()?;
+    /// assert!(rt.supports("HcclCommSymWinRegister"));
+    /// assert!(!rt.supports("HcclNoSuchCall"));
+    /// # }
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    pub fn supports(&self, name: &str) -> bool {
+        self.hccl().has(name) || self.acl().has(name)
+    }
+
+    /// [`Error::Unsupported`] naming `call` unless the libraries provide it.
+    pub(crate) fn require(&self, call: &'static str) -> Result<()> {
+        if self.supports(call) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported { call })
+        }
+    }
+
     pub(crate) fn hccl(&self) -> &HcclApi {
         &self.inner.hccl
     }

@@ -1,0 +1,180 @@
+//! The emulator (`symheap-emu`) on this side: [`Runtime::emulated`], and running a closure on
+//! every rank of an emulated communicator ([`launch`]). Only with the default `emulator`
+//! feature.
+//!
+//! The emulator's test hooks ([`testing`]) and tables ([`hccl_api`], [`acl_api`]) are
+//! re-exported here, so that tests reach the very emulator this crate runs on.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use symheap_emu::{GRANULARITY, acl_api, hccl_api, testing};
+
+use crate::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Runtime};
+use crate::sys::HcclResult;
+use crate::{Error, Result};
+
+impl Runtime {
+    /// The emulator (`symheap-emu`, through [`crate::emu`]): HCCL and ACL over host memory,
+    /// ranks as threads or processes, device memory host-addressable. A thin convenience over
+    /// [`Runtime::from_tables`] with [`hccl_api`] and [`acl_api`]; only with the default
+    /// `emulator` feature.
+    ///
+    /// # Errors
+    /// Only if `aclInit` fails (which it does not, unless a failure is injected).
+    pub fn emulated() -> Result<Runtime> {
+        let origin = Origin {
+            backend: Backend::InProcess {
+                name: "symheap emulator",
+            },
+            host_addressable: true,
+            keep_alive: Box::new(()),
+        };
+        // SAFETY: the emulator's functions implement the C prototypes of `sys` for any thread,
+        // are part of this program (never unloaded), and its device memory is host memory of
+        // this process.
+        unsafe { Runtime::from_tables(hccl_api(), acl_api(), origin) }
+    }
+}
+
+/// What `launch` says of a result that keeps the rank's communicator alive.
+const HOLDS_COMM: &str = "the closure's result holds its communicator (a pool, pooled memory, \
+    a window or the Comm itself), which must be dropped on every rank together; it was dropped \
+    there. Return host data instead (for example `to_host()`)";
+
+/// Runs `f` on `ranks` threads, each bound to its own emulated device (device `r` for rank
+/// `r`) with an initialised communicator, and returns the results in rank order.
+///
+/// Return plain data from `f`, not values that own pool memory or windows: dropping those
+/// is a collective step (deregistration) that every rank must take, which only the rank
+/// threads can do together. A result that still holds its communicator is dropped on its
+/// rank's thread and reported as an error.
+///
+/// # Errors
+/// The failing rank's error, as [`Error::Rank`] or [`Error::Panicked`] with its rank: a
+/// rank that fails often makes its peers fail later (time out, or find it gone), so a panic
+/// is reported first, then an error that is not such a consequence, each the earliest of its
+/// kind. Failures of `HcclGetRootInfo`, `aclrtSetDevice` and communicator initialisation are
+/// reported the same way, and so is a result that holds its communicator
+/// ([`Error::InvalidArgument`]).
+///
+/// # Examples
+/// ```
+/// let ranks = symheap::emu::launch(4, |comm| Ok(comm.rank()))?;
+/// assert_eq!(ranks, [0, 1, 2, 3]);
+/// # Ok::<(), symheap::Error>(())
+/// ```
+pub fn launch<T, F>(ranks: u32, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
+    launch_with(&Runtime::emulated()?, ranks, &CommConfig::default(), f)
+}
+
+/// [`launch`] on a given runtime (the emulator, or the emulator's cdylib loaded with
+/// [`Runtime::load_from`]) with a given communicator configuration.
+///
+/// # Errors
+/// As for [`launch`]; [`Error::InvalidArgument`] for zero ranks; the runtime's error if
+/// `HcclGetRootInfo` fails.
+pub fn launch_with<T, F>(rt: &Runtime, ranks: u32, config: &CommConfig, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
+    if ranks == 0 {
+        return Err(Error::invalid("launch needs at least one rank"));
+    }
+    let root = RootInfo::new(rt)?;
+    // Each outcome is stamped with a global order so the earliest failure is reported.
+    let clock = AtomicU64::new(0);
+    let outcomes: Vec<(Result<T>, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..ranks)
+            .map(|rank| {
+                let (root, f, clock) = (&root, &f, &clock);
+                scope.spawn(move || {
+                    let run = || {
+                        rt.set_device(rank)?;
+                        let comm = Comm::init(rt, ranks, root, rank, config)?;
+                        let value = f(&comm)?;
+                        if comm.handles() > 1 {
+                            // Dropped here, by every rank at once, as its collective
+                            // deregistrations need: after `launch` they would wait in vain.
+                            drop(value);
+                            return Err(Error::invalid(HOLDS_COMM));
+                        }
+                        Ok(value)
+                    };
+                    let result = match catch_unwind(AssertUnwindSafe(run)) {
+                        Ok(result) => result.map_err(|source| Error::Rank {
+                            rank,
+                            source: Box::new(source),
+                        }),
+                        Err(payload) => Err(Error::Panicked {
+                            rank,
+                            message: panic_message(payload.as_ref()),
+                        }),
+                    };
+                    (result, clock.fetch_add(1, Ordering::SeqCst))
+                })
+            })
+            .collect();
+        // The closure's panics are caught above, so a join error cannot happen.
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked outside its closure"))
+            .collect()
+    });
+    // The cause, not a consequence: a panic first, then an error other than waiting in vain
+    // for a peer, then the earliest. (A rank's failure is stamped when its thread ends, after
+    // its unwinding, which may itself wait for peers: time alone can blame the wrong rank.)
+    let first_failure = outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, (result, stamp))| Some((rank, result.as_ref().err()?, *stamp)))
+        .min_by_key(|&(_, err, stamp)| (blame_order(err), stamp))
+        .map(|(rank, _, _)| rank);
+    let mut results = Vec::with_capacity(outcomes.len());
+    for (rank, (result, _)) in outcomes.into_iter().enumerate() {
+        match result {
+            Ok(value) => results.push(value),
+            Err(e) if Some(rank) == first_failure => return Err(e),
+            Err(_) => {}
+        }
+    }
+    Ok(results)
+}
+
+/// How directly a rank's failure points at the cause: 0 for a panic, 1 for an error of its
+/// own, 2 for a failure that other ranks' failures explain (a peer that never came, was lost,
+/// or a pool poisoned by such a collective).
+fn blame_order(err: &Error) -> u8 {
+    let source = match err {
+        Error::Panicked { .. } => return 0,
+        Error::Rank { source, .. } => source.as_ref(),
+        other => other,
+    };
+    let waited_in_vain = matches!(
+        source,
+        Error::Hccl {
+            code: HcclResult::HCCL_E_TIMEOUT | HcclResult::HCCL_E_TCP_TRANSFER,
+            ..
+        } | Error::Collective {
+            code: HcclResult::HCCL_E_TIMEOUT | HcclResult::HCCL_E_TCP_TRANSFER,
+            ..
+        } | Error::Poisoned(_)
+    );
+    if waited_in_vain { 2 } else { 1 }
+}
+
+/// A panic's message, where its payload is a string.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,318 @@
+//! The bodies of the ACL runtime's C functions (`libascendcl.so`). The exported functions that
+//! run them are generated from the list in `sys` (see [`crate::abi::exports`] and [`crate::abi::args`]).
+//!
+//! NULL pointer arguments (out-pointers, addresses, handles other than streams) are
+//! `ACL_ERROR_INVALID_PARAM` (100000), as CANN's `ACL_REQUIRES_NOT_NULL` checks make them;
+//! other bad values keep the runtime's codes (`ACL_ERROR_RT_PARAM_INVALID`, 107000, and
+//! others). Every body has the C function's contract as its `# Safety`: host pointers are null
+//! or valid for what the C function reads or writes through them; device ranges and handles
+//! are validated, never trusted.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_void};
+
+use crate::sys::{aclrtDrvMemHandle, aclrtEvent, aclrtMemGranularityOptions, aclrtStream};
+
+use crate::GRANULARITY;
+use crate::abi::args;
+use crate::base::errors::{self, AclResult, param, take_recent};
+use crate::{acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::stream};
+
+/// Writes `value` through the C out-pointer `out`, which must not be null.
+///
+/// # Safety
+/// `out` is null or valid for writing one `T` (the C caller's contract).
+unsafe fn put<T>(out: *mut T, value: T, what: &str) -> AclResult {
+    non_null(out, what)?;
+    // SAFETY: non-null, and valid for writes by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+/// Fails with `ACL_ERROR_INVALID_PARAM` on a NULL pointer argument.
+fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
+    errors::acl_non_null(ptr as usize, what)
+}
+
+/// `aclInit`: `ACL_ERROR_REPEAT_INITIALIZE` when already initialised, as CANN. The emulator
+/// needs no initialisation: no other call depends on it.
+pub(super) unsafe fn aclInit(_: args::aclInit) -> AclResult {
+    init::PROCESS.init()
+}
+
+/// `aclFinalize`: `ACL_ERROR_REPEAT_FINALIZE` when already finalised; live objects stay
+/// usable.
+pub(super) unsafe fn aclFinalize(_: args::aclFinalize) -> AclResult {
+    init::PROCESS.finalize()
+}
+
+/// `aclrtSetDevice`: binds the calling thread to device `device_id` (`0..count`, see
+/// `aclrtGetDeviceCount`).
+pub(super) unsafe fn aclrtSetDevice(a: args::aclrtSetDevice) -> AclResult {
+    device::set(a.deviceId)
+}
+
+/// `aclrtGetDevice`: the calling thread's device; `ACL_ERROR_RT_CONTEXT_NULL` (107002) when
+/// none is set.
+pub(super) unsafe fn aclrtGetDevice(a: args::aclrtGetDevice) -> AclResult {
+    non_null(a.deviceId, "deviceId")?;
+    let id = device::current()?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.deviceId, id as i32, "deviceId") }
+}
+
+/// `aclrtResetDevice`: unbinds the calling thread if it is bound to `device_id`.
+pub(super) unsafe fn aclrtResetDevice(a: args::aclrtResetDevice) -> AclResult {
+    device::reset(a.deviceId)
+}
+
+/// `aclrtCreateStream`: a stream with its own thread; needs a current device.
+pub(super) unsafe fn aclrtCreateStream(a: args::aclrtCreateStream) -> AclResult {
+    non_null(a.stream, "stream")?;
+    let handle = stream::create()?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.stream, handle as aclrtStream, "stream") }
+}
+
+/// `aclrtDestroyStream`: runs the queued work, then stops the stream's thread.
+pub(super) unsafe fn aclrtDestroyStream(a: args::aclrtDestroyStream) -> AclResult {
+    stream::destroy(a.stream as usize)
+}
+
+/// `aclrtSynchronizeStream`: waits for the queued work; returns and clears a task failure
+/// (`ACL_ERROR_RT_INTERNAL_ERROR` for a failed collective, detail in `aclGetRecentErrMsg`).
+pub(super) unsafe fn aclrtSynchronizeStream(a: args::aclrtSynchronizeStream) -> AclResult {
+    stream::synchronize(a.stream as usize)
+}
+
+/// `aclrtMemcpy`: a synchronous copy on the calling thread.
+pub(super) unsafe fn aclrtMemcpy(a: args::aclrtMemcpy) -> AclResult {
+    copy::memcpy(a.dst as usize, a.destMax, a.src as usize, a.count, a.kind)
+}
+
+/// `aclrtMemcpyAsync`: a copy queued on `stream`.
+pub(super) unsafe fn aclrtMemcpyAsync(a: args::aclrtMemcpyAsync) -> AclResult {
+    copy::memcpy_async(
+        a.dst as usize,
+        a.destMax,
+        a.src as usize,
+        a.count,
+        a.kind,
+        a.stream as usize,
+    )
+}
+
+/// `aclrtMemset`: fills device memory with the byte `value`, on the calling thread.
+pub(super) unsafe fn aclrtMemset(a: args::aclrtMemset) -> AclResult {
+    copy::memset(a.devPtr as usize, a.maxCount, a.value, a.count)
+}
+
+/// `aclrtMemsetAsync`: a fill queued on `stream`.
+pub(super) unsafe fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
+    copy::memset_async(
+        a.devPtr as usize,
+        a.maxCount,
+        a.value,
+        a.count,
+        a.stream as usize,
+    )
+}
+
+/// `aclrtGetMemInfo`: free and total physical memory of the current device (any attribute).
+pub(super) unsafe fn aclrtGetMemInfo(a: args::aclrtGetMemInfo) -> AclResult {
+    non_null(a.free, "free")?;
+    non_null(a.total, "total")?;
+    let (f, t) = memory::mem_info(device::current()?);
+    let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    // SAFETY: the caller's contract; both checked non-null above.
+    unsafe {
+        put(a.free, clamp(f), "free")?;
+        put(a.total, clamp(t), "total")
+    }
+}
+
+/// `aclrtReserveMemAddress`: reserves device address space (host `mmap` PROT_NONE). `size`
+/// must be a non-zero multiple of 2 MiB, `alignment` 0 or a power of two, `expectPtr` NULL,
+/// `flags` 0 or 1.
+pub(super) unsafe fn aclrtReserveMemAddress(a: args::aclrtReserveMemAddress) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    let addr = memory::reserve(a.size, a.alignment, a.expectPtr as usize, a.flags)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.virPtr, addr as *mut c_void, "virPtr") }
+}
+
+/// `aclrtReleaseMemAddress`: releases a reservation that has no mappings left.
+pub(super) unsafe fn aclrtReleaseMemAddress(a: args::aclrtReleaseMemAddress) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    memory::release(a.virPtr as usize)
+}
+
+/// `aclrtMallocPhysical`: a memfd of `size` bytes on the device named by `prop`.
+pub(super) unsafe fn aclrtMallocPhysical(a: args::aclrtMallocPhysical) -> AclResult {
+    non_null(a.handle, "handle")?;
+    non_null(a.prop, "prop")?;
+    // SAFETY: non-null, and points to a property struct by the caller's contract.
+    let prop = unsafe { a.prop.read_unaligned() };
+    let h = memory::malloc_physical(a.size, &prop, a.flags)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.handle, h as aclrtDrvMemHandle, "handle") }
+}
+
+/// `aclrtFreePhysical`: fails while the allocation is mapped or registered in a window.
+pub(super) unsafe fn aclrtFreePhysical(a: args::aclrtFreePhysical) -> AclResult {
+    non_null(a.handle, "handle")?;
+    memory::free_physical(a.handle as usize)
+}
+
+/// `aclrtMapMem`: maps `[offset, offset + size)` of `handle` at `vir_ptr`, inside a
+/// reservation and over nothing already mapped.
+pub(super) unsafe fn aclrtMapMem(a: args::aclrtMapMem) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    non_null(a.handle, "handle")?;
+    memory::map(
+        a.virPtr as usize,
+        a.size,
+        a.offset,
+        a.handle as usize,
+        a.flags,
+    )
+}
+
+/// `aclrtUnmapMem`: `vir_ptr` must be the start of a mapping no queued work still uses.
+pub(super) unsafe fn aclrtUnmapMem(a: args::aclrtUnmapMem) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    memory::unmap(a.virPtr as usize)
+}
+
+/// `aclrtMemGetAllocationGranularity`: 2 MiB for both options.
+pub(super) unsafe fn aclrtMemGetAllocationGranularity(
+    a: args::aclrtMemGetAllocationGranularity,
+) -> AclResult {
+    non_null(a.prop, "prop")?;
+    if !matches!(
+        a.option,
+        aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM
+            | aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED
+    ) {
+        return param(format!("unknown granularity option {}", a.option.0));
+    }
+    // SAFETY: the caller's contract; checked inside `put`.
+    unsafe { put(a.granularity, GRANULARITY, "granularity") }
+}
+
+/// `aclGetRecentErrMsg`: the calling thread's most recent error message (from any emulated
+/// ACL or HCCL call, or copied from a failed stream task by `aclrtSynchronizeStream`), or
+/// NULL when there is none. Reading clears it; the string stays valid until the next call on
+/// the same thread.
+pub(super) unsafe fn aclGetRecentErrMsg(_: args::aclGetRecentErrMsg) -> *const c_char {
+    take_recent()
+}
+
+/// `aclrtGetDeviceCount`: the emulator's device count (16, or `SYMHEAP_EMU_DEVICE_COUNT`).
+pub(super) unsafe fn aclrtGetDeviceCount(a: args::aclrtGetDeviceCount) -> AclResult {
+    // SAFETY: the caller's contract; checked inside `put`.
+    unsafe { put(a.count, device::count(), "count") }
+}
+
+/// `aclrtGetSocName`: an Atlas A3 name, `"Ascend910_9391"` (a static string), whatever the
+/// device.
+pub(super) unsafe fn aclrtGetSocName(_: args::aclrtGetSocName) -> *const c_char {
+    c"Ascend910_9391".as_ptr()
+}
+
+/// `aclrtSetDeviceSatMode`: the current device's overflow mode (only recorded: the emulator's
+/// reductions give IEEE results in both modes); `SATURATION` (0) or `INFNAN` (1), anything
+/// else `ACL_ERROR_RT_PARAM_INVALID`.
+pub(super) unsafe fn aclrtSetDeviceSatMode(a: args::aclrtSetDeviceSatMode) -> AclResult {
+    device::set_sat_mode(a.mode)
+}
+
+/// `aclrtGetDeviceSatMode`: the current device's overflow mode (`INFNAN` by default).
+pub(super) unsafe fn aclrtGetDeviceSatMode(a: args::aclrtGetDeviceSatMode) -> AclResult {
+    non_null(a.mode, "mode")?;
+    let mode = device::sat_mode(device::current()?);
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.mode, mode, "mode") }
+}
+
+/// `aclrtSetStreamFailureMode`: `ACL_CONTINUE_ON_FAILURE` (0) or `ACL_STOP_ON_FAILURE` (1,
+/// for the stream's whole device context; a NULL stream names the current device's).
+pub(super) unsafe fn aclrtSetStreamFailureMode(a: args::aclrtSetStreamFailureMode) -> AclResult {
+    stream::set_failure_mode(a.stream as usize, a.mode)
+}
+
+/// `aclrtMalloc`: `size` bytes of device memory on the current device, outside every
+/// reservation. Every policy value is accepted (CANN treats unknown ones as the default).
+pub(super) unsafe fn aclrtMalloc(a: args::aclrtMalloc) -> AclResult {
+    non_null(a.devPtr, "devPtr")?;
+    let addr = memory::malloc(device::current()?, a.size)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.devPtr, addr as *mut c_void, "devPtr") }
+}
+
+/// `aclrtFree`: frees an `aclrtMalloc` allocation without waiting for queued work.
+pub(super) unsafe fn aclrtFree(a: args::aclrtFree) -> AclResult {
+    non_null(a.devPtr, "devPtr")?;
+    memory::free(a.devPtr as usize)
+}
+
+/// `aclrtMallocHost`: `size` bytes of 64-byte aligned host memory.
+pub(super) unsafe fn aclrtMallocHost(a: args::aclrtMallocHost) -> AclResult {
+    non_null(a.hostPtr, "hostPtr")?;
+    let addr = host::malloc(a.size)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.hostPtr, addr as *mut c_void, "hostPtr") }
+}
+
+/// `aclrtFreeHost`: frees an `aclrtMallocHost` allocation.
+pub(super) unsafe fn aclrtFreeHost(a: args::aclrtFreeHost) -> AclResult {
+    non_null(a.hostPtr, "hostPtr")?;
+    host::free(a.hostPtr as usize)
+}
+
+/// `aclrtCreateEvent`: an event on the current device.
+pub(super) unsafe fn aclrtCreateEvent(a: args::aclrtCreateEvent) -> AclResult {
+    non_null(a.event, "event")?;
+    let handle = event::create()?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.event, handle as aclrtEvent, "event") }
+}
+
+/// `aclrtRecordEvent`: a record queued on `stream`.
+pub(super) unsafe fn aclrtRecordEvent(a: args::aclrtRecordEvent) -> AclResult {
+    event::record(a.event as usize, a.stream as usize)
+}
+
+/// `aclrtSynchronizeEvent`: waits for the event's latest record.
+pub(super) unsafe fn aclrtSynchronizeEvent(a: args::aclrtSynchronizeEvent) -> AclResult {
+    event::synchronize(a.event as usize)
+}
+
+/// `aclrtStreamWaitEvent`: `stream` waits for the event's latest record (bounded).
+pub(super) unsafe fn aclrtStreamWaitEvent(a: args::aclrtStreamWaitEvent) -> AclResult {
+    event::stream_wait(a.stream as usize, a.event as usize)
+}
+
+/// `aclrtQueryEventStatus`: whether the event's latest record ran.
+pub(super) unsafe fn aclrtQueryEventStatus(a: args::aclrtQueryEventStatus) -> AclResult {
+    non_null(a.event, "event")?;
+    non_null(a.status, "status")?;
+    let status = event::query(a.event as usize)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.status, status, "status") }
+}
+
+/// `aclrtEventElapsedTime`: milliseconds between two events' records.
+pub(super) unsafe fn aclrtEventElapsedTime(a: args::aclrtEventElapsedTime) -> AclResult {
+    non_null(a.ms, "ms")?;
+    non_null(a.startEvent, "startEvent")?;
+    non_null(a.endEvent, "endEvent")?;
+    let ms = event::elapsed_ms(a.startEvent as usize, a.endEvent as usize)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.ms, ms, "ms") }
+}
+
+/// `aclrtDestroyEvent`: forgets the event at once, also while its record is pending.
+pub(super) unsafe fn aclrtDestroyEvent(a: args::aclrtDestroyEvent) -> AclResult {
+    event::destroy(a.event as usize)
+}

@@ -1,0 +1,452 @@
+//! The bodies of HCCL's C functions (`libhccl.so` / `libhcomm.so`). The exported functions
+//! that run them are generated from the list in `sys` (see [`crate::abi::exports`] and [`crate::abi::args`]).
+//!
+//! Null pointer arguments are `HCCL_E_PTR`; an unknown communicator or window handle is
+//! `HCCL_E_PARA`. Every body has the C function's contract as its `# Safety`: pointer
+//! arguments are null or valid for what the C function reads or writes through them; device
+//! ranges and handles are validated, never trusted.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_void};
+
+use crate::sys::{
+    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp,
+    HcclRootInfo, HcclSendRecvType, aclrtStream,
+};
+
+use crate::abi::args;
+use crate::abi::entry::{CollectiveCall, Sequence, collective};
+use crate::base::errors::{HcclRes, hccl_error_string};
+use crate::base::registry::lock;
+use crate::hccl::collective;
+use crate::hccl::comm;
+use crate::hccl::job::Kind::{
+    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
+    ReduceScatter, ReduceScatterV, Scatter,
+};
+use crate::hccl::job::{Request, Signature};
+#[cfg(doc)]
+use crate::hccl::memory_range;
+use crate::hccl::v_layout::{self, Blocks};
+use crate::{hccl::p2p, hccl::registration};
+
+/// Fails with `HCCL_E_PTR` on a NULL pointer argument.
+fn non_null<T>(ptr: *const T, what: &str) -> HcclRes {
+    crate::base::errors::hccl_non_null(ptr as usize, what)
+}
+
+/// Writes `value` through the C out-pointer `out`.
+///
+/// # Safety
+/// `out` is null or valid for writing one `T` (the C caller's contract).
+unsafe fn put<T>(out: *mut T, value: T, what: &str) -> HcclRes {
+    non_null(out, what)?;
+    // SAFETY: non-null, and valid for writes by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+/// The body of a collective on a stream: `request` is checked and queued once the call's
+/// sequence number is taken.
+fn queue(comm: HcclComm, stream: aclrtStream, request: Request) -> CollectiveCall {
+    let comm = comm::lookup(comm as usize);
+    collective(comm, Sequence::Stream, move |c, seq| {
+        collective::enqueue(c, seq, stream as usize, &request)
+    })
+}
+
+/// A request with the fields most collectives share (no reduction, root 0, receive count and
+/// type equal to the send ones).
+fn request(
+    kind: Kind,
+    send: *const c_void,
+    recv: *const c_void,
+    count: u64,
+    dtype: HcclDataType,
+) -> Request {
+    let op = HcclReduceOp::HCCL_REDUCE_SUM;
+    Request {
+        sig: Signature {
+            kind,
+            count,
+            dtype,
+            op,
+            root: 0,
+        },
+        send: send as usize,
+        recv: recv as usize,
+        recv_count: count,
+        recv_dtype: dtype,
+        vectors: None,
+    }
+}
+
+/// The body of a V collective: `make` builds the request once the communicator is known
+/// (reading the caller's arrays, `rankSize` long), then it is checked and queued as in
+/// [`queue`].
+fn queue_vector(
+    comm: HcclComm,
+    stream: aclrtStream,
+    make: impl FnOnce(u32) -> HcclRes<Request> + 'static,
+) -> CollectiveCall {
+    let comm = comm::lookup(comm as usize);
+    collective(comm, Sequence::Stream, move |c, seq| {
+        let request = make(c.n)?;
+        collective::enqueue(c, seq, stream as usize, &request)
+    })
+}
+
+/// `HcclGetRootInfo`: a fresh rendezvous identity for `HcclCommInitRootInfo*`.
+pub(super) unsafe fn HcclGetRootInfo(a: args::HcclGetRootInfo) -> HcclRes {
+    non_null(a.rootInfo, "rootInfo")?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.rootInfo, comm::get_root_info()?, "rootInfo") }
+}
+
+/// The shared body of both init calls.
+///
+/// # Safety
+/// Non-null pointers are valid as in `HcclCommInitRootInfoConfig`.
+unsafe fn init(
+    n_ranks: u32,
+    root_info: *const HcclRootInfo,
+    rank: u32,
+    config: Option<*const HcclCommConfig>,
+    comm: *mut HcclComm,
+) -> HcclRes {
+    non_null(root_info, "rootInfo")?;
+    non_null(comm, "comm")?;
+    let config = match config {
+        Some(ptr) => {
+            non_null(ptr, "config")?;
+            // SAFETY: non-null; the caller promises a config struct of its stated size.
+            unsafe { comm::read_config(ptr) }?
+        }
+        None => HcclCommConfig::init(),
+    };
+    // SAFETY: non-null; the caller promises a root info blob.
+    let root = unsafe { root_info.read_unaligned() };
+    let handle = comm::init(n_ranks, &root, rank, &config)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(comm, handle as HcclComm, "comm") }
+}
+
+/// `HcclCommInitRootInfo`: `HcclCommInitRootInfoConfig` with the default config.
+pub(super) unsafe fn HcclCommInitRootInfo(a: args::HcclCommInitRootInfo) -> HcclRes {
+    // SAFETY: forwarded caller's contract.
+    unsafe { init(a.nRanks, a.rootInfo, a.rank, None, a.comm) }
+}
+
+/// `HcclCommInitRootInfoConfig`: joins as `rank` of `n_ranks` and blocks until every rank has
+/// joined (or the exec timeout passes: `HCCL_E_TIMEOUT`). The calling thread needs a device
+/// (`HCCL_E_RUNTIME` otherwise).
+pub(super) unsafe fn HcclCommInitRootInfoConfig(a: args::HcclCommInitRootInfoConfig) -> HcclRes {
+    // SAFETY: forwarded caller's contract.
+    unsafe { init(a.nRanks, a.rootInfo, a.rank, Some(a.config), a.comm) }
+}
+
+/// `HcclCommDestroy`: local; deregisters this rank's remaining windows without a rendezvous.
+pub(super) unsafe fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
+    comm::destroy(a.comm as usize)
+}
+
+/// `HcclGetRankSize`.
+pub(super) unsafe fn HcclGetRankSize(a: args::HcclGetRankSize) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    // SAFETY: the caller's contract; checked inside `put`.
+    unsafe { put(a.rankSize, c.n, "rankSize") }
+}
+
+/// `HcclGetRankId`.
+pub(super) unsafe fn HcclGetRankId(a: args::HcclGetRankId) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    // SAFETY: the caller's contract; checked inside `put`.
+    unsafe { put(a.rank, c.rank, "rank") }
+}
+
+/// `HcclGetErrorString`: a static string describing the code, as libhccl's.
+pub(super) unsafe fn HcclGetErrorString(a: args::HcclGetErrorString) -> *const c_char {
+    hccl_error_string(a.code).as_ptr()
+}
+
+/// `HcclGetCommAsyncError`: the first collective failure since the last call (read and
+/// clear), `HCCL_SUCCESS` when there was none.
+pub(super) unsafe fn HcclGetCommAsyncError(a: args::HcclGetCommAsyncError) -> HcclRes {
+    non_null(a.asyncError, "asyncError")?;
+    let c = comm::lookup(a.comm as usize)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.asyncError, c.take_async_error(), "asyncError") }
+}
+
+/// `HcclCommSymWinRegister`: collective; see the module docs of `emu` for the rules.
+pub(super) unsafe fn HcclCommSymWinRegister(a: args::HcclCommSymWinRegister) -> CollectiveCall {
+    collective(
+        comm::lookup(a.comm as usize),
+        Sequence::Host,
+        move |c, seq| {
+            non_null(a.addr, "addr")?;
+            non_null(a.winHandle, "winHandle")?;
+            let h = registration::register(c, seq, a.addr as usize, a.size, a.flag)?;
+            // SAFETY: the caller's contract; checked non-null above.
+            unsafe { put(a.winHandle, h as HcclCommSymWindow, "winHandle") }
+        },
+    )
+}
+
+/// `HcclCommSymWinDeregister`: collective; never frees the user's memory.
+pub(super) unsafe fn HcclCommSymWinDeregister(a: args::HcclCommSymWinDeregister) -> CollectiveCall {
+    let handle = a.winHandle as usize;
+    let owner = non_null(a.winHandle, "winHandle").and_then(|()| registration::owner(handle));
+    collective(owner, Sequence::Host, move |c, seq| {
+        registration::deregister(c, seq, handle)
+    })
+}
+
+/// `HcclCommSymWinGet`: the window holding `[ptr, ptr + size)` and the offset of `ptr`.
+pub(super) unsafe fn HcclCommSymWinGet(a: args::HcclCommSymWinGet) -> HcclRes {
+    non_null(a.comm, "comm")?;
+    non_null(a.ptr, "ptr")?;
+    non_null(a.winHandle, "winHandle")?;
+    non_null(a.offset, "offset")?;
+    let (h, off) = registration::get(a.comm as usize, a.ptr as usize, a.size)?;
+    // SAFETY: the caller's contract; both checked non-null above.
+    unsafe {
+        put(a.winHandle, h as HcclCommSymWindow, "winHandle")?;
+        put(a.offset, off, "offset")
+    }
+}
+
+/// `HcclBarrier`: a rendezvous of every rank's stream.
+pub(super) unsafe fn HcclBarrier(a: args::HcclBarrier) -> CollectiveCall {
+    let null = std::ptr::null();
+    let req = request(Barrier, null, null, 0, HcclDataType::HCCL_DATA_TYPE_INT8);
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclAllReduce`: `count` elements, reduced with `op` in rank order.
+pub(super) unsafe fn HcclAllReduce(a: args::HcclAllReduce) -> CollectiveCall {
+    let mut req = request(AllReduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
+    req.sig.op = a.op;
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclAllGather`: `sendCount` elements per rank.
+pub(super) unsafe fn HcclAllGather(a: args::HcclAllGather) -> CollectiveCall {
+    let req = request(AllGather, a.sendBuf, a.recvBuf, a.sendCount, a.dataType);
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclReduceScatter`: `recvCount` elements per rank.
+pub(super) unsafe fn HcclReduceScatter(a: args::HcclReduceScatter) -> CollectiveCall {
+    let mut req = request(ReduceScatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
+    req.sig.op = a.op;
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclAlltoAll`: `sendCount` elements to each peer. The emulator needs
+/// `sendCount == recvCount` and `sendType == recvType` (`HCCL_E_PARA` otherwise).
+pub(super) unsafe fn HcclAlltoAll(a: args::HcclAlltoAll) -> CollectiveCall {
+    let mut req = request(AlltoAll, a.sendBuf, a.recvBuf, a.sendCount, a.sendType);
+    (req.recv_count, req.recv_dtype) = (a.recvCount, a.recvType);
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclBroadcast`: `count` elements from `root` to every rank (always the staged path).
+pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
+    let mut req = request(Broadcast, a.buf, a.buf, a.count, a.dataType);
+    req.sig.root = a.root;
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclAllGatherV`: rank `i` contributes `recvCounts[i]` elements (its `sendCount`), which
+/// land `recvDispls[i]` elements into every rank's `recvBuf`; both arrays, `rankSize` `u64`s
+/// on the host, must be the same on every rank.
+pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
+        // here, inside the call.
+        let (counts, displs) = unsafe {
+            (
+                v_layout::read(a.recvCounts, n, "recvCounts")?,
+                v_layout::read(a.recvDispls, n, "recvDispls")?,
+            )
+        };
+        let mut req = request(AllGatherV, a.sendBuf, a.recvBuf, 0, a.dataType);
+        req.vectors = Some(Blocks::all_gather_v(a.sendCount, &counts, &displs));
+        Ok(req)
+    })
+}
+
+/// `HcclReduceScatterV`: rank `j` receives the reduction of every rank's `sendCounts[j]`
+/// elements at `sendDispls[j]`; `recvCount` must be `sendCounts[myRank]`, and both arrays the
+/// same on every rank.
+pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: as in `HcclAllGatherV`.
+        let (counts, displs) = unsafe {
+            (
+                v_layout::read(a.sendCounts, n, "sendCounts")?,
+                v_layout::read(a.sendDispls, n, "sendDispls")?,
+            )
+        };
+        let mut req = request(ReduceScatterV, a.sendBuf, a.recvBuf, 0, a.dataType);
+        req.sig.op = a.op;
+        req.vectors = Some(Blocks::reduce_scatter_v(&counts, &displs, a.recvCount));
+        Ok(req)
+    })
+}
+
+/// `HcclAlltoAllV`: each rank sends `sendCounts[j]` elements at `sdispls[j]` to rank `j` and
+/// receives `recvCounts[k]` elements at `rdispls[k]` from rank `k`; what `k` sends `j` must be
+/// what `j` expects from `k`. The emulator needs `sendType == recvType`.
+pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n| {
+        // SAFETY: as in `HcclAllGatherV`.
+        let arrays = unsafe {
+            [
+                v_layout::read(a.sendCounts, n, "sendCounts")?,
+                v_layout::read(a.sdispls, n, "sdispls")?,
+                v_layout::read(a.recvCounts, n, "recvCounts")?,
+                v_layout::read(a.rdispls, n, "rdispls")?,
+            ]
+        };
+        let [sc, sd, rc, rd] = &arrays;
+        let mut req = request(AlltoAllV, a.sendBuf, a.recvBuf, 0, a.sendType);
+        req.recv_dtype = a.recvType;
+        req.vectors = Some(Blocks::alltoall_v(sc, sd, rc, rd));
+        Ok(req)
+    })
+}
+
+/// `HcclReduce`: `count` elements reduced with `op` in rank order into `root`'s `recvBuf`
+/// (always the staged path); other ranks' `recvBuf` is not used and may be NULL.
+pub(super) unsafe fn HcclReduce(a: args::HcclReduce) -> CollectiveCall {
+    let mut req = request(Reduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
+    (req.sig.op, req.sig.root) = (a.op, a.root);
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclScatter`: block `j` of `root`'s `sendBuf` (`recvCount` elements each) to rank `j`
+/// (always the staged path); other ranks' `sendBuf` is not used and may be NULL.
+pub(super) unsafe fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
+    let mut req = request(Scatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
+    req.sig.root = a.root;
+    queue(a.comm, a.stream, req)
+}
+
+/// `HcclCommInitAll`: `ndev` communicators of one group in this process, rank i on device
+/// `devices[i]` (distinct valid ids), made from threads of their own; the calling thread's
+/// device binding is unchanged.
+pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
+    non_null(a.devices, "devices")?;
+    non_null(a.comms, "comms")?;
+    // SAFETY: non-null; the caller promises `ndev` device ids.
+    let devices = unsafe { std::slice::from_raw_parts(a.devices, a.ndev as usize) }.to_vec();
+    let handles = comm::init_all(&devices)?;
+    for (i, h) in handles.into_iter().enumerate() {
+        // SAFETY: non-null; the caller promises room for `ndev` handles.
+        unsafe { a.comms.add(i).write(h as HcclComm) };
+    }
+    Ok(())
+}
+
+/// `HcclGetCommName`: the config's `hcclCommName` if one was given, otherwise a name made
+/// from the root info (the same on every rank), NUL-terminated in at most
+/// `COMM_NAME_MAX_LENGTH` bytes.
+pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    non_null(a.commName, "commName")?;
+    let name = c.name.as_slice();
+    let len = name.len().min(COMM_NAME_MAX_LENGTH - 1);
+    // SAFETY: non-null; the caller promises `COMM_NAME_MAX_LENGTH` writable bytes, and
+    // `len + 1` is at most that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(name.as_ptr(), a.commName.cast::<u8>(), len);
+        a.commName.add(len).write(0);
+    }
+    Ok(())
+}
+
+/// `HcclSend`: sends `count` elements to `destRank`; the task completes once that rank's
+/// matching `HcclRecv` has received everything (see [`p2p`]).
+pub(super) unsafe fn HcclSend(a: args::HcclSend) -> HcclRes {
+    let item = p2p::Item {
+        kind: HcclSendRecvType::HCCL_SEND,
+        buf: a.sendBuf as usize,
+        count: a.count,
+        dtype: a.dataType,
+        peer: a.destRank,
+    };
+    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclSend")
+}
+
+/// `HcclRecv`: receives `count` elements from `srcRank`'s matching `HcclSend`.
+pub(super) unsafe fn HcclRecv(a: args::HcclRecv) -> HcclRes {
+    let item = p2p::Item {
+        kind: HcclSendRecvType::HCCL_RECV,
+        buf: a.recvBuf as usize,
+        count: a.count,
+        dtype: a.dataType,
+        peer: a.srcRank,
+    };
+    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclRecv")
+}
+
+/// `HcclBatchSendRecv`: every item progresses at once on the stream; items of one pair run
+/// in order. `itemNum` 0 does nothing.
+pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
+    non_null(a.sendRecvInfo, "sendRecvInfo")?;
+    // SAFETY: non-null; the caller promises `itemNum` items.
+    let raw = unsafe { std::slice::from_raw_parts(a.sendRecvInfo, a.itemNum as usize) };
+    let items: Vec<p2p::Item> = raw
+        .iter()
+        .map(|it| p2p::Item {
+            kind: it.sendRecvType,
+            buf: it.buf as usize,
+            count: it.count,
+            dtype: it.dataType,
+            peer: it.remoteRank,
+        })
+        .collect();
+    p2p::call(
+        a.comm as usize,
+        a.stream as usize,
+        &items,
+        "HcclBatchSendRecv",
+    )
+}
+
+/// `HcclCommSetMemoryRange`: records `[baseVirPtr, +size)`, a reserved range, on the
+/// communicator (see [`memory_range`]).
+pub(super) unsafe fn HcclCommSetMemoryRange(a: args::HcclCommSetMemoryRange) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    let mut ranges = lock(&c.ranges);
+    ranges.set(a.baseVirPtr as usize, a.size, a.alignment, a.flags)
+}
+
+/// `HcclCommUnsetMemoryRange`: forgets a range without activated blocks.
+pub(super) unsafe fn HcclCommUnsetMemoryRange(a: args::HcclCommUnsetMemoryRange) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    lock(&c.ranges).unset(a.baseVirPtr as usize)
+}
+
+/// `HcclCommActivateCommMemory`: records a mapped block inside a range.
+pub(super) unsafe fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    let mut ranges = lock(&c.ranges);
+    ranges.activate(
+        a.virPtr as usize,
+        a.size,
+        a.offset,
+        a.handle as usize,
+        a.flags,
+    )
+}
+
+/// `HcclCommDeactivateCommMemory`: forgets an activated block.
+pub(super) unsafe fn HcclCommDeactivateCommMemory(
+    a: args::HcclCommDeactivateCommMemory,
+) -> HcclRes {
+    let c = comm::lookup(a.comm as usize)?;
+    lock(&c.ranges).deactivate(a.virPtr as usize)
+}

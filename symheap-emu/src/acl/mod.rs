@@ -1,0 +1,10 @@
+//! The ACL runtime: devices, `aclInit` / `aclFinalize`, device (virtual and physical) memory,
+//! host memory, streams, events and copies.
+
+pub(crate) mod copy;
+pub(crate) mod device;
+pub(crate) mod event;
+pub(crate) mod host;
+pub(crate) mod init;
+pub(crate) mod memory;
+pub(crate) mod stream;

@@ -1,0 +1,553 @@
+//! Streams: a thread per stream running a FIFO of tasks, so host calls that enqueue work
+//! return at once and stream-ordering bugs show up as they would on a device.
+//!
+//! A failed task's failure is kept (the first one) until `aclrtSynchronizeStream` reports and
+//! clears it. What happens to the tasks after it depends on the stream's failure mode
+//! (`aclrtSetStreamFailureMode`): in `ACL_CONTINUE_ON_FAILURE` mode (the default) they run;
+//! in `ACL_STOP_ON_FAILURE` mode they are skipped (dropped, releasing what they pinned) and
+//! new tasks are refused, until the synchronize.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+
+use crate::sys::{
+    ACL_CONTINUE_ON_FAILURE, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
+    ACL_ERROR_RT_PARAM_INVALID, ACL_STOP_ON_FAILURE, aclError,
+};
+
+use crate::acl::device;
+use crate::base::counters::{self, Counter, STREAM_THREAD_PREFIX};
+use crate::base::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
+use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+
+/// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
+#[derive(Debug)]
+pub(crate) struct TaskFailure {
+    pub(crate) code: aclError,
+    pub(crate) msg: String,
+}
+
+/// Work for a stream thread.
+pub(crate) type Task = Box<dyn FnOnce() -> Result<(), TaskFailure> + Send>;
+
+struct Queue {
+    tasks: VecDeque<Task>,
+    enqueued: u64,
+    completed: u64,
+    failure: Option<TaskFailure>,
+    shutdown: bool,
+    /// The stream's own failure mode is `ACL_STOP_ON_FAILURE`.
+    stop: bool,
+}
+
+struct Shared {
+    /// The device the stream was created on: whose context's failure mode applies too.
+    device: u32,
+    queue: Mutex<Queue>,
+    /// Signalled when a task is enqueued or the stream shuts down.
+    work: Condvar,
+    /// Signalled when a task completes.
+    done: Condvar,
+}
+
+/// A live stream.
+pub(crate) struct Stream {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Queue {
+    /// Whether a failure now stops the stream: its own mode, or its device's context's.
+    fn stopped(&self, device: u32) -> bool {
+        self.failure.is_some() && (self.stop || device::stops_on_failure(device))
+    }
+}
+
+static STREAMS: Registry<Stream> = Registry::new();
+
+/// `aclrtCreateStream`: needs a current device, like the real runtime.
+pub(crate) fn create() -> AclResult<usize> {
+    let device = device::current()?;
+    let shared = Arc::new(Shared {
+        device,
+        queue: Mutex::new(Queue {
+            tasks: VecDeque::new(),
+            enqueued: 0,
+            completed: 0,
+            failure: None,
+            shutdown: false,
+            stop: false,
+        }),
+        work: Condvar::new(),
+        done: Condvar::new(),
+    });
+    let handle = new_handle(HandleKind::Stream);
+    let worker = {
+        let shared = shared.clone();
+        thread::Builder::new()
+            .name(format!("{STREAM_THREAD_PREFIX}-{:x}", handle & 0xFFFF_FFFF))
+            .spawn(move || run(&shared))
+    };
+    let worker = worker.or_else(|e| {
+        acl_fail(
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            format!("cannot start the stream thread: {e}"),
+        )
+    })?;
+    STREAMS.insert(
+        handle,
+        Arc::new(Stream {
+            shared,
+            worker: Mutex::new(Some(worker)),
+        }),
+    );
+    counters::inc(Counter::Streams);
+    Ok(handle)
+}
+
+/// The live stream `handle` (null is `ACL_ERROR_RT_PARAM_INVALID`: the emulator has no
+/// default stream).
+pub(crate) fn lookup(handle: usize) -> AclResult<Arc<Stream>> {
+    if handle == 0 {
+        return acl_fail(
+            ACL_ERROR_RT_PARAM_INVALID,
+            "stream is NULL: the emulator has no default stream",
+        );
+    }
+    STREAMS.get(handle).map_or_else(
+        || {
+            acl_fail(
+                ACL_ERROR_RT_INVALID_HANDLE,
+                format!("{handle:#x} is not a live stream"),
+            )
+        },
+        Ok,
+    )
+}
+
+/// `aclrtSetStreamFailureMode`: `ACL_CONTINUE_ON_FAILURE` (0) or `ACL_STOP_ON_FAILURE` (1).
+/// Stop mode applies to the whole context, as on Atlas A2 / A3: every stream of the stream's
+/// device stops on failure, until `aclrtResetDevice`. A NULL stream (the default stream, which
+/// the emulator does not have) names the calling thread's device's context.
+pub(crate) fn set_failure_mode(handle: usize, mode: u64) -> AclResult {
+    if mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE {
+        return param(format!(
+            "failure mode {mode} is not ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1)"
+        ));
+    }
+    let device = if handle == 0 {
+        device::current()?
+    } else {
+        let stream = lookup(handle)?;
+        lock(&stream.shared.queue).stop = mode == ACL_STOP_ON_FAILURE;
+        stream.shared.device
+    };
+    if mode == ACL_STOP_ON_FAILURE {
+        device::set_stop_on_failure(device);
+    }
+    Ok(())
+}
+
+/// `aclrtDestroyStream`: runs what is queued, then stops and joins the thread. A failure still
+/// pending on the stream is discarded. A NULL stream is `ACL_ERROR_INVALID_PARAM` (CANN's null
+/// check; the default stream cannot be destroyed).
+pub(crate) fn destroy(handle: usize) -> AclResult {
+    if handle == 0 {
+        return invalid("stream is NULL: the default stream cannot be destroyed");
+    }
+    lookup(handle)?;
+    let Some(stream) = STREAMS.remove(handle) else {
+        return acl_fail(
+            ACL_ERROR_RT_INVALID_HANDLE,
+            format!("{handle:#x} is not a live stream"),
+        );
+    };
+    lock(&stream.shared.queue).shutdown = true;
+    stream.shared.work.notify_all();
+    if let Some(worker) = lock(&stream.worker).take() {
+        // The worker catches every task panic, so joining cannot fail in practice.
+        let _ = worker.join();
+    }
+    counters::dec(Counter::Streams);
+    Ok(())
+}
+
+/// `aclrtSynchronizeStream`: waits for everything enqueued so far, then reports (and clears)
+/// the stream's failure, if any.
+pub(crate) fn synchronize(handle: usize) -> AclResult {
+    let stream = lookup(handle)?;
+    let shared = &stream.shared;
+    let mut q = lock(&shared.queue);
+    let target = q.enqueued;
+    while q.completed < target {
+        q = shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
+    }
+    match q.failure.take() {
+        None => Ok(()),
+        Some(f) => Err(Fail {
+            code: f.code,
+            msg: f.msg,
+        }),
+    }
+}
+
+impl Stream {
+    /// Queues `task` behind everything already enqueued. A stream stopped by a failure in
+    /// stop-on-failure mode refuses new tasks until synchronized, with the failure's code.
+    pub(crate) fn enqueue(&self, task: Task) -> AclResult {
+        self.enqueue_with(|| task)
+    }
+
+    /// As [`Stream::enqueue`], but the task is made by `make` only once the stream accepts
+    /// it (under the queue's lock, so nothing else is queued in between): what `make` commits
+    /// (a message number) is never committed for a refused task.
+    pub(crate) fn enqueue_with(&self, make: impl FnOnce() -> Task) -> AclResult {
+        let mut q = lock(&self.shared.queue);
+        if q.shutdown {
+            return acl_fail(ACL_ERROR_RT_INVALID_HANDLE, "the stream is being destroyed");
+        }
+        if q.stopped(self.shared.device) {
+            let (code, msg) = q
+                .failure
+                .as_ref()
+                .map_or((ACL_ERROR_RT_INTERNAL_ERROR, ""), |f| {
+                    (f.code, f.msg.as_str())
+                });
+            return acl_fail(
+                code,
+                format!(
+                    "the stream stopped at a failed task (stop-on-failure mode) and takes no \
+                     new task until aclrtSynchronizeStream reports the failure: {msg}"
+                ),
+            );
+        }
+        q.tasks.push_back(make());
+        q.enqueued += 1;
+        drop(q);
+        self.shared.work.notify_one();
+        Ok(())
+    }
+}
+
+/// The stream thread: runs tasks in order until shut down and drained.
+fn run(shared: &Shared) {
+    loop {
+        let (task, skip) = {
+            let mut q = lock(&shared.queue);
+            loop {
+                if let Some(task) = q.tasks.pop_front() {
+                    break (task, q.stopped(shared.device));
+                }
+                if q.shutdown {
+                    return;
+                }
+                q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        // The task (and every pin it holds) is gone before completion is announced, so a
+        // synchronized host may unmap at once. A skipped task is dropped inside
+        // `catch_unwind` too: a panic in a destructor must not end the stream thread.
+        let outcome = match catch_unwind(AssertUnwindSafe(move || {
+            if skip {
+                drop(task);
+                Ok(())
+            } else {
+                task()
+            }
+        })) {
+            Ok(result) => result,
+            Err(payload) => Err(TaskFailure {
+                code: ACL_ERROR_RT_INTERNAL_ERROR,
+                msg: format!(
+                    "internal error: a stream task panicked: {}",
+                    panic_message(payload.as_ref())
+                ),
+            }),
+        };
+        let mut q = lock(&shared.queue);
+        if let Err(f) = outcome {
+            q.failure.get_or_insert(f);
+        }
+        q.completed += 1;
+        drop(q);
+        shared.done.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::null_mut;
+
+    use super::*;
+    use crate::sys::{
+        ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_CONTEXT_NULL, ACL_SUCCESS, aclrtMemcpyKind,
+        aclrtStream,
+    };
+    use crate::testutil::{DevBuf, acl, assert_clean, gate, ok, recent};
+    use crate::{GRANULARITY as G, test_lock, testing::counters};
+
+    fn create() -> aclrtStream {
+        let mut s = null_mut();
+        // SAFETY: valid out-pointer.
+        ok(unsafe { (acl().aclrtCreateStream)(&mut s) });
+        s
+    }
+
+    /// Runs `body` with a stream and a 2 MiB buffer on `device`, then releases everything.
+    fn on_stream(device: i32, body: impl FnOnce(aclrtStream, &DevBuf)) {
+        let a = acl();
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtSetDevice)(device)) };
+        let s = create();
+        let buf = DevBuf::new(device as u32, G);
+        body(s, &buf);
+        buf.free();
+        // SAFETY: handles from above.
+        unsafe {
+            ok((a.aclrtDestroyStream)(s));
+            ok((a.aclrtResetDevice)(device));
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn streams_need_a_device_and_valid_handles() {
+        let _g = test_lock();
+        let a = acl();
+        let mut s = null_mut();
+        // SAFETY: the emulator validates every argument.
+        unsafe {
+            assert_eq!((a.aclrtCreateStream)(&mut s), ACL_ERROR_RT_CONTEXT_NULL);
+            ok((a.aclrtSetDevice)(0));
+            assert_eq!((a.aclrtCreateStream)(null_mut()), ACL_ERROR_INVALID_PARAM);
+            assert_eq!(
+                (a.aclrtSynchronizeStream)(null_mut()),
+                ACL_ERROR_RT_PARAM_INVALID
+            );
+            let bogus = 0x5000 as aclrtStream;
+            assert_eq!(
+                (a.aclrtSynchronizeStream)(bogus),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+            assert_eq!((a.aclrtDestroyStream)(bogus), ACL_ERROR_RT_INVALID_HANDLE);
+            s = create();
+            assert_eq!(counters().streams, 1);
+            ok((a.aclrtSynchronizeStream)(s));
+            ok((a.aclrtDestroyStream)(s));
+            assert_eq!((a.aclrtDestroyStream)(s), ACL_ERROR_RT_INVALID_HANDLE);
+            ok((a.aclrtResetDevice)(0));
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn async_copies_run_in_order_and_only_after_synchronize_are_visible() {
+        let _g = test_lock();
+        on_stream(1, |s, buf| {
+            let a = acl();
+            let src = [5u32; 4];
+            let mut dst = [0u32; 4];
+            let open = gate(s);
+            // SAFETY: `src` and `dst` outlive the synchronize below; device sides are validated.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 16, 0, 16, s));
+                ok((a.aclrtMemcpyAsync)(
+                    buf.ptr,
+                    16,
+                    src.as_ptr().cast(),
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+                    s,
+                ));
+                ok((a.aclrtMemcpyAsync)(
+                    dst.as_mut_ptr().cast(),
+                    16,
+                    buf.ptr,
+                    16,
+                    aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                    s,
+                ));
+                // Nothing has run yet: the stream is held by the gate.
+                assert_eq!(dst, [0; 4]);
+                // Queued work pins the mapping.
+                assert_eq!((a.aclrtUnmapMem)(buf.ptr), ACL_ERROR_RT_PARAM_INVALID);
+                assert!(recent().contains("synchronize"));
+                drop(open);
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+            assert_eq!(dst, [5; 4]);
+        });
+    }
+
+    /// Queues a task that fails with `msg`.
+    fn fail(s: aclrtStream, msg: &'static str) {
+        lookup(s as usize)
+            .unwrap()
+            .enqueue(Box::new(move || {
+                Err(TaskFailure {
+                    code: ACL_ERROR_RT_INTERNAL_ERROR,
+                    msg: msg.into(),
+                })
+            }))
+            .unwrap();
+    }
+
+    fn set_mode(s: aclrtStream, mode: u64) -> aclError {
+        // SAFETY: the emulator validates the handle.
+        unsafe { acl().aclrtSetStreamFailureMode.unwrap()(s, mode) }
+    }
+
+    #[test]
+    fn by_default_a_failed_task_is_kept_until_synchronize_and_later_tasks_run() {
+        let _g = test_lock();
+        on_stream(0, |s, buf| {
+            let a = acl();
+            let open = gate(s);
+            fail(s, "the collective failed");
+            fail(s, "a second failure");
+            // SAFETY: device range validated by the emulator.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
+                drop(open);
+                assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
+                // The first failure is the one reported.
+                assert!(recent().contains("the collective failed"));
+                // Continue on failure: the memset after the failures ran.
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+        });
+    }
+
+    #[test]
+    fn stop_on_failure_skips_and_refuses_tasks_until_synchronize() {
+        let _g = test_lock();
+        // Device 15: stop mode covers the device's whole context, and no other test uses it.
+        on_stream(15, |s, buf| {
+            let a = acl();
+            assert_eq!(set_mode(s, 2), ACL_ERROR_RT_PARAM_INVALID);
+            assert_eq!(
+                set_mode(0x5000 as aclrtStream, ACL_STOP_ON_FAILURE),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+            // Another stream of the same device, created before the mode was set.
+            let other = create();
+            ok(set_mode(s, ACL_STOP_ON_FAILURE));
+            let open = gate(s);
+            fail(s, "the collective failed");
+            // SAFETY: device ranges validated by the emulator.
+            unsafe {
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
+                drop(open);
+                // Once the failure has happened, new work is refused with its code.
+                let refused = loop {
+                    let code = (a.aclrtMemsetAsync)(buf.ptr, 4, 0x22, 4, s);
+                    if code != ACL_SUCCESS {
+                        break code;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                };
+                assert_eq!(refused, ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("stop-on-failure"));
+                assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("the collective failed"));
+                // The memset after the failure was skipped.
+                assert_eq!(buf.read::<u8>(0, 4), vec![0; 4]);
+                // Synchronize cleared the failure: the stream takes and runs work again.
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x11, 4, s));
+                ok((a.aclrtSynchronizeStream)(s));
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
+
+                // The context is in stop mode: the other stream stops too.
+                let open = gate(other);
+                fail(other, "failure on the other stream");
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x33, 4, other));
+                drop(open);
+                assert_eq!(
+                    (a.aclrtSynchronizeStream)(other),
+                    ACL_ERROR_RT_INTERNAL_ERROR
+                );
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4], "skipped");
+                ok((a.aclrtDestroyStream)(other));
+                // A NULL stream names the context: accepted with a device, refused without.
+                ok(set_mode(null_mut(), ACL_STOP_ON_FAILURE));
+                ok(set_mode(null_mut(), 0));
+            }
+        });
+        // aclrtResetDevice (in on_stream) ended the context's stop mode.
+        assert!(!device::stops_on_failure(15));
+        assert_eq!(
+            set_mode(null_mut(), ACL_STOP_ON_FAILURE),
+            ACL_ERROR_RT_CONTEXT_NULL
+        );
+    }
+
+    #[test]
+    fn a_skipped_task_that_panics_when_dropped_does_not_kill_the_stream() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("drop of a skipped task");
+            }
+        }
+        let _g = test_lock();
+        on_stream(15, |s, buf| {
+            let a = acl();
+            ok(set_mode(s, ACL_STOP_ON_FAILURE));
+            let open = gate(s);
+            let stream = lookup(s as usize).unwrap();
+            stream
+                .enqueue(Box::new(|| {
+                    Err(TaskFailure {
+                        code: ACL_ERROR_RT_INTERNAL_ERROR,
+                        msg: "first failure".into(),
+                    })
+                }))
+                .unwrap();
+            let bomb = PanicsOnDrop;
+            stream
+                .enqueue(Box::new(move || {
+                    let _keep = &bomb;
+                    Ok(())
+                }))
+                .unwrap();
+            drop(open);
+            // SAFETY: plain calls on a live stream; the device range is validated.
+            unsafe {
+                assert_eq!((a.aclrtSynchronizeStream)(s), ACL_ERROR_RT_INTERNAL_ERROR);
+                assert!(recent().contains("first failure"));
+                // The thread survived: later work runs.
+                ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x33, 4, s));
+                ok((a.aclrtSynchronizeStream)(s));
+            }
+            assert_eq!(buf.read::<u8>(0, 4), vec![0x33; 4]);
+        });
+    }
+
+    #[test]
+    fn destroy_drains_the_queue() {
+        let _g = test_lock();
+        let a = acl();
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtSetDevice)(0)) };
+        let s = create();
+        let buf = DevBuf::new(0, G);
+        let open = gate(s);
+        // SAFETY: device range validated by the emulator.
+        unsafe { ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x22, 4, s)) };
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(open);
+        });
+        // SAFETY: handle from above.
+        unsafe { ok((a.aclrtDestroyStream)(s)) };
+        opener.join().unwrap();
+        assert_eq!(buf.read::<u8>(0, 4), vec![0x22; 4]);
+        buf.free();
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtResetDevice)(0)) };
+        assert_clean();
+    }
+}

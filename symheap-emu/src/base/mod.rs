@@ -1,0 +1,10 @@
+//! The shared basics every other wing uses, and which use nothing of the emulator: failures and
+//! the recent error message, handle registries, live-object counters, wait warnings, the
+//! reduction kernels and the byte-level primitives of the algorithms.
+
+pub(crate) mod counters;
+pub(crate) mod errors;
+pub(crate) mod patience;
+pub(crate) mod primitives;
+pub(crate) mod reduce;
+pub(crate) mod registry;

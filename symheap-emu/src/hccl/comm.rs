@@ -1,0 +1,989 @@
+//! Communicators: root info, the rendezvous that forms a group, per-rank communicator state,
+//! and the configuration fields the emulator uses.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::sys::{
+    HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_COMM_DEFAULT_U32, HcclCommConfig, HcclResult, HcclRootInfo,
+};
+
+use crate::acl::device;
+use crate::base::counters::{self, Counter};
+use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
+use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::hccl::memory_range::Ranges;
+use crate::hccl::window::{SymHeap, Window, forget_window};
+use crate::ipc::hub;
+use crate::ipc::os;
+use crate::ipc::rendezvous::{JoinError, Rendezvous};
+
+/// The execution timeout when the config leaves it unset (`hcclExecTimeOut` <= 0).
+const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+/// Overrides [`DEFAULT_EXEC_TIMEOUT`] (seconds, fractions allowed).
+const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_S";
+/// The longest timeout the emulator uses (longer requests are clamped), so deadlines never
+/// overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+/// The shortest time init waits for the other ranks to join: rank threads may start late on a
+/// loaded machine, whatever the exec timeout.
+const MIN_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The staging ("HCCL buffer") size when the config leaves it unset, in MiB.
+const DEFAULT_BUFFER_MB: u32 = 200;
+/// Marks a root info blob as the emulator's.
+const ROOT_MAGIC: &[u8; 16] = b"symheap-emu-root";
+
+/// What one rank holds of its communicator's group. Queued collectives keep it alive, so a
+/// rank that destroys its communicator still meets its peers for work it queued before.
+pub(crate) struct Group {
+    /// Where the ranks meet for collectives and collective host calls.
+    pub(crate) rv: Rendezvous,
+    /// Every rank's staging buffer (the non-symmetric path's `hcclBufferSize` MiB), mapped
+    /// here from the memfds the ranks shared when they joined, in rank order. Pages are
+    /// allocated when first touched.
+    pub(crate) staging: Vec<os::Space>,
+    /// Every rank's point-to-point staging area, in rank order: another `hcclBufferSize` MiB
+    /// after the staging buffer in the same memfd, so sends and collectives never share
+    /// bytes. Rank r's area holds one section per destination ([`crate::hccl::p2p`]).
+    pub(crate) p2p: Vec<os::Space>,
+}
+
+/// How many point-to-point messages a rank queued to each rank (`sent`) and from each rank
+/// (`received`), in host order: its k-th send to a rank meets that rank's k-th receive from it.
+pub(crate) struct Messages {
+    pub(crate) sent: Vec<u64>,
+    pub(crate) received: Vec<u64>,
+}
+
+/// One rank's communicator (what an `HcclComm` handle names).
+pub(crate) struct Comm {
+    /// The `HcclComm` value.
+    pub(crate) handle: usize,
+    pub(crate) group: Arc<Group>,
+    pub(crate) rank: u32,
+    pub(crate) n: u32,
+    /// What `HcclGetCommName` answers: the config's `hcclCommName` bytes as given, or the
+    /// rendezvous name (the same on every rank).
+    pub(crate) name: Vec<u8>,
+    /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
+    pub(crate) timeout: Duration,
+    /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
+    pub(crate) stride: usize,
+    coll_seq: AtomicU64,
+    host_seq: AtomicU64,
+    /// The symmetric heap, reserved at the first window registration.
+    heap: Mutex<Option<Arc<SymHeap>>>,
+    /// Live windows of this rank, in registration order.
+    pub(crate) windows: Mutex<Vec<Arc<Window>>>,
+    /// The first collective failure not yet read by `HcclGetCommAsyncError`.
+    async_error: AtomicI32,
+    /// Point-to-point messages queued so far, per pair.
+    pub(crate) messages: Mutex<Messages>,
+    /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
+    pub(crate) ranges: Mutex<Ranges>,
+}
+
+static COMMS: Registry<Comm> = Registry::new();
+
+static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
+
+/// What a root info names: the hub's abstract socket and the session key it expects.
+struct Root {
+    name: String,
+    session: [u8; 16],
+}
+
+/// `HcclGetRootInfo`: starts the hub of a fresh rendezvous in this process and names it in
+/// the blob: `ROOT_MAGIC`, the 16-byte session key, the socket name's length and the name.
+///
+/// The name (the socket's, which every local user can list, and the default comm name) ends
+/// in random bits of its own, not in bits of the key, which authenticates joins.
+pub(crate) fn get_root_info() -> HcclRes<HcclRootInfo> {
+    let fail = |e: std::io::Error| Fail {
+        code: HcclResult::HCCL_E_SYSCALL,
+        msg: format!("cannot start the rendezvous: {e}"),
+    };
+    let session = os::random_bytes().map_err(fail)?;
+    let id = os::random_bytes().map_err(fail)?;
+    let name = format!(
+        "symheap-emu-{:x}-{:x}-{:x}",
+        std::process::id(),
+        NEXT_ROOT.fetch_add(1, Ordering::Relaxed),
+        u64::from_le_bytes(id[..8].try_into().unwrap_or_default()),
+    );
+    hub::start(&name, session).map_err(fail)?;
+    let mut info = HcclRootInfo::default();
+    let len = [name.len() as u8];
+    let bytes = ROOT_MAGIC
+        .iter()
+        .chain(&session)
+        .chain(&len)
+        .chain(name.as_bytes());
+    for (dst, &b) in info.internal.iter_mut().zip(bytes) {
+        *dst = b as std::ffi::c_char;
+    }
+    Ok(info)
+}
+
+/// The rendezvous a root info names, if it is the emulator's.
+fn parse_root(info: &HcclRootInfo) -> Option<Root> {
+    let bytes: Vec<u8> = info.internal.iter().map(|&c| c as u8).collect();
+    let rest = bytes.strip_prefix(&ROOT_MAGIC[..])?;
+    let (session, rest) = rest.split_at(16);
+    let (&len, rest) = rest.split_first()?;
+    let name = std::str::from_utf8(rest.get(..len as usize)?).ok()?;
+    Some(Root {
+        name: name.to_owned(),
+        session: session.try_into().ok()?,
+    })
+}
+
+/// Reads a config the way HCCL does: the header must carry the magic word; fields are taken
+/// from the first `min(configSize, sizeof)` bytes, the rest keep their defaults.
+///
+/// # Safety
+/// `config` points to at least 24 readable bytes, and to `configSize` (as its header says)
+/// readable bytes or the whole struct, whichever is smaller.
+pub(crate) unsafe fn read_config(config: *const HcclCommConfig) -> HcclRes<HcclCommConfig> {
+    let mut header = [0u8; 24];
+    // SAFETY: the caller promises the 24-byte header is readable.
+    unsafe { std::ptr::copy_nonoverlapping(config.cast::<u8>(), header.as_mut_ptr(), 24) };
+    let size = usize::from_ne_bytes(header[0..8].try_into().unwrap());
+    let magic = u32::from_ne_bytes(header[8..12].try_into().unwrap());
+    if magic != HCCL_COMM_CONFIG_MAGIC_WORD {
+        return para(format!(
+            "config magic word is {magic:#x}, not {HCCL_COMM_CONFIG_MAGIC_WORD:#x}: \
+             initialise it with HcclCommConfigInit"
+        ));
+    }
+    if size < header.len() {
+        return para(format!("config size {size} is smaller than its header"));
+    }
+    let mut out = HcclCommConfig::init();
+    let len = size.min(std::mem::size_of::<HcclCommConfig>());
+    // SAFETY: the caller promises `len` bytes are readable; `out` is a plain-data struct of at
+    // least `len` bytes, and every byte pattern is a valid value of its fields.
+    unsafe { std::ptr::copy_nonoverlapping(config.cast::<u8>(), (&raw mut out).cast::<u8>(), len) };
+    Ok(out)
+}
+
+/// The execution timeout a config asks for, at most [`MAX_TIMEOUT`].
+fn exec_timeout(config: &HcclCommConfig) -> Duration {
+    if config.hcclExecTimeOut > 0 {
+        return Duration::from_secs(config.hcclExecTimeOut as u64).min(MAX_TIMEOUT);
+    }
+    env_timeout(std::env::var(EXEC_TIMEOUT_ENV).ok().as_deref())
+}
+
+/// The timeout [`EXEC_TIMEOUT_ENV`] set to `value` asks for, at most [`MAX_TIMEOUT`].
+fn env_timeout(value: Option<&str>) -> Duration {
+    value
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_EXEC_TIMEOUT)
+        .min(MAX_TIMEOUT)
+}
+
+/// How long init waits for the other ranks: the exec timeout, but at least
+/// [`MIN_JOIN_TIMEOUT`].
+fn join_timeout(exec: Duration) -> Duration {
+    exec.max(MIN_JOIN_TIMEOUT)
+}
+
+/// The fields of a config the emulator uses.
+struct Settings {
+    /// How long a rendezvous waits for peers.
+    timeout: Duration,
+    /// The staging buffer's size in MiB.
+    buffer_mb: u32,
+    /// The symmetric heap's per-rank stride in bytes.
+    stride: usize,
+}
+
+/// Caps every communicator's per-rank symmetric-heap stride, in GiB: for tools whose address
+/// space cannot hold the default reservations (valgrind's stays under 128 GiB).
+const SYM_HEAP_CAP_ENV: &str = "SYMHEAP_EMU_SYM_HEAP_GIB";
+
+/// What `config` asks for, on a communicator of `n` ranks.
+fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
+    let buffer_mb = match config.hcclBufferSize {
+        0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
+        mb => mb,
+    };
+    let cap = std::env::var(SYM_HEAP_CAP_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    let stride = usize::try_from(config.hcclSymWinMaxMemSizePerRank.min(cap))
+        .ok()
+        .and_then(|gb| gb.checked_mul(1 << 30))
+        .filter(|s| s.checked_mul(n as usize).is_some_and(|t| t <= 1 << 46));
+    let Some(stride) = stride else {
+        return para(format!(
+            "hcclSymWinMaxMemSizePerRank {} GiB x {n} ranks does not fit the address space",
+            config.hcclSymWinMaxMemSizePerRank
+        ));
+    };
+    Ok(Settings {
+        timeout: exec_timeout(config),
+        buffer_mb,
+        stride,
+    })
+}
+
+/// `HcclCommInitRootInfoConfig` (after the null checks): joins the group named by `root` as
+/// `rank` of `n` and waits until all ranks have joined.
+pub(crate) fn init(
+    n: u32,
+    root: &HcclRootInfo,
+    rank: u32,
+    config: &HcclCommConfig,
+) -> HcclRes<usize> {
+    init_cancellable(n, root, rank, config, &AtomicBool::new(false))
+}
+
+/// [`init`], which stops waiting for the other ranks once `cancel` is raised.
+fn init_cancellable(
+    n: u32,
+    root: &HcclRootInfo,
+    rank: u32,
+    config: &HcclCommConfig,
+    cancel: &AtomicBool,
+) -> HcclRes<usize> {
+    if n == 0 {
+        return para("nRanks is 0");
+    }
+    if rank >= n {
+        return para(format!("rank {rank} is not below nRanks {n}"));
+    }
+    if let Err(e) = device::current() {
+        return hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg);
+    }
+    let settings = settings(config, n)?;
+    let Some(root) = parse_root(root) else {
+        return para("rootInfo was not made by HcclGetRootInfo");
+    };
+    // Made before joining, so a failure here leaves the peers' group untouched.
+    let buffer_mb = settings.buffer_mb;
+    let memory_error = |e: std::io::Error| Fail {
+        code: HcclResult::HCCL_E_MEMORY,
+        msg: format!("cannot make the {buffer_mb} MiB staging buffer: {e}"),
+    };
+    let buffer = buffer_mb as usize * (1 << 20);
+    // The staging buffer, then the point-to-point area of the same size.
+    let staging = os::memfd(2 * buffer).map_err(memory_error)?;
+    let timeout = join_timeout(settings.timeout);
+    let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout, cancel)?;
+    check_buffer_sizes(&stagings, 2 * buffer)?;
+    let map = |offset| {
+        stagings
+            .iter()
+            .map(|fd| os::map_shared_at(fd.as_fd(), offset, buffer))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(memory_error)
+    };
+    let (staging, p2p) = (map(0)?, map(buffer)?);
+    let group = Arc::new(Group { rv, staging, p2p });
+    let handle = new_handle(HandleKind::Comm);
+    COMMS.insert(
+        handle,
+        Arc::new(Comm {
+            handle,
+            group,
+            rank,
+            n,
+            name: comm_name(config).unwrap_or(root.name.into_bytes()),
+            timeout: settings.timeout,
+            stride: settings.stride,
+            coll_seq: AtomicU64::new(0),
+            host_seq: AtomicU64::new(0),
+            heap: Mutex::new(None),
+            windows: Mutex::new(Vec::new()),
+            async_error: AtomicI32::new(0),
+            messages: Mutex::new(Messages {
+                sent: vec![0; n as usize],
+                received: vec![0; n as usize],
+            }),
+            ranges: Mutex::new(Ranges::default()),
+        }),
+    );
+    counters::inc(Counter::Comms);
+    Ok(handle)
+}
+
+/// `HCCL_E_PARA` unless every rank's staging memfd (`stagings`, in rank order) is `len` bytes
+/// like this rank's: each rank maps every peer's with its own size, and touching a mapping
+/// past the end of a smaller memfd would kill the process (SIGBUS). Every rank sees the same
+/// sizes, so all fail alike.
+fn check_buffer_sizes(stagings: &[OwnedFd], len: usize) -> HcclRes {
+    let sizes = stagings
+        .iter()
+        .map(|fd| os::file_size(fd.as_fd()))
+        .collect::<std::io::Result<Vec<u64>>>()
+        .or_else(|e| {
+            hccl_fail(
+                HcclResult::HCCL_E_SYSCALL,
+                format!("cannot read the size of a staging buffer: {e}"),
+            )
+        })?;
+    if sizes.iter().all(|&s| s == len as u64) {
+        return Ok(());
+    }
+    // Each memfd is two buffers of `hcclBufferSize` MiB.
+    let each: Vec<String> = sizes
+        .iter()
+        .enumerate()
+        .map(|(r, s)| format!("rank {r}: {} MiB", (s / 2) >> 20))
+        .collect();
+    para(format!(
+        "the ranks were made with different hcclBufferSize ({}): it must be the same on every rank",
+        each.join(", ")
+    ))
+}
+
+/// `HcclCommInitAll` (after the null checks): `devices.len()` communicators of one group,
+/// rank i on device `devices[i]`, each joined from a thread of its own bound to its device
+/// (the calling thread's binding is untouched). On failure none is left.
+pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
+    if devices.is_empty() {
+        return para("ndev is 0");
+    }
+    for (i, &d) in devices.iter().enumerate() {
+        if let Err(e) = device::check_id(d) {
+            return para(format!("devices[{i}]: {}", e.msg));
+        }
+        if devices[..i].contains(&d) {
+            return para(format!("devices[{i}]: device {d} appears twice"));
+        }
+    }
+    let n = devices.len() as u32;
+    let root = get_root_info()?;
+    let config = HcclCommConfig::init();
+    init_ranks(devices, &|rank, d, cancel| {
+        device::set(d).map_err(|e| Fail {
+            code: HcclResult::HCCL_E_RUNTIME,
+            msg: e.msg,
+        })?;
+        init_cancellable(n, &root, rank, &config, cancel)
+    })
+}
+
+/// What a rank's init answers when it stopped waiting because another failed.
+const CANCELLED: &str = "another rank of HcclCommInitAll failed";
+
+/// The body of [`init_all`]: runs `init_one(rank, device, cancel)` for every rank on a thread
+/// of its own. The first rank to fail raises `cancel`, so the others stop waiting for it to
+/// join and fail at once; then every communicator made is destroyed and the first failure
+/// by rank (not counting the ranks that were cancelled) is returned.
+fn init_ranks(
+    devices: &[i32],
+    init_one: &(dyn Fn(u32, i32, &AtomicBool) -> HcclRes<usize> + Sync),
+) -> HcclRes<Vec<usize>> {
+    let cancel = AtomicBool::new(false);
+    let joined: Vec<HcclRes<usize>> = std::thread::scope(|s| {
+        let threads: Vec<_> = devices
+            .iter()
+            .zip(0u32..)
+            .map(|(&d, rank)| {
+                let cancel = &cancel;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("symheap-emu-init-{rank}"))
+                    .spawn_scoped(s, move || {
+                        init_one(rank, d, cancel)
+                            .inspect_err(|_| cancel.store(true, Ordering::Release))
+                    });
+                if spawned.is_err() {
+                    cancel.store(true, Ordering::Release);
+                }
+                spawned
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| match t {
+                Ok(t) => t.join().unwrap_or_else(|_| {
+                    hccl_fail(HcclResult::HCCL_E_INTERNAL, "an init thread panicked")
+                }),
+                Err(e) => hccl_fail(
+                    HcclResult::HCCL_E_SYSCALL,
+                    format!("cannot start an init thread: {e}"),
+                ),
+            })
+            .collect()
+    });
+    let (mut handles, mut first) = (Vec::new(), None);
+    for (i, joined) in joined.into_iter().enumerate() {
+        match joined {
+            Ok(handle) => handles.push(handle),
+            Err(f) => {
+                // A cancelled rank's failure only stands in for one that is not.
+                if first
+                    .as_ref()
+                    .is_none_or(|(_, g): &(usize, Fail<HcclResult>)| {
+                        g.msg == CANCELLED && f.msg != CANCELLED
+                    })
+                {
+                    first = Some((i, f));
+                }
+            }
+        }
+    }
+    let Some((i, f)) = first else {
+        return Ok(handles);
+    };
+    for handle in handles {
+        let _ = destroy(handle);
+    }
+    Err(Fail {
+        msg: format!("rank {i} (device {}): {}", devices[i], f.msg),
+        ..f
+    })
+}
+
+/// The config's `hcclCommName` (up to its NUL, at most 127 bytes, unchanged: not
+/// necessarily UTF-8), if not empty.
+fn comm_name(config: &HcclCommConfig) -> Option<Vec<u8>> {
+    let bytes: Vec<u8> = config
+        .hcclCommName
+        .iter()
+        .take(crate::sys::COMM_NAME_MAX_LENGTH - 1)
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+/// Joins `root` as `rank` of `n`, sharing this rank's `staging` memfd, and waits up to
+/// `timeout` for the other ranks: the rendezvous and every rank's staging memfd.
+fn join(
+    root: &Root,
+    n: u32,
+    rank: u32,
+    staging: BorrowedFd<'_>,
+    timeout: Duration,
+    cancel: &AtomicBool,
+) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
+    match Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout, cancel) {
+        Err(JoinError::Cancelled) => para(CANCELLED),
+        Ok(joined) => Ok(joined),
+        Err(JoinError::Refused(why)) => para(why),
+        Err(JoinError::Timeout { missing }) => hccl_fail(
+            HcclResult::HCCL_E_TIMEOUT,
+            format!(
+                "rank {rank} waited {:.1} s for ranks {missing:?} to join",
+                timeout.as_secs_f64()
+            ),
+        ),
+    }
+}
+
+/// The live communicator `handle` (null `HCCL_E_PTR`, unknown `HCCL_E_PARA`).
+pub(crate) fn lookup(handle: usize) -> HcclRes<Arc<Comm>> {
+    hccl_non_null(handle, "comm")?;
+    COMMS.get(handle).map_or_else(
+        || para(format!("{handle:#x} is not a live communicator")),
+        Ok,
+    )
+}
+
+/// `HcclCommDestroy`: a local call. Marks the rank as gone in the group's rendezvous (peers
+/// waiting for it fail at once), deregisters this rank's windows without a rendezvous and
+/// forgets the handle; the staging buffer and heap go when queued work no longer uses them.
+pub(crate) fn destroy(handle: usize) -> HcclRes {
+    lookup(handle)?;
+    let Some(comm) = COMMS.remove(handle) else {
+        return para(format!("{handle:#x} is not a live communicator"));
+    };
+    // Peers waiting for this rank, now or later, fail at once instead of timing out.
+    comm.group.rv.leave(comm.coll_seq.load(Ordering::Relaxed));
+    let messages = lock(&comm.messages);
+    let board = comm.group.rv.board();
+    board.leave_pairs(comm.rank as usize, &messages.sent, &messages.received);
+    drop(messages);
+    let windows = std::mem::take(&mut *lock(&comm.windows));
+    for w in &windows {
+        forget_window(w);
+    }
+    // Dropped outside the lock: dropping a window unmaps it.
+    drop(windows);
+    counters::dec(Counter::Comms);
+    Ok(())
+}
+
+impl Comm {
+    /// The next collective sequence number (host program order). Taken only where a
+    /// collective call is entered ([`crate::abi::entry`]), as is [`Comm::next_host_seq`].
+    pub(crate) fn next_collective_seq(&self) -> u64 {
+        self.coll_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The next sequence number of a collective host call (window register / deregister).
+    pub(crate) fn next_host_seq(&self) -> u64 {
+        self.host_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The symmetric heap, reserving `stride * n` of address space on first use.
+    pub(crate) fn heap(&self) -> HcclRes<Arc<SymHeap>> {
+        let mut heap = lock(&self.heap);
+        if let Some(h) = &*heap {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(SymHeap::new(self.handle, self.rank, self.n, self.stride)?);
+        *heap = Some(h.clone());
+        Ok(h)
+    }
+
+    /// The window of this communicator holding `[addr, addr + len)` whole, and the offset of
+    /// `addr` in it: what `HcclCommSymWinGet` finds (never on a one-rank communicator).
+    pub(crate) fn find_window(&self, addr: usize, len: usize) -> Option<(Arc<Window>, usize)> {
+        if self.n == 1 {
+            return None;
+        }
+        let end = addr.checked_add(len)?;
+        lock(&self.windows)
+            .iter()
+            .find(|w| w.user_base <= addr && end <= w.user_base + w.size)
+            .map(|w| (w.clone(), addr - w.user_base))
+    }
+
+    /// Records a collective failure for `HcclGetCommAsyncError` (the first one is kept).
+    pub(crate) fn set_async_error(&self, code: HcclResult) {
+        let _ = self
+            .async_error
+            .compare_exchange(0, code.0, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// `HcclGetCommAsyncError`: the first collective failure since the last call (read and
+    /// clear), or `HCCL_SUCCESS`.
+    pub(crate) fn take_async_error(&self) -> HcclResult {
+        HcclResult(self.async_error.swap(0, Ordering::AcqRel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::null_mut;
+    use std::time::{Duration, Instant};
+
+    use crate::base::errors::hccl_fail;
+    use crate::sys::*;
+    use crate::testutil::{
+        DevBuf, acl, assert_clean, hccl, hok, ok, recent, run_ranks, test_config,
+    };
+    use crate::{test_lock, testing::counters};
+    use std::os::fd::AsFd;
+
+    const PARA: HcclResult = HcclResult::HCCL_E_PARA;
+    const PTR: HcclResult = HcclResult::HCCL_E_PTR;
+
+    fn root() -> HcclRootInfo {
+        let mut root = HcclRootInfo::default();
+        // SAFETY: valid out-pointer.
+        hok(unsafe { (hccl().HcclGetRootInfo)(&mut root) });
+        root
+    }
+
+    #[test]
+    fn init_checks_its_arguments() {
+        let _g = test_lock();
+        let h = hccl();
+        let a = acl();
+        let root = root();
+        let cfg = test_config();
+        let mut comm = null_mut();
+        // SAFETY: the emulator validates every argument; pointers are valid or null.
+        unsafe {
+            assert_eq!((h.HcclGetRootInfo)(null_mut()), PTR);
+            let init = h.HcclCommInitRootInfoConfig;
+            assert_eq!(init(1, std::ptr::null(), 0, &cfg, &mut comm), PTR);
+            assert_eq!(init(1, &root, 0, std::ptr::null(), &mut comm), PTR);
+            assert_eq!(init(1, &root, 0, &cfg, null_mut()), PTR);
+            // No device on this thread yet.
+            assert_eq!(
+                init(1, &root, 0, &cfg, &mut comm),
+                HcclResult::HCCL_E_RUNTIME
+            );
+            ok((a.aclrtSetDevice)(0));
+            assert_eq!(init(0, &root, 0, &cfg, &mut comm), PARA);
+            assert_eq!(init(2, &root, 2, &cfg, &mut comm), PARA);
+            let mut bad = cfg;
+            bad.reserved[8] ^= 1;
+            assert_eq!(init(1, &root, 0, &bad, &mut comm), PARA);
+            assert!(recent().contains("magic"));
+            let mut huge = cfg;
+            huge.hcclSymWinMaxMemSizePerRank = 1 << 40;
+            assert_eq!(init(1, &root, 0, &huge, &mut comm), PARA);
+            let junk = HcclRootInfo::default();
+            assert_eq!(init(1, &junk, 0, &cfg, &mut comm), PARA);
+
+            // A one-rank communicator forms at once.
+            hok(init(1, &root, 0, &cfg, &mut comm));
+            assert_eq!(counters().comms, 1);
+            let (mut size, mut rank) = (0, 9);
+            hok((h.HcclGetRankSize)(comm, &mut size));
+            hok((h.HcclGetRankId)(comm, &mut rank));
+            assert_eq!((size, rank), (1, 0));
+            assert_eq!((h.HcclGetRankSize)(comm, null_mut()), PTR);
+            assert_eq!((h.HcclGetRankSize)(null_mut(), &mut size), PTR);
+            assert_eq!((h.HcclGetRankId)(0x77 as HcclComm, &mut rank), PARA);
+            let mut err = HcclResult(-1);
+            hok((h.HcclGetCommAsyncError.unwrap())(comm, &mut err));
+            assert_eq!(err, HcclResult::HCCL_SUCCESS);
+            // The root info is used up once every rank joined.
+            let mut other = null_mut();
+            assert_eq!(init(1, &root, 0, &cfg, &mut other), PARA);
+            // The default-config variant works the same way.
+            let root2 = super::get_root_info().unwrap();
+            hok((h.HcclCommInitRootInfo)(1, &root2, 0, &mut other));
+            hok((h.HcclCommDestroy)(other));
+            hok((h.HcclCommDestroy)(comm));
+            assert_eq!((h.HcclCommDestroy)(comm), PARA);
+            assert_eq!((h.HcclCommDestroy)(null_mut()), PTR);
+            ok((a.aclrtResetDevice)(0));
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn ranks_meet_and_conflicts_are_rejected() {
+        let _g = test_lock();
+        let h = hccl();
+        // Three ranks join; each sees its own id.
+        let ids = run_ranks(3, &test_config(), |r| {
+            let (mut size, mut id) = (0, 0);
+            // SAFETY: live communicator, valid out-pointers.
+            unsafe {
+                hok((h.HcclGetRankSize)(r.comm, &mut size));
+                hok((h.HcclGetRankId)(r.comm, &mut id));
+            }
+            (size, id)
+        });
+        assert_eq!(ids, vec![(3, 0), (3, 1), (3, 2)]);
+
+        // A rank that is already taken, or a different rank count, is refused at once.
+        let root = root();
+        let cfg = test_config();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| {
+                let mut comm = null_mut();
+                // SAFETY: valid pointers.
+                unsafe {
+                    ok((acl().aclrtSetDevice)(0));
+                    hok((h.HcclCommInitRootInfoConfig)(2, &root, 0, &cfg, &mut comm));
+                    hok((h.HcclCommDestroy)(comm));
+                    ok((acl().aclrtResetDevice)(0));
+                }
+            });
+            // Wait until rank 0 has joined (and is waiting for rank 1).
+            let session = super::parse_root(&root).unwrap().session;
+            while super::hub::tests_hook::hellos(&session) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut comm = null_mut();
+            // SAFETY: valid pointers.
+            unsafe {
+                ok((acl().aclrtSetDevice)(1));
+                let init = h.HcclCommInitRootInfoConfig;
+                assert_eq!(init(2, &root, 0, &cfg, &mut comm), PARA);
+                assert!(recent().contains("already joined"));
+                assert_eq!(init(3, &root, 1, &cfg, &mut comm), PARA);
+                assert!(recent().contains("differs"));
+                hok(init(2, &root, 1, &cfg, &mut comm));
+                hok((h.HcclCommDestroy)(comm));
+                ok((acl().aclrtResetDevice)(1));
+            }
+            first.join().unwrap();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn a_missing_rank_times_out() {
+        let _g = test_lock();
+        // Init waits at least 30 s (whatever the exec timeout); the wait itself is tested
+        // with a shorter one.
+        assert_eq!(super::join_timeout(Duration::from_secs(1)).as_secs(), 30);
+        assert_eq!(super::join_timeout(Duration::from_secs(90)).as_secs(), 90);
+        let root = super::parse_root(&root()).unwrap();
+        let staging = super::os::memfd(4096).unwrap();
+        let start = Instant::now();
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let err = super::join(
+            &root,
+            2,
+            0,
+            staging.as_fd(),
+            Duration::from_millis(200),
+            &never,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.code, HcclResult::HCCL_E_TIMEOUT);
+        assert!(err.msg.contains("[1]"), "{}", err.msg);
+        assert!(start.elapsed().as_secs_f64() < 5.0);
+        drop(staging);
+        assert_clean();
+    }
+
+    /// `HcclGetCommName` of `comm`.
+    fn name(comm: HcclComm) -> String {
+        let mut buf = [0x55 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+        // SAFETY: a buffer of COMM_NAME_MAX_LENGTH bytes.
+        hok(unsafe { (hccl().HcclGetCommName.unwrap())(comm, buf.as_mut_ptr()) });
+        let bytes: Vec<u8> = buf.iter().map(|&c| c as u8).collect();
+        let nul = bytes.iter().position(|&b| b == 0).expect("NUL-terminated");
+        String::from_utf8(bytes[..nul].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn comm_names_are_the_same_on_every_rank() {
+        let _g = test_lock();
+        let names = run_ranks(3, &test_config(), |r| name(r.comm));
+        assert!(names[0].starts_with("symheap-emu-"), "{}", names[0]);
+        assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+        // Another communicator gets another name.
+        let other = run_ranks(2, &test_config(), |r| name(r.comm));
+        assert_ne!(other[0], names[0]);
+        // The config's name, cut to 127 bytes.
+        let mut cfg = test_config();
+        for (dst, &b) in cfg.hcclCommName.iter_mut().zip(b"pp_group_7") {
+            *dst = b as std::ffi::c_char;
+        }
+        assert_eq!(run_ranks(2, &cfg, |r| name(r.comm)), ["pp_group_7"; 2]);
+        cfg.hcclCommName = [b'x' as std::ffi::c_char; 128];
+        assert_eq!(run_ranks(1, &cfg, |r| name(r.comm)), ["x".repeat(127)]);
+        let get = hccl().HcclGetCommName.unwrap();
+        run_ranks(1, &test_config(), |r| {
+            let mut buf = [0 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+            // SAFETY: the emulator validates the arguments.
+            unsafe {
+                assert_eq!(get(r.comm, null_mut()), PTR);
+                assert_eq!(get(null_mut(), buf.as_mut_ptr()), PTR);
+                assert_eq!(get(0x77 as HcclComm, buf.as_mut_ptr()), PARA);
+            }
+        });
+        assert_clean();
+    }
+
+    /// `HcclGetCommName` of `comm`, as bytes.
+    fn name_bytes(comm: HcclComm) -> Vec<u8> {
+        let mut buf = [0x55 as std::ffi::c_char; COMM_NAME_MAX_LENGTH];
+        // SAFETY: a buffer of COMM_NAME_MAX_LENGTH bytes.
+        hok(unsafe { (hccl().HcclGetCommName.unwrap())(comm, buf.as_mut_ptr()) });
+        let bytes: Vec<u8> = buf.iter().map(|&c| c as u8).collect();
+        let nul = bytes.iter().position(|&b| b == 0).expect("NUL-terminated");
+        bytes[..nul].to_vec()
+    }
+
+    #[test]
+    fn comm_names_are_copied_as_bytes_and_hide_the_session_key() {
+        let _g = test_lock();
+        // Not UTF-8: copied unchanged, cut at 127 bytes.
+        let mut cfg = test_config();
+        cfg.hcclCommName = [0xE9u8 as std::ffi::c_char; 128];
+        assert_eq!(
+            run_ranks(1, &cfg, |r| name_bytes(r.comm)),
+            [vec![0xE9; 127]]
+        );
+        // The rendezvous name (the default comm name, and the socket name every local user
+        // can list) shows nothing of the key that authenticates joins.
+        for _ in 0..4 {
+            let root = super::parse_root(&root()).unwrap();
+            for len in [4, 8] {
+                let key = u64::from_le_bytes(root.session[..8].try_into().unwrap());
+                let part = format!("{:x}", key & (u64::MAX >> (64 - 8 * len)));
+                assert!(!root.name.contains(&part), "{} shows {part}", root.name);
+            }
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn ranks_with_different_buffer_sizes_are_refused() {
+        let _g = test_lock();
+        let root = root();
+        let codes: Vec<(HcclResult, String)> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2u32)
+                .map(|rank| {
+                    let root = &root;
+                    s.spawn(move || {
+                        let mut cfg = test_config();
+                        cfg.hcclBufferSize = 1 + rank;
+                        let mut comm = null_mut();
+                        // SAFETY: valid pointers.
+                        unsafe {
+                            ok((acl().aclrtSetDevice)(rank as i32));
+                            let code =
+                                (hccl().HcclCommInitRootInfoConfig)(2, root, rank, &cfg, &mut comm);
+                            let msg = recent();
+                            if code == HcclResult::HCCL_SUCCESS {
+                                hok((hccl().HcclCommDestroy)(comm));
+                            }
+                            ok((acl().aclrtResetDevice)(rank as i32));
+                            (code, msg)
+                        }
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for (code, msg) in codes {
+            assert_eq!(code, PARA, "{msg}");
+            assert!(msg.contains("hcclBufferSize"), "{msg}");
+        }
+        assert_clean();
+    }
+
+    /// A rank of `HcclCommInitAll` that fails makes the others give up at once instead of
+    /// waiting 30 s for it to join; its own failure is the one returned.
+    #[test]
+    fn init_all_fails_at_once_when_a_rank_fails() {
+        let _g = test_lock();
+        let root = super::get_root_info().unwrap();
+        let config = test_config();
+        let start = Instant::now();
+        let err = super::init_ranks(&[0, 1, 2], &|rank, d, cancel| {
+            if rank == 1 {
+                // The others are waiting by now.
+                std::thread::sleep(Duration::from_millis(50));
+                return hccl_fail(HcclResult::HCCL_E_INTERNAL, "rank 1 breaks");
+            }
+            super::device::set(d).unwrap();
+            super::init_cancellable(3, &root, rank, &config, cancel)
+        })
+        .unwrap_err();
+        assert_eq!(err.code, HcclResult::HCCL_E_INTERNAL, "{}", err.msg);
+        assert!(
+            err.msg.contains("rank 1 (device 1): rank 1 breaks"),
+            "{}",
+            err.msg
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(counters().comms, 0);
+        assert_clean();
+    }
+
+    #[test]
+    fn init_all_makes_a_communicator_per_device() {
+        let _g = test_lock();
+        let (a, h) = (acl(), hccl());
+        let init_all = h.HcclCommInitAll.unwrap();
+        let mut comms = [null_mut(); 4];
+        let mut devices = [3, 1, 0, 2];
+        // SAFETY: arrays of ndev entries, or null where the emulator must refuse.
+        unsafe {
+            ok((a.aclrtSetDevice)(5));
+            assert_eq!(init_all(4, null_mut(), comms.as_mut_ptr()), PTR);
+            assert_eq!(init_all(4, devices.as_mut_ptr(), null_mut()), PTR);
+            assert_eq!(init_all(0, devices.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            let mut twice = [0, 1, 0];
+            assert_eq!(init_all(3, twice.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            assert!(recent().contains("twice"), "{}", recent());
+            for bad in [-1, 64] {
+                let mut bad = [0, bad];
+                assert_eq!(init_all(2, bad.as_mut_ptr(), comms.as_mut_ptr()), PARA);
+            }
+            assert_eq!(counters().comms, 0);
+            hok(init_all(4, devices.as_mut_ptr(), comms.as_mut_ptr()));
+            // The calling thread's device is unchanged.
+            let mut dev = -1;
+            ok((a.aclrtGetDevice)(&mut dev));
+            assert_eq!(dev, 5);
+            ok((a.aclrtResetDevice)(5));
+        }
+        assert_eq!(counters().comms, 4);
+        let names: Vec<String> = comms.iter().map(|&c| name(c)).collect();
+        assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+        // One thread per device runs a collective on its communicator.
+        let count = 1000usize;
+        let sums = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|i| {
+                    let (comm, device) = (comms[i] as usize, devices[i]);
+                    s.spawn(move || {
+                        let comm = comm as HcclComm;
+                        let mut stream = null_mut();
+                        let (mut rank, mut size) = (9, 0);
+                        // SAFETY: live handles and valid out-pointers.
+                        unsafe {
+                            ok((a.aclrtSetDevice)(device));
+                            hok((h.HcclGetRankId)(comm, &mut rank));
+                            hok((h.HcclGetRankSize)(comm, &mut size));
+                            ok((a.aclrtCreateStream)(&mut stream));
+                        }
+                        assert_eq!((rank, size), (i as u32, 4));
+                        let buf = DevBuf::new(device as u32, crate::GRANULARITY);
+                        let input: Vec<i64> =
+                            (0..count as i64).map(|e| e * (i as i64 + 1)).collect();
+                        buf.write(0, &input);
+                        // SAFETY: live handles, mapped device memory.
+                        unsafe {
+                            hok((h.HcclAllReduce)(
+                                buf.ptr,
+                                buf.ptr,
+                                count as u64,
+                                HcclDataType::HCCL_DATA_TYPE_INT64,
+                                HcclReduceOp::HCCL_REDUCE_SUM,
+                                comm,
+                                stream,
+                            ));
+                            ok((a.aclrtSynchronizeStream)(stream));
+                        }
+                        let out = buf.read::<i64>(0, count);
+                        buf.free();
+                        // SAFETY: handles made above.
+                        unsafe {
+                            ok((a.aclrtDestroyStream)(stream));
+                            hok((h.HcclCommDestroy)(comm));
+                            ok((a.aclrtResetDevice)(device));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        for out in sums {
+            for (e, &v) in out.iter().enumerate() {
+                assert_eq!(v, 10 * e as i64, "element {e}");
+            }
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn config_fields_are_read_by_size() {
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 7;
+        cfg.hcclSymWinMaxMemSizePerRank = 3;
+        // Claim a size that stops before hcclExecTimeOut: the library's defaults apply.
+        let mut short = cfg;
+        short.reserved[0..8].copy_from_slice(&300usize.to_ne_bytes());
+        // SAFETY: both point to whole config structs.
+        let (full, cut) = unsafe { (super::read_config(&cfg), super::read_config(&short)) };
+        let (full, cut) = (full.unwrap(), cut.unwrap());
+        assert_eq!(full.hcclExecTimeOut, 7);
+        assert_eq!(full.hcclSymWinMaxMemSizePerRank, 3);
+        assert_eq!(cut.hcclExecTimeOut, -1);
+        assert_eq!(cut.hcclSymWinMaxMemSizePerRank, 16);
+        assert_eq!(super::exec_timeout(&full).as_secs(), 7);
+        // Huge timeouts are clamped to a day, so deadlines cannot overflow.
+        let mut huge = cfg;
+        huge.hcclExecTimeOut = i32::MAX;
+        assert_eq!(super::exec_timeout(&huge), super::MAX_TIMEOUT);
+        assert_eq!(super::env_timeout(Some("1e19")), super::MAX_TIMEOUT);
+        assert_eq!(super::env_timeout(Some("0.5")), Duration::from_millis(500));
+        assert_eq!(super::env_timeout(Some("-1")), super::DEFAULT_EXEC_TIMEOUT);
+        assert_eq!(super::env_timeout(None), super::DEFAULT_EXEC_TIMEOUT);
+    }
+}

@@ -1,0 +1,15 @@
+//! HCCL: communicators, symmetric heaps and windows and their registration, the zero-copy
+//! memory ranges, and the collectives (a checked call, its rendezvous steps, the staged and
+//! symmetric algorithms, the V collectives' layouts) and point-to-point transfers.
+
+pub(crate) mod collective;
+pub(crate) mod comm;
+pub(crate) mod job;
+pub(crate) mod memory_range;
+pub(crate) mod p2p;
+pub(crate) mod registration;
+pub(crate) mod staged;
+pub(crate) mod steps;
+pub(crate) mod symmetric;
+pub(crate) mod v_layout;
+pub(crate) mod window;

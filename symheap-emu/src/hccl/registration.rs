@@ -1,0 +1,409 @@
+//! `HcclCommSymWinRegister`, `HcclCommSymWinDeregister` and `HcclCommSymWinGet`: the calls
+//! that make, remove and find the windows of [`crate::hccl::window`] on a communicator.
+//!
+//! Register and deregister are collective host calls: the ranks meet in a rendezvous, compare
+//! what they were given, and fail identically when it differs. How such a call takes its
+//! sequence number is [`crate::abi::entry`]'s business.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::sys::HcclResult;
+
+use crate::acl::memory::{self, Mapping, Physical};
+use crate::base::counters::{self, Counter};
+use crate::base::errors::{Fail, HcclRes, hccl_fail, para};
+use crate::base::registry::lock;
+use crate::hccl::comm::{self, Comm};
+use crate::hccl::window::{SymHeap, Window, forget_window, remember_window, window_comm};
+use crate::ipc::attendance::Key;
+use crate::ipc::rendezvous::{HOST_LOST, RvError};
+use crate::ipc::wire::{Reader, Wire, Writer};
+
+const REGISTER: &str = "HcclCommSymWinRegister";
+const DEREGISTER: &str = "HcclCommSymWinDeregister";
+
+/// Step `step` of `comm`'s `seq`-th collective host call, the C function `call`: every rank's
+/// `value`, in rank order, or the failure in HCCL's codes.
+fn exchange<T: Wire>(comm: &Comm, seq: u64, step: u32, value: T, call: &str) -> HcclRes<Vec<T>> {
+    let key = Key::Host { seq, step };
+    comm.group
+        .rv
+        .exchange(key, &value, comm.timeout)
+        .map_err(|e| match e {
+            RvError::Timeout { missing } => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!(
+                    "rank {} waited {:.1} s for ranks {missing:?} to call {call}",
+                    comm.rank,
+                    comm.timeout.as_secs_f64()
+                ),
+            },
+            RvError::Gone { ranks } => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!(
+                    "rank {}: ranks {ranks:?} destroyed their communicator and will never call \
+                     {call}",
+                    comm.rank
+                ),
+            },
+            RvError::Lost { ranks } => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!(
+                    "rank {}: ranks {ranks:?} exited or were killed (their connection to the \
+                     rendezvous closed) and will never call {call}",
+                    comm.rank
+                ),
+            },
+            RvError::HostLost => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!("rank {}: {HOST_LOST}", comm.rank),
+            },
+            RvError::Mismatch | RvError::Duplicate => Fail {
+                code: HcclResult::HCCL_E_INTERNAL,
+                msg: format!("ranks made different collective calls where {call} was expected"),
+            },
+        })
+}
+
+/// A registration checked locally, before the ranks meet.
+enum Prep {
+    /// The allocation is already registered on this communicator: count it again.
+    Existing(Arc<Window>),
+    /// A new window in `slot` of the heap.
+    New {
+        heap: Arc<SymHeap>,
+        slot: usize,
+        phys: Arc<Physical>,
+        user_base: usize,
+    },
+}
+
+impl Prep {
+    /// What this rank tells the others when registering `user_size` bytes.
+    fn vote(&self, user_size: u64) -> HcclRes<RegVote> {
+        let (slot, size, phys) = match self {
+            Prep::Existing(w) => (w.slot, w.size, None),
+            Prep::New { slot, phys, .. } => {
+                let fd = phys.fd().try_clone_to_owned().or_else(|e| {
+                    hccl_fail(
+                        HcclResult::HCCL_E_SYSCALL,
+                        format!("cannot share the allocation: {e}"),
+                    )
+                })?;
+                (*slot, phys.size, Some(fd))
+            }
+        };
+        Ok(RegVote {
+            slot,
+            user_size,
+            size,
+            new: phys.is_some(),
+            phys,
+        })
+    }
+
+    /// Gives back the slot of a new window that will not be made.
+    fn undo(&self) {
+        if let Prep::New { heap, slot, .. } = self {
+            heap.free(*slot);
+        }
+    }
+}
+
+/// What each rank tells the others at registration.
+struct RegVote {
+    slot: usize,
+    user_size: u64,
+    size: usize,
+    new: bool,
+    /// The memfd of the physical allocation (new windows only), shared with every peer.
+    phys: Option<OwnedFd>,
+}
+
+impl Wire for RegVote {
+    const TAG: u8 = 20;
+    fn put<'a>(&'a self, w: &mut Writer, fds: &mut Vec<BorrowedFd<'a>>) {
+        w.u64(self.slot as u64)
+            .u64(self.user_size)
+            .u64(self.size as u64);
+        w.u8(u8::from(self.new));
+        fds.extend(self.phys.as_ref().map(AsFd::as_fd));
+    }
+    fn get(r: &mut Reader<'_>, fds: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let (slot, user_size, size, new) = (r.u64()?, r.u64()?, r.u64()?, r.u8()? != 0);
+        Some(RegVote {
+            slot: slot as usize,
+            user_size,
+            size: size as usize,
+            new,
+            phys: if new { Some(fds.next()?) } else { None },
+        })
+    }
+}
+
+impl RegVote {
+    /// What every rank's vote must agree on.
+    fn terms(&self) -> (usize, u64, usize, bool) {
+        (self.slot, self.user_size, self.size, self.new)
+    }
+}
+
+/// The local checks of `HcclCommSymWinRegister`, in the reference's order.
+fn prepare(comm: &Comm, addr: usize, size: u64) -> HcclRes<Prep> {
+    let m = whole_mapping(addr, size)?;
+    let existing = lock(&comm.windows)
+        .iter()
+        .find(|w| w.phys == m.phys.handle)
+        .cloned();
+    if let Some(w) = existing {
+        if w.user_base != m.base {
+            return para(format!(
+                "this physical allocation is already registered at {:#x}, not {:#x}",
+                w.user_base, m.base
+            ));
+        }
+        return Ok(Prep::Existing(w));
+    }
+    let (heap, slot) = reserve_slot(comm, m.phys.size)?;
+    Ok(Prep::New {
+        heap,
+        slot,
+        phys: m.phys.clone(),
+        user_base: m.base,
+    })
+}
+
+/// The user mapping holding `[addr, addr + size)`, which must map its whole physical
+/// allocation at one address: a window covers the whole allocation.
+fn whole_mapping(addr: usize, size: u64) -> HcclRes<Arc<Mapping>> {
+    let Some(m) = memory::mapping_at(addr) else {
+        return para(format!(
+            "addr {addr:#x} is not in memory mapped with aclrtReserveMemAddress + \
+             aclrtMallocPhysical + aclrtMapMem"
+        ));
+    };
+    let end = (m.base + m.size) as u64;
+    if (addr as u64).checked_add(size).is_none_or(|e| e > end) {
+        return para(format!(
+            "[{addr:#x}, +{size}) runs past the end of its mapping at {end:#x}"
+        ));
+    }
+    if m.offset != 0 || m.size != m.phys.size {
+        return para(format!(
+            "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
+             window covers the whole allocation, so map all of it at one address",
+            m.base,
+            m.offset,
+            m.offset + m.size,
+            m.phys.size
+        ));
+    }
+    Ok(m)
+}
+
+/// A free slot of `size` bytes in `comm`'s heap (reserved on first use).
+fn reserve_slot(comm: &Comm, size: usize) -> HcclRes<(Arc<SymHeap>, usize)> {
+    if size > comm.stride {
+        return hccl_fail(
+            HcclResult::HCCL_E_MEMORY,
+            format!(
+                "a {size}-byte window does not fit the per-rank stride of {} bytes \
+                 (raise hcclSymWinMaxMemSizePerRank)",
+                comm.stride
+            ),
+        );
+    }
+    let heap = comm.heap()?;
+    let Some(slot) = heap.alloc(size) else {
+        return hccl_fail(
+            HcclResult::HCCL_E_MEMORY,
+            format!(
+                "no room for a {size}-byte window: {} of the {}-byte per-rank stride in use \
+                 (raise hcclSymWinMaxMemSizePerRank)",
+                heap.used(),
+                comm.stride
+            ),
+        );
+    };
+    Ok((heap, slot))
+}
+
+/// `HcclCommSymWinRegister` (after the null checks) as the `seq`-th collective host call of
+/// `comm`. Collective.
+pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
+    if size == 0 {
+        return para("size is 0");
+    }
+    if flag != 1 {
+        return para(format!("flag is {flag}, must be 1"));
+    }
+    let prep = prepare(comm, addr, size)?;
+    let votes = prep
+        .vote(size)
+        .and_then(|mine| vote(comm, seq, mine))
+        .inspect_err(|_| prep.undo())?;
+    let window = match prep {
+        Prep::Existing(w) => {
+            w.refs.fetch_add(1, Ordering::Relaxed);
+            w
+        }
+        Prep::New {
+            heap,
+            slot,
+            phys,
+            user_base,
+        } => {
+            let peers = votes.iter().map(|v| v.phys.as_ref().map(AsFd::as_fd));
+            let w = Window::create(heap, slot, seq, &phys, user_base, peers);
+            publish(comm, seq, w)?
+        }
+    };
+    counters::inc(Counter::Registrations);
+    Ok(window.handle())
+}
+
+/// The first step of a registration: every rank's vote, or `HCCL_E_INTERNAL` on every rank
+/// when they differ.
+fn vote(comm: &Comm, seq: u64, mine: RegVote) -> HcclRes<Vec<RegVote>> {
+    let terms = mine.terms();
+    let votes = exchange(comm, seq, 0, mine, REGISTER)?;
+    if votes.iter().all(|v| v.terms() == terms) {
+        return Ok(votes);
+    }
+    let desc: Vec<String> = votes
+        .iter()
+        .enumerate()
+        .map(|(r, v)| {
+            format!(
+                "rank {r}: size {} (allocation {} bytes), slot {:#x}{}",
+                v.user_size,
+                v.size,
+                v.slot,
+                if v.new { "" } else { ", already registered" }
+            )
+        })
+        .collect();
+    hccl_fail(
+        HcclResult::HCCL_E_INTERNAL,
+        format!("ranks registered different windows: {}", desc.join("; ")),
+    )
+}
+
+/// The last step of registering a new window (`made`, with every peer mapped or not): the
+/// ranks tell each other whether they mapped every peer, so nobody uses the window before
+/// all have; then the window is this communicator's.
+fn publish(comm: &Comm, seq: u64, made: HcclRes<Arc<Window>>) -> HcclRes<Arc<Window>> {
+    let mapped = made.as_ref().map(drop).map_err(|f| f.msg.clone());
+    let all = exchange(comm, seq, 1, mapped, REGISTER)?;
+    if let Some((r, Err(msg))) = all.iter().enumerate().find(|(_, m)| m.is_err()) {
+        return hccl_fail(
+            HcclResult::HCCL_E_INTERNAL,
+            format!("rank {r} could not map the window: {msg}"),
+        );
+    }
+    let w = made?;
+    lock(&comm.windows).push(w.clone());
+    remember_window(&w);
+    Ok(w)
+}
+
+/// What each rank tells the others at deregistration.
+struct DeregVote {
+    slot: usize,
+    last: bool,
+    in_use: bool,
+}
+
+impl Wire for DeregVote {
+    const TAG: u8 = 21;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        w.u64(self.slot as u64)
+            .u8(u8::from(self.last))
+            .u8(u8::from(self.in_use));
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let (slot, last, in_use) = (r.u64()?, r.u8()? != 0, r.u8()? != 0);
+        Some(DeregVote {
+            slot: slot as usize,
+            last,
+            in_use,
+        })
+    }
+}
+
+/// The live communicator window `handle` belongs to (`HCCL_E_PARA` for a handle that is not a
+/// live window).
+pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
+    let Some(comm) = window_comm(handle) else {
+        return para(format!("{handle:#x} is not a live window"));
+    };
+    comm::lookup(comm)
+}
+
+/// `HcclCommSymWinDeregister` of window `handle` of `comm`, with the call's sequence number.
+/// Collective; never frees user memory.
+pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
+    let Some(w) = lock(&comm.windows)
+        .iter()
+        .find(|w| w.handle() == handle)
+        .cloned()
+    else {
+        return para(format!("{handle:#x} is not a live window"));
+    };
+    let last = w.refs.load(Ordering::Relaxed) == 1;
+    // References: the communicator's list, `w`, and one per piece of queued work.
+    let in_use = last && Arc::strong_count(&w) > 2;
+    let mine = DeregVote {
+        slot: w.slot,
+        last,
+        in_use,
+    };
+    let votes = exchange(comm, seq, 0, mine, DEREGISTER)?;
+    if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {
+        return hccl_fail(
+            HcclResult::HCCL_E_INTERNAL,
+            "ranks deregistered different windows",
+        );
+    }
+    let busy: Vec<usize> = (0..votes.len()).filter(|&r| votes[r].in_use).collect();
+    if !busy.is_empty() {
+        return hccl_fail(
+            HcclResult::HCCL_E_AGAIN,
+            format!(
+                "the window is still used by queued stream work on ranks {busy:?}: \
+                 synchronize the streams, then deregister again"
+            ),
+        );
+    }
+    if last {
+        lock(&comm.windows).retain(|x| x.handle() != handle);
+        forget_window(&w);
+    } else {
+        w.refs.fetch_sub(1, Ordering::Relaxed);
+    }
+    // With `last`, this is the final reference: the window unmaps itself here.
+    drop(w);
+    Ok(())
+}
+
+/// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and
+/// the offset of `ptr` in it.
+pub(crate) fn get(comm: usize, ptr: usize, size: usize) -> HcclRes<(usize, usize)> {
+    if size == 0 {
+        return para("size is 0");
+    }
+    let comm = comm::lookup(comm)?;
+    match comm.find_window(ptr, size) {
+        Some((w, offset)) => Ok((w.handle(), offset)),
+        None if comm.n == 1 => hccl_fail(
+            HcclResult::HCCL_E_NOT_FOUND,
+            "a one-rank communicator has no symmetric windows to find",
+        ),
+        None => hccl_fail(
+            HcclResult::HCCL_E_NOT_FOUND,
+            format!("[{ptr:#x}, +{size}) is not wholly inside one registered window"),
+        ),
+    }
+}

@@ -1,0 +1,111 @@
+//! The symmetric path: both buffers are inside registered windows at the same offsets on every
+//! rank (checked at the collective's first rendezvous), so a rank reads (and, for AllReduce,
+//! writes) its peers' buffers directly through its own heap, at
+//! `heapBase + stride * peer + slot + offset`: zero copy.
+
+use crate::base::primitives::{copy, part};
+use crate::base::reduce::reduce;
+use crate::hccl::job::{Job, Kind, SymBuf};
+use crate::hccl::steps::Steps;
+use crate::hccl::v_layout::{Blocks, Table};
+
+/// Runs `job`, whose input is `input` and output `output` on every rank, between the
+/// collective's entry and exit rendezvous.
+pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf) {
+    let (r, n) = (steps.rank, steps.n);
+    let (es, c) = (job.es, job.count);
+    // Where rank k's input is visible to this rank: its own through its own mapping.
+    let src = |k: u32| if k == r { job.send } else { input.peer(k) };
+    // SAFETY (every block below): the job's own buffers are checked, pinned device memory; a
+    // peer's buffer is the same range of the peer's window (same slot, same offset, same
+    // size on every rank), mapped in this rank's heap while the job holds the window. The
+    // entry rendezvous means every rank's earlier stream work is done, each rank writes only
+    // bytes no other rank reads in this collective, and the exit rendezvous keeps every rank
+    // here until all are done.
+    match job.sig.kind {
+        Kind::AllReduce => {
+            // Rank r reduces part r of every input, once, and writes the result straight into
+            // every rank's output: a reduce-scatter whose all-gather is a remote write, so no
+            // rank reads a peer's result back. Part r of any buffer is touched by rank r only
+            // (in place, each block is read in full before it is written).
+            let (lo, hi) = part(c, n, r);
+            let srcs: Vec<usize> = (0..n).map(|k| src(k) + lo * es).collect();
+            let dst = |k: u32| if k == r { job.recv } else { output.peer(k) };
+            let dsts: Vec<usize> = (0..n).map(|k| dst(k) + lo * es).collect();
+            // SAFETY: see above.
+            unsafe { reduce(job.dtype, job.op, &dsts, &srcs, hi - lo) };
+        }
+        Kind::AllGather => {
+            for k in 0..n {
+                // SAFETY: see above (the copy is skipped when in place).
+                unsafe { copy(job.recv + k as usize * c * es, src(k), c * es) };
+            }
+        }
+        Kind::ReduceScatter => {
+            let srcs: Vec<usize> = (0..n).map(|k| src(k) + r as usize * c * es).collect();
+            // SAFETY: see above.
+            unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, c) };
+        }
+        Kind::AlltoAll => {
+            for k in 0..n {
+                let from = src(k) + r as usize * c * es;
+                // SAFETY: see above.
+                unsafe { copy(job.recv + k as usize * c * es, from, c * es) };
+            }
+        }
+        // Never routed here: HCCL does not use windows for the rooted ones and Barrier, and
+        // the V collectives go through `run_vector`.
+        Kind::Broadcast
+        | Kind::Barrier
+        | Kind::Reduce
+        | Kind::Scatter
+        | Kind::AllGatherV
+        | Kind::ReduceScatterV
+        | Kind::AlltoAllV => {}
+    }
+}
+
+/// Runs V collective `job` (this rank's `blocks`, every rank's `table`), whose input is
+/// `input` on every rank: this rank reads what each rank sends it straight out of that rank's
+/// `sendBuf` (at that rank's displacement) and copies it into its own block for that rank, or
+/// for ReduceScatterV reduces every rank's block into its `recvBuf`. Nothing is written
+/// outside this rank's own blocks.
+pub(crate) fn run_vector(
+    steps: &Steps<'_>,
+    job: &Job,
+    blocks: &Blocks,
+    table: &Table,
+    input: &SymBuf,
+) {
+    let (r, n, es) = (steps.rank, steps.n, job.es);
+    let src = |k: u32| {
+        let base = if k == r { job.send } else { input.peer(k) };
+        base + table.block(k, r).displ as usize * es
+    };
+    // SAFETY (both blocks below): as in `run`; in addition, the block rank k sends this rank
+    // lies inside rank k's checked, pinned `sendBuf` blocks (k checked its own arrays, and the
+    // table is made of them), at the same window offsets as this rank's, and what this rank
+    // writes is one of its own checked receive blocks (the table's count for it is this rank's
+    // own count, compared at the exchange). Send and receive blocks never overlap on any rank,
+    // so no rank writes bytes another reads.
+    // Empty blocks are skipped before any address is made: their displacements may be
+    // anything that does not overflow on their own rank (in a peer's mapping they could).
+    if job.sig.kind == Kind::ReduceScatterV {
+        let len = blocks.recv[r as usize].count as usize;
+        if len > 0 {
+            let srcs: Vec<usize> = (0..n).map(src).collect();
+            // SAFETY: see above.
+            unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, len) };
+        }
+        return;
+    }
+    for k in 0..n {
+        let len = table.block(k, r).count as usize * es;
+        if len == 0 {
+            continue;
+        }
+        let dst = job.recv + blocks.recv[k as usize].displ as usize * es;
+        // SAFETY: see above.
+        unsafe { copy(dst, src(k), len) };
+    }
+}

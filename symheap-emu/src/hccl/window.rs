@@ -1,0 +1,637 @@
+//! Symmetric windows, as on Atlas A3: each rank's heap reserves `stride * rankSize` of address
+//! space, and a window maps every rank's physical memory at `heapBase + stride * r + slot` in
+//! every rank's heap (the same memfd pages, mapped again), so peers' memory really is visible
+//! at the same offset.
+//!
+//! This module holds the heap, the window (which maps its peers when made and unmaps them when
+//! dropped) and the registry of live window handles. The collective calls that make, find and
+//! remove windows are in [`crate::hccl::registration`]; the tests below run them through the C API.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::sys::HcclResult;
+
+use crate::GRANULARITY;
+use crate::acl::memory::{self, Physical};
+use crate::base::counters::{self, Counter};
+use crate::base::errors::{HcclRes, hccl_fail};
+use crate::base::registry::lock;
+use crate::ipc::os;
+
+/// One rank's symmetric heap on one communicator: `stride * n` bytes of reserved address
+/// space, and the deterministic first-fit allocator of window slots inside one stride.
+pub(crate) struct SymHeap {
+    space: os::Space,
+    /// Bytes per rank.
+    pub(crate) stride: usize,
+    /// The communicator handle it belongs to, the rank it belongs to, and the rank count.
+    comm: usize,
+    rank: u32,
+    n: u32,
+    /// Allocated slots: offset -> size (granularity multiples).
+    slots: Mutex<BTreeMap<usize, usize>>,
+}
+
+impl SymHeap {
+    /// Reserves the heap of rank `rank` of communicator `comm`: `n` ranks of `stride` bytes.
+    pub(crate) fn new(comm: usize, rank: u32, n: u32, stride: usize) -> HcclRes<Self> {
+        let len = stride * n as usize;
+        let space = os::reserve(len.max(GRANULARITY), GRANULARITY).or_else(|e| {
+            hccl_fail(
+                HcclResult::HCCL_E_MEMORY,
+                format!("cannot reserve the {len}-byte symmetric heap: {e}"),
+            )
+        })?;
+        memory::add_heap_space(space.addr(), space.len());
+        Ok(SymHeap {
+            space,
+            stride,
+            comm,
+            rank,
+            n,
+            slots: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Where rank `rank`'s copy of byte `offset` of the window at `slot` is mapped.
+    pub(crate) fn addr(&self, rank: u32, slot: usize, offset: usize) -> usize {
+        self.space.addr() + self.stride * rank as usize + slot + offset
+    }
+
+    /// First fit: the lowest offset with `size` free bytes. Deterministic, so ranks making the
+    /// same calls in the same order get the same slots.
+    pub(crate) fn alloc(&self, size: usize) -> Option<usize> {
+        let mut slots = lock(&self.slots);
+        let mut cursor = 0;
+        for (&off, &len) in slots.iter() {
+            if off - cursor >= size {
+                break;
+            }
+            cursor = off + len;
+        }
+        (self.stride - cursor >= size).then(|| {
+            slots.insert(cursor, size);
+            cursor
+        })
+    }
+
+    /// Bytes of one stride in allocated slots.
+    pub(crate) fn used(&self) -> usize {
+        lock(&self.slots).values().sum()
+    }
+
+    /// Gives back the slot at `slot`.
+    pub(crate) fn free(&self, slot: usize) {
+        lock(&self.slots).remove(&slot);
+    }
+}
+
+impl Drop for SymHeap {
+    fn drop(&mut self) {
+        memory::remove_heap_space(self.space.addr());
+    }
+}
+
+/// What a window handle points to: the emulator's stand-in for HCCL's device copy of the
+/// window descriptor. Opaque to callers; its address is the handle.
+#[repr(C)]
+#[allow(
+    dead_code,
+    reason = "never read on the host: it is what the opaque handle points at"
+)]
+struct WindowDesc {
+    magic: u64,
+    heap_base: u64,
+    stride: u64,
+    slot: u64,
+    size: u64,
+    user_base: u64,
+    rank: u32,
+    rank_size: u32,
+}
+
+const DESC_MAGIC: u64 = u64::from_le_bytes(*b"symwin\0\0");
+
+/// One rank's registered window.
+pub(crate) struct Window {
+    desc: Box<WindowDesc>,
+    heap: Arc<SymHeap>,
+    /// Offset of the window in every rank's stride (identical on all ranks).
+    pub(crate) slot: usize,
+    /// The registration's collective host sequence number: identical on all ranks and never
+    /// reused on the communicator, unlike `slot` (a later window may take a freed slot).
+    pub(crate) id: u64,
+    /// Bytes: the whole physical allocation.
+    pub(crate) size: usize,
+    /// Where the user mapped the allocation on this rank.
+    pub(crate) user_base: usize,
+    /// The `aclrtDrvMemHandle` of the allocation.
+    pub(crate) phys: usize,
+    /// Registrations of this allocation on this rank not yet deregistered.
+    pub(crate) refs: AtomicU32,
+}
+
+impl Window {
+    /// Makes the window over `phys` (mapped at `user_base` on this rank) in `slot` of `heap`,
+    /// registered as collective host call `id`, and maps every rank's allocation (`peers`, in
+    /// rank order) into this rank's heap.
+    pub(crate) fn create<'a>(
+        heap: Arc<SymHeap>,
+        slot: usize,
+        id: u64,
+        phys: &Physical,
+        user_base: usize,
+        peers: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
+    ) -> HcclRes<Arc<Window>> {
+        let size = phys.size;
+        let desc = Box::new(WindowDesc {
+            magic: DESC_MAGIC,
+            heap_base: heap.addr(0, 0, 0) as u64,
+            stride: heap.stride as u64,
+            slot: slot as u64,
+            size: size as u64,
+            user_base: user_base as u64,
+            rank: heap.rank,
+            rank_size: heap.n,
+        });
+        memory::attach_window(phys.handle, user_base);
+        counters::inc(Counter::Windows);
+        // From here on, dropping the window undoes everything.
+        let w = Arc::new(Window {
+            desc,
+            heap,
+            slot,
+            id,
+            size,
+            user_base,
+            phys: phys.handle,
+            refs: AtomicU32::new(1),
+        });
+        for (r, peer) in peers.into_iter().enumerate() {
+            let Some(peer) = peer else {
+                return hccl_fail(HcclResult::HCCL_E_INTERNAL, "a peer sent no memory handle");
+            };
+            let at = w.peer_addr(r as u32, 0);
+            // SAFETY: [at, at + size) is this window's slot of rank r, inside this rank's heap
+            // reservation; the slot was free, so nothing else maps or uses it.
+            unsafe { os::map_fixed(at, size, peer, 0) }.or_else(|e| {
+                hccl_fail(
+                    HcclResult::HCCL_E_MEMORY,
+                    format!("mapping rank {r}'s memory at {at:#x}: {e}"),
+                )
+            })?;
+            let owner: Weak<dyn Any + Send + Sync> = Arc::downgrade(&w) as Weak<Window>;
+            memory::add_window_region(at, size, owner);
+        }
+        Ok(w)
+    }
+
+    /// The `HcclCommSymWindow` value.
+    pub(crate) fn handle(&self) -> usize {
+        (&raw const *self.desc) as usize
+    }
+
+    /// Where rank `rank`'s byte `offset` of this window is visible in this rank's heap.
+    pub(crate) fn peer_addr(&self, rank: u32, offset: usize) -> usize {
+        self.heap.addr(rank, self.slot, offset)
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        let mut unmapped = true;
+        for r in 0..self.heap.n {
+            let at = self.peer_addr(r, 0);
+            memory::remove_window_region(at);
+            // SAFETY: the range is this window's slot of rank r inside the heap reservation;
+            // no pin refers to the window any more (it is being dropped), so nothing accesses it.
+            unmapped &= unsafe { os::unmap_to_reserved(at, self.size) }.is_ok();
+        }
+        // A slot whose pages could not be unmapped is never handed out again.
+        if unmapped {
+            self.heap.free(self.slot);
+        }
+        memory::detach_window(self.phys, self.user_base);
+        counters::dec(Counter::Windows);
+    }
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("comm", &format_args!("{:#x}", self.heap.comm))
+            .field("slot", &self.slot)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Live window handles -> their communicator handle.
+static WINDOWS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+
+/// Records the handle of `w`, which then names it (until [`forget_window`]).
+pub(crate) fn remember_window(w: &Window) {
+    lock(&WINDOWS).insert(w.handle(), w.heap.comm);
+}
+
+/// Forgets the handle of `w` (the window itself goes when its last reference does).
+pub(crate) fn forget_window(w: &Window) {
+    lock(&WINDOWS).remove(&w.handle());
+}
+
+/// The communicator handle of the live window `handle`.
+pub(crate) fn window_comm(handle: usize) -> Option<usize> {
+    lock(&WINDOWS).get(&handle).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+    use std::sync::Barrier;
+    use std::time::{Duration, Instant};
+
+    use super::WindowDesc;
+    use crate::sys::*;
+    use crate::testutil::{
+        DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
+        test_config,
+    };
+    use crate::{GRANULARITY as G, test_lock, testing::counters};
+
+    const PARA: HcclResult = HcclResult::HCCL_E_PARA;
+    const PTR: HcclResult = HcclResult::HCCL_E_PTR;
+
+    fn reg(r: &Rank, addr: *mut c_void, size: u64, flag: u32) -> (HcclResult, HcclCommSymWindow) {
+        let mut win = null_mut();
+        // SAFETY: the emulator validates everything but the out-pointer, which is valid.
+        let code =
+            unsafe { (hccl().HcclCommSymWinRegister.unwrap())(r.comm, addr, size, &mut win, flag) };
+        (code, win)
+    }
+
+    fn get(
+        r: &Rank,
+        ptr: *mut c_void,
+        size: usize,
+    ) -> Result<(HcclCommSymWindow, usize), HcclResult> {
+        let (mut win, mut off) = (null_mut(), 0);
+        // SAFETY: valid out-pointers.
+        let code =
+            unsafe { (hccl().HcclCommSymWinGet.unwrap())(r.comm, ptr, size, &mut win, &mut off) };
+        if code == HcclResult::HCCL_SUCCESS {
+            Ok((win, off))
+        } else {
+            Err(code)
+        }
+    }
+
+    /// Where rank `peer`'s byte `offset` of `win` is mapped in the calling rank's heap.
+    fn heap_addr(win: HcclCommSymWindow, peer: u32, offset: usize) -> *mut c_void {
+        // SAFETY: a live window handle points to its descriptor (an emulator detail the tests
+        // may rely on).
+        let d = unsafe { &*(win as *const WindowDesc) };
+        (d.heap_base + d.stride * peer as u64 + d.slot + offset as u64) as *mut c_void
+    }
+
+    #[test]
+    fn register_checks_locally_in_the_reference_order() {
+        let _g = test_lock();
+        let mut cfg = test_config();
+        cfg.hcclSymWinMaxMemSizePerRank = 1;
+        run_ranks(2, &cfg, |r| {
+            let reg_fn = hccl().HcclCommSymWinRegister.unwrap();
+            let buf = DevBuf::new(r.rank, 2 * G);
+            let mut win = null_mut();
+            let mut host = [0u8; 64];
+            // SAFETY: the emulator validates every argument.
+            unsafe {
+                assert_eq!(reg_fn(null_mut(), buf.ptr, 64, &mut win, 1), PTR);
+                assert_eq!(reg_fn(r.comm, null_mut(), 64, &mut win, 1), PTR);
+                assert_eq!(reg_fn(r.comm, buf.ptr, 64, null_mut(), 1), PTR);
+                assert_eq!(reg_fn(0x55 as HcclComm, buf.ptr, 64, &mut win, 1), PARA);
+            }
+            assert_eq!(reg(r, buf.ptr, 0, 1).0, PARA);
+            assert_eq!(reg(r, buf.ptr, 64, 0).0, PARA);
+            assert_eq!(reg(r, host.as_mut_ptr().cast(), 64, 1).0, PARA);
+            assert!(recent().contains("not in memory mapped"));
+            assert_eq!(
+                reg(r, buf.at(G), G as u64 + 1, 1).0,
+                PARA,
+                "past the mapping"
+            );
+
+            // Reserved but unmapped address space, then only part of an allocation mapped.
+            let a = acl();
+            let (mut va, mut ph) = (null_mut(), null_mut());
+            let prop = aclrtPhysicalMemProp::device_huge(r.rank);
+            // SAFETY: valid out-pointers; everything is released below.
+            unsafe {
+                ok((a.aclrtReserveMemAddress)(&mut va, 2 * G, 0, null_mut(), 0));
+                ok((a.aclrtMallocPhysical)(&mut ph, 2 * G, &prop, 0));
+            }
+            assert_eq!(reg(r, va, 64, 1).0, PARA);
+            // SAFETY: handles from above.
+            unsafe { ok((a.aclrtMapMem)(va, G, 0, ph, 0)) };
+            assert_eq!(reg(r, va, 64, 1).0, PARA);
+            assert!(recent().contains("whole allocation"));
+            // SAFETY: handles from above.
+            unsafe {
+                ok((a.aclrtUnmapMem)(va));
+                ok((a.aclrtFreePhysical)(ph));
+                ok((a.aclrtReleaseMemAddress)(va));
+            }
+
+            // A window larger than the 1 GiB stride.
+            let big = DevBuf::new(r.rank, 1024 * G / 2 + G);
+            assert_eq!(reg(r, big.ptr, 64, 1).0, HcclResult::HCCL_E_MEMORY);
+            big.free();
+
+            // The heap fills up: 2 x 510 MiB fit in 1 GiB, a third does not.
+            let parts: Vec<DevBuf> = (0..3).map(|_| DevBuf::new(r.rank, 255 * G)).collect();
+            let w0 = register(r, &parts[0]);
+            let w1 = register(r, &parts[1]);
+            assert_eq!(reg(r, parts[2].ptr, 64, 1).0, HcclResult::HCCL_E_MEMORY);
+            assert!(recent().contains("hcclSymWinMaxMemSizePerRank"));
+            // Freeing the first slot makes room again (first fit reuses it).
+            deregister(w0);
+            let w2 = register(r, &parts[2]);
+            // SAFETY: live window handles point to their descriptors.
+            unsafe { assert_eq!((*(w2 as *const WindowDesc)).slot, 0) };
+            deregister(w1);
+            deregister(w2);
+            parts.into_iter().for_each(DevBuf::free);
+
+            // After all those failures the ranks are still in step.
+            let w = register(r, &buf);
+            deregister(w);
+            buf.free();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn peers_see_each_other_through_the_heap() {
+        let _g = test_lock();
+        for n in [2u32, 3] {
+            let before = counters().registrations;
+            let barrier = Barrier::new(n as usize);
+            run_ranks(n, &test_config(), |r| {
+                let small = DevBuf::new(r.rank, G);
+                let buf = DevBuf::new(r.rank, 4 * G);
+                let w_small = register(r, &small);
+                // Registering with a smaller size still covers the whole allocation.
+                let (code, win) = reg(r, buf.at(G), 64, 1);
+                hok(code);
+                assert_eq!(counters().windows, 2 * n as u64);
+                // SAFETY: live window handles point to their descriptors.
+                let (d_small, d) = unsafe {
+                    (
+                        &*(w_small as *const WindowDesc),
+                        &*(win as *const WindowDesc),
+                    )
+                };
+                assert_eq!((d_small.slot, d.slot, d.size), (0, G as u64, 4 * G as u64));
+
+                // Each rank writes its own memory; every rank reads every peer's through its heap.
+                buf.write(3 * G, &[r.rank * 100, r.rank * 100 + 1]);
+                barrier.wait();
+                for peer in 0..n {
+                    let mut got = [0u32; 2];
+                    // SAFETY: `got` is valid for 8 bytes; the heap address is validated.
+                    ok(unsafe {
+                        (acl().aclrtMemcpy)(
+                            got.as_mut_ptr().cast(),
+                            8,
+                            heap_addr(win, peer, 3 * G),
+                            8,
+                            aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                        )
+                    });
+                    assert_eq!(got, [peer * 100, peer * 100 + 1]);
+                }
+                barrier.wait();
+
+                // Get: offsets from the window base; ranges must lie wholly inside a window.
+                assert_eq!(get(r, buf.at(5000), 100), Ok((win, 5000)));
+                assert_eq!(get(r, buf.ptr, 4 * G), Ok((win, 0)));
+                assert_eq!(get(r, small.at(G - 1), 1), Ok((w_small, G - 1)));
+                assert_eq!(
+                    get(r, buf.at(4 * G - 10), 11),
+                    Err(HcclResult::HCCL_E_NOT_FOUND)
+                );
+                assert_eq!(get(r, buf.at(0), 0), Err(PARA));
+                let mut host = 0u64;
+                assert_eq!(
+                    get(r, (&raw mut host).cast(), 8),
+                    Err(HcclResult::HCCL_E_NOT_FOUND)
+                );
+                let (mut w, mut o) = (null_mut(), 0);
+                let get_fn = hccl().HcclCommSymWinGet.unwrap();
+                // SAFETY: the emulator validates every argument.
+                unsafe {
+                    assert_eq!(get_fn(null_mut(), buf.ptr, 8, &mut w, &mut o), PTR);
+                    assert_eq!(get_fn(r.comm, null_mut(), 8, &mut w, &mut o), PTR);
+                    assert_eq!(get_fn(r.comm, buf.ptr, 8, null_mut(), &mut o), PTR);
+                    assert_eq!(get_fn(r.comm, buf.ptr, 8, &mut w, null_mut()), PTR);
+                }
+
+                // The same allocation again: the same handle, counted twice.
+                let (code, again) = reg(r, buf.ptr, 4 * G as u64, 1);
+                hok(code);
+                assert_eq!(again, win);
+                assert_eq!(counters().windows, 2 * n as u64);
+                // While registered, the physical memory cannot be freed.
+                // SAFETY: a live handle.
+                let code = unsafe { (acl().aclrtFreePhysical)(buf.phys) };
+                assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+                deregister(again);
+                assert_eq!(get(r, buf.ptr, 8), Ok((win, 0)), "still registered once");
+                deregister(win);
+                deregister(w_small);
+                let dereg = hccl().HcclCommSymWinDeregister.unwrap();
+                // SAFETY: the emulator validates the handle.
+                unsafe {
+                    assert_eq!(dereg(win), PARA);
+                    assert_eq!(dereg(null_mut()), PTR);
+                }
+                assert_eq!(get(r, buf.ptr, 8), Err(HcclResult::HCCL_E_NOT_FOUND));
+                // Deregistering never frees the user's memory.
+                assert_eq!(
+                    buf.read::<u32>(3 * G, 2),
+                    vec![r.rank * 100, r.rank * 100 + 1]
+                );
+                small.free();
+                buf.free();
+            });
+            assert_eq!(counters().registrations - before, 3 * n as u64);
+            assert_clean();
+        }
+    }
+
+    #[test]
+    fn mismatched_sizes_fail_on_every_rank_and_change_nothing() {
+        let _g = test_lock();
+        let codes = run_ranks(3, &test_config(), |r| {
+            let buf = DevBuf::new(r.rank, if r.rank == 1 { 4 * G } else { 2 * G });
+            let (code, _) = reg(r, buf.ptr, 2 * G as u64, 1);
+            let msg = recent();
+            // Nothing was registered, and the slot was given back.
+            let fixed = DevBuf::new(r.rank, 2 * G);
+            let w = register(r, &fixed);
+            // SAFETY: live window handles point to their descriptors.
+            assert_eq!(unsafe { (*(w as *const WindowDesc)).slot }, 0);
+            deregister(w);
+            fixed.free();
+            buf.free();
+            (code, msg)
+        });
+        for (code, msg) in codes {
+            assert_eq!(code, HcclResult::HCCL_E_INTERNAL);
+            assert!(msg.contains("rank 1: size"), "{msg}");
+        }
+        assert_clean();
+    }
+
+    #[test]
+    fn a_rank_that_never_registers_makes_the_others_time_out() {
+        let _g = test_lock();
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 1;
+        // Rank 1 stays alive (its communicator too) until rank 0 has given up.
+        let done = Barrier::new(2);
+        let codes = run_ranks(2, &cfg, |r| {
+            if r.rank == 1 {
+                done.wait();
+                return HcclResult::HCCL_SUCCESS;
+            }
+            let buf = DevBuf::new(r.rank, G);
+            let (code, _) = reg(r, buf.ptr, G as u64, 1);
+            assert!(recent().contains("waited 1.0 s for ranks [1]"));
+            assert_eq!(counters().windows, 0);
+            buf.free();
+            done.wait();
+            code
+        });
+        assert_eq!(codes[0], HcclResult::HCCL_E_TCP_TRANSFER);
+        assert_clean();
+    }
+
+    #[test]
+    fn a_rank_that_destroyed_its_communicator_fails_its_peers_at_once() {
+        let _g = test_lock();
+        // The default exec timeout is far longer than this test may take.
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 120;
+        let start = Instant::now();
+        let codes = run_ranks(2, &cfg, |r| {
+            if r.rank == 1 {
+                return Vec::new();
+            }
+            let buf = DevBuf::new(r.rank, G);
+            // Waits until rank 1 is gone, then fails; later calls fail on arrival.
+            let first = reg(r, buf.ptr, G as u64, 1).0;
+            assert!(recent().contains("destroyed their communicator"));
+            let second = reg(r, buf.ptr, G as u64, 1).0;
+            buf.free();
+            vec![first, second]
+        });
+        assert_eq!(codes[0], [HcclResult::HCCL_E_TCP_TRANSFER; 2]);
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_clean();
+    }
+
+    #[test]
+    fn a_locally_rejected_register_consumes_its_sequence_number() {
+        let _g = test_lock();
+        let mut cfg = test_config();
+        cfg.hcclExecTimeOut = 1;
+        let first_done = Barrier::new(2);
+        let codes = run_ranks(2, &cfg, |r| {
+            let buf = DevBuf::new(r.rank, G);
+            // Rank 0's call is rejected locally (size 0); rank 1's valid call must not pair
+            // with rank 0's next one: it times out.
+            let size = if r.rank == 0 { 0 } else { G as u64 };
+            let first = reg(r, buf.ptr, size, 1).0;
+            first_done.wait();
+            // Then both make the same call, and they are still in step.
+            let (second, win) = reg(r, buf.ptr, G as u64, 1);
+            if second == HcclResult::HCCL_SUCCESS {
+                deregister(win);
+            }
+            buf.free();
+            (first, second)
+        });
+        assert_eq!(codes[0], (PARA, HcclResult::HCCL_SUCCESS));
+        assert_eq!(
+            codes[1],
+            (HcclResult::HCCL_E_TCP_TRANSFER, HcclResult::HCCL_SUCCESS)
+        );
+        assert_clean();
+    }
+
+    #[test]
+    fn a_registered_mapping_cannot_be_unmapped_until_deregistered() {
+        let _g = test_lock();
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let buf = DevBuf::new(r.rank, G);
+            let win = register(r, &buf);
+            // Registered twice: it stays locked until the last deregistration.
+            let win2 = register(r, &buf);
+            // SAFETY: the emulator validates the address.
+            let code = unsafe { (a.aclrtUnmapMem)(buf.ptr) };
+            assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+            assert!(recent().contains("deregister the window first"));
+            deregister(win2);
+            // SAFETY: as above.
+            let code = unsafe { (a.aclrtUnmapMem)(buf.ptr) };
+            assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+            // Nothing changed: the window still finds the memory.
+            assert_eq!(get(r, buf.ptr, 8), Ok((win, 0)));
+            deregister(win);
+            buf.free();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn one_rank_windows_register_but_are_never_found() {
+        let _g = test_lock();
+        run_ranks(1, &test_config(), |r| {
+            let buf = DevBuf::new(0, G);
+            let win = register(r, &buf);
+            assert_eq!(get(r, buf.ptr, 8), Err(HcclResult::HCCL_E_NOT_FOUND));
+            assert!(recent().contains("one-rank"));
+            deregister(win);
+            buf.free();
+        });
+        assert_clean();
+    }
+
+    #[test]
+    fn destroying_the_communicator_deregisters_what_is_left() {
+        let _g = test_lock();
+        let bufs = run_ranks(2, &test_config(), |r| {
+            let buf = DevBuf::new(r.rank, G);
+            let win = register(r, &buf);
+            (buf, win as usize)
+        });
+        assert_eq!(counters().windows, 0);
+        for (buf, win) in bufs {
+            let dereg = hccl().HcclCommSymWinDeregister.unwrap();
+            // SAFETY: a stale handle is looked up, not dereferenced.
+            assert_eq!(unsafe { dereg(win as HcclCommSymWindow) }, PARA);
+            buf.free();
+        }
+        assert_clean();
+    }
+}

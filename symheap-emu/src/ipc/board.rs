@@ -1,0 +1,277 @@
+//! The board: a memfd that every rank of a communicator (and its rendezvous host) maps, where
+//! the ranks meet for the steps of collectives without a message through the host. Each rank
+//! posts its value for a step into one of its two buffers and wakes the others (a futex on
+//! the board, which works across processes); a rank has all values for a step once every
+//! rank's buffer holds that step's key.
+//!
+//! A rank reuses a buffer only after every peer has read it, so a fast rank never overwrites a
+//! value a slow one still needs. The host writes on the board which ranks are gone (left or
+//! lost), so waiters fail at once; collective host calls, and anything carrying memfds, still
+//! go through the host.
+//!
+//! The board also holds a mailbox pair for every ordered pair of ranks (sender, receiver), where
+//! point-to-point transfers meet without any other rank ([`crate::hccl::p2p`]): each side writes only
+//! its own [`Mailbox`], and wakes the other with [`Board::notify`].
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use crate::ipc::os::{self, Space};
+
+/// The largest value a rank posts (a collective's arrival is about 60 bytes).
+pub(crate) const MAX_VALUE: usize = 232;
+/// Buffers per rank.
+const BUFFERS: usize = 2;
+/// How often a waiter yields before it sleeps.
+const SPINS: usize = 20;
+
+/// The board's header: the word waiters sleep on (the futex, changed by every wake-up), and
+/// how many ranks wait to reuse a buffer (so readers wake them only then).
+#[repr(C)]
+struct Header {
+    generation: AtomicU32,
+    reuse_waiters: AtomicU32,
+}
+
+/// One posted value.
+#[repr(C)]
+struct Buffer {
+    /// The step's key plus one (0: empty).
+    key: AtomicU64,
+    /// How many peers have read the value.
+    read_by: AtomicU32,
+    len: AtomicU32,
+    bytes: [u8; MAX_VALUE],
+}
+
+/// One side of a point-to-point pair's mailbox: written only by that side's rank, read by the
+/// other (see [`crate::hccl::p2p`] for the protocol). All zero until first used.
+#[repr(C, align(64))]
+pub(crate) struct Mailbox {
+    /// `k + 1` once this side posted its header for message `k` of the pair.
+    pub(crate) header: AtomicU64,
+    /// The header: elements.
+    pub(crate) count: AtomicU64,
+    /// The header: the `HcclDataType`.
+    pub(crate) dtype: AtomicU64,
+    /// The sender's header: bytes per staged chunk (its staging section is two chunks).
+    pub(crate) chunk: AtomicU64,
+    /// The sender's header: the window slot plus one of a buffer in a symmetric window (0:
+    /// not in a window), the window's id ([`crate::hccl::window::Window::id`]: a slot may be reused)
+    /// and the buffer's offset there.
+    pub(crate) window_slot: AtomicU64,
+    pub(crate) window_id: AtomicU64,
+    pub(crate) window_offset: AtomicU64,
+    /// Messages of the pair this side is finished with (done or given up).
+    pub(crate) done: AtomicU64,
+    /// `(k + 1) << 32 | n`: chunks of message `k` posted (sender) or acknowledged (receiver).
+    pub(crate) progress: AtomicU64,
+    /// The number of messages plus one this side took on the pair before its rank destroyed
+    /// its communicator (0 while it has not): it takes part in no later message.
+    pub(crate) limit: AtomicU64,
+}
+
+/// Which side of a pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Sender,
+    Receiver,
+}
+
+/// One process's mapping of a board of `n` ranks.
+pub(crate) struct Board {
+    space: Space,
+    n: usize,
+}
+
+// The layout: header, then one `gone` word per rank, then `BUFFERS` buffers per rank, then
+// (64-byte aligned) two mailboxes per ordered pair of ranks.
+const GONE_AT: usize = size_of::<Header>();
+
+/// Where the mailboxes of a board of `n` ranks start.
+fn mailboxes_at(n: usize) -> usize {
+    (GONE_AT + n * 8 + n * BUFFERS * size_of::<Buffer>()).next_multiple_of(64)
+}
+
+impl Board {
+    /// The size of a board for `n` ranks (pages untouched by any rank cost nothing).
+    pub(crate) fn size(n: usize) -> usize {
+        mailboxes_at(n) + n * n * 2 * size_of::<Mailbox>()
+    }
+
+    /// Maps the board of `n` ranks in memfd `fd`.
+    pub(crate) fn map(fd: BorrowedFd<'_>, n: usize) -> std::io::Result<Board> {
+        let space = os::map_shared(fd, Board::size(n))?;
+        Ok(Board { space, n })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a `Header` (zeroed by the memfd, a valid value), is
+        // aligned to a page and lives as long as `self`; its fields are atomics, so sharing
+        // them with other threads and processes is sound.
+        unsafe { &*(self.space.addr() as *const Header) }
+    }
+
+    /// Rank `rank`'s gone word: why it will not come again, as the host records it
+    /// ([`Gone::word`](crate::ipc::attendance::Gone::word)).
+    pub(crate) fn gone(&self, rank: usize) -> &AtomicU64 {
+        assert!(rank < self.n);
+        // SAFETY: in bounds (checked) and 8-byte aligned; an atomic shared as above.
+        unsafe { &*((self.space.addr() + GONE_AT + rank * 8) as *const AtomicU64) }
+    }
+
+    fn buffer(&self, rank: usize, i: usize) -> &Buffer {
+        assert!(rank < self.n && i < BUFFERS);
+        let at = GONE_AT + self.n * 8 + (rank * BUFFERS + i) * size_of::<Buffer>();
+        // SAFETY: in bounds and 8-byte aligned (the header, gone words and buffers are
+        // multiples of 8); `bytes` is only accessed through raw copies, see `post` / `read`.
+        unsafe { &*((self.space.addr() + at) as *const Buffer) }
+    }
+
+    /// The `side` mailbox of the pair sending from rank `from` to rank `to`.
+    pub(crate) fn mailbox(&self, from: usize, to: usize, side: Side) -> &Mailbox {
+        assert!(from < self.n && to < self.n);
+        let i = (from * self.n + to) * 2 + usize::from(side == Side::Receiver);
+        let at = mailboxes_at(self.n) + i * size_of::<Mailbox>();
+        // SAFETY: in bounds (checked) and 64-byte aligned (the mapping is page aligned,
+        // `mailboxes_at` a multiple of 64); its fields are atomics, shared as the header's.
+        unsafe { &*((self.space.addr() + at) as *const Mailbox) }
+    }
+
+    /// Records that rank `rank` destroyed its communicator after taking `sent[d]` messages to
+    /// each rank `d` and `received[s]` from each rank `s`: peers waiting for a later message
+    /// of a pair fail at once.
+    pub(crate) fn leave_pairs(&self, rank: usize, sent: &[u64], received: &[u64]) {
+        for (peer, &k) in sent.iter().enumerate().take(self.n) {
+            let m = self.mailbox(rank, peer, Side::Sender);
+            m.limit.store(k.saturating_add(1), Ordering::Release);
+        }
+        for (peer, &k) in received.iter().enumerate().take(self.n) {
+            let m = self.mailbox(peer, rank, Side::Receiver);
+            m.limit.store(k.saturating_add(1), Ordering::Release);
+        }
+        self.notify();
+    }
+
+    /// Wakes every waiter after a change.
+    pub(crate) fn notify(&self) {
+        let generation = &self.header().generation;
+        generation.fetch_add(1, Ordering::Release);
+        os::futex_wake(generation);
+    }
+
+    /// Posts `value` as rank `rank`'s value for step `key` into buffer `i`, once every peer
+    /// has read what it held (at most until `deadline`: `false` then).
+    pub(crate) fn post(
+        &self,
+        rank: usize,
+        i: usize,
+        key: u64,
+        value: &[u8],
+        deadline: Instant,
+    ) -> bool {
+        assert!(value.len() <= MAX_VALUE);
+        let b = self.buffer(rank, i);
+        let peers = self.n as u32 - 1;
+        let reusable =
+            || b.key.load(Ordering::Acquire) == 0 || b.read_by.load(Ordering::Acquire) >= peers;
+        if !self.wait_until(reusable, deadline) {
+            return false;
+        }
+        b.key.store(0, Ordering::Relaxed);
+        b.read_by.store(0, Ordering::Relaxed);
+        b.len.store(value.len() as u32, Ordering::Relaxed);
+        // SAFETY: `bytes` has room for `value` (asserted); no peer reads this buffer now: its
+        // key is 0 until the store below, and readers check the key before and after copying.
+        unsafe {
+            std::ptr::copy_nonoverlapping(value.as_ptr(), b.bytes.as_ptr() as *mut u8, value.len())
+        };
+        b.key.store(key + 1, Ordering::Release);
+        // Only the last rank to post a step wakes the others (they cannot finish before). Of
+        // two ranks posting at once, at least one sees the other's post after the fence.
+        fence(Ordering::SeqCst);
+        if (0..self.n).all(|r| self.has(r, key)) {
+            self.notify();
+        }
+        true
+    }
+
+    /// The buffer of rank `rank` that holds step `key`, if it posted it.
+    fn holding(&self, rank: usize, key: u64) -> Option<&Buffer> {
+        (0..BUFFERS)
+            .map(|i| self.buffer(rank, i))
+            .find(|b| b.key.load(Ordering::Acquire) == key + 1)
+    }
+
+    /// Whether rank `rank` has posted step `key`.
+    pub(crate) fn has(&self, rank: usize, key: u64) -> bool {
+        self.holding(rank, key).is_some()
+    }
+
+    /// Rank `rank`'s value for step `key`, if posted, marked read by rank `me` (call once per
+    /// step and rank).
+    pub(crate) fn take(&self, rank: usize, key: u64, me: usize) -> Option<Vec<u8>> {
+        let b = self.holding(rank, key)?;
+        let len = (b.len.load(Ordering::Relaxed) as usize).min(MAX_VALUE);
+        let mut out = vec![0u8; len];
+        // SAFETY: the key was published with Release after the bytes were written, and the
+        // buffer is not rewritten before every peer, this rank included, marked it read.
+        unsafe { std::ptr::copy_nonoverlapping(b.bytes.as_ptr(), out.as_mut_ptr(), len) };
+        if rank != me {
+            b.read_by.fetch_add(1, Ordering::SeqCst);
+            if self.header().reuse_waiters.load(Ordering::SeqCst) > 0 {
+                self.notify();
+            }
+        }
+        Some(out)
+    }
+
+    /// Empties rank `rank`'s buffer holding step `key` (a rank that gave up on the step), so
+    /// no late peer takes the value.
+    pub(crate) fn withdraw(&self, rank: usize, key: u64) {
+        for i in 0..BUFFERS {
+            let b = self.buffer(rank, i);
+            let _ = b
+                .key
+                .compare_exchange(key + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until `ready` holds (checked after every change to the board), at most until
+    /// `deadline`: whether it held.
+    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool, deadline: Instant) -> bool {
+        let generation = &self.header().generation;
+        // Peers usually post within microseconds: yield the core to them a few times before
+        // sleeping (with more ranks than cores, a sleep and wake-up cost far more).
+        for _ in 0..SPINS {
+            if ready() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        loop {
+            let seen = generation.load(Ordering::Acquire);
+            if ready() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            // Sliced, so a caller that also watches something off the board (the host's
+            // connection) gets to look now and then.
+            os::futex_wait(
+                generation,
+                seen,
+                (deadline - now).min(Duration::from_millis(100)),
+            );
+            if ready() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The plumbing between ranks, whether threads or processes: system calls (memfds, mappings,
+//! futexes), sockets and messages, the rendezvous host and a rank's end of it, who a step waits
+//! for, and the shared board on which the ranks meet at every collective step.
+
+pub(crate) mod attendance;
+pub(crate) mod board;
+pub(crate) mod hub;
+pub(crate) mod os;
+pub(crate) mod rendezvous;
+pub(crate) mod wire;

@@ -1,0 +1,640 @@
+//! One rank's end of the rendezvous of its communicator's ranks, which may be threads of any
+//! processes on the machine: every rank deposits a value (with any memfds) under a key with the
+//! hub ([`crate::ipc::hub`]), and once all have, each gets every rank's value. A rank that waits
+//! longer than its timeout withdraws and fails, so a missing peer is an error, never a hang; a
+//! rank waiting for a peer that destroyed its communicator, or whose process died, fails at once
+//! (the hub decides, so every waiting rank gets the same answer).
+//!
+//! Keys carry sequence numbers assigned in host program order, so the n-th collective (or
+//! collective host call) of one rank meets the n-th of every other rank.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::base::patience::Patience;
+use crate::base::registry::lock;
+use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
+use crate::ipc::board::{self, Board};
+use crate::ipc::hub::{to_hub, to_rank};
+use crate::ipc::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
+
+/// Why a rendezvous failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RvError {
+    /// These ranks did not arrive in time.
+    Timeout { missing: Vec<u32> },
+    /// These ranks destroyed their communicator without arriving: they never will.
+    Gone { ranks: Vec<u32> },
+    /// These ranks' processes exited or were killed (their connections closed).
+    Lost { ranks: Vec<u32> },
+    /// The process that called `HcclGetRootInfo`, which hosts the rendezvous, is gone.
+    HostLost,
+    /// Ranks deposited values of different kinds under one key (different operations).
+    Mismatch,
+    /// This rank already has a value under the key.
+    Duplicate,
+}
+
+/// What a rank is told when [`RvError::HostLost`] ends a step.
+pub(crate) const HOST_LOST: &str = "the rendezvous is gone: the process that called \
+     HcclGetRootInfo (which hosts it) exited or was killed";
+
+/// What the hub answered for a key.
+enum Answer {
+    Complete(Message),
+    Failed(RvError),
+    Missing(Vec<u32>),
+}
+
+/// The hub's answers that arrived for keys other than the reader's own.
+#[derive(Default)]
+struct State {
+    answers: BTreeMap<Vec<u8>, Answer>,
+    /// Set when the connection to the hub closed.
+    host_lost: bool,
+    /// Whether a waiting thread is reading the connection (the others wait for it to file
+    /// their answers, or to hand the reading over).
+    reading: bool,
+}
+
+/// This rank's connection to its communicator's hub. Threads that wait for an answer read
+/// the connection themselves, one at a time, so no thread stands between the hub and them.
+pub(crate) struct Rendezvous {
+    n: usize,
+    rank: usize,
+    conn: Conn,
+    /// Where collective steps meet (see [`crate::ipc::board`]).
+    board: Board,
+    /// The ranks in the process that hosts the rendezvous.
+    host_ranks: Vec<u32>,
+    /// Collective steps posted so far: picks the board buffer of the next one.
+    posts: AtomicU64,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// Why a join failed.
+pub(crate) enum JoinError {
+    /// The hub refused, or cannot be reached: the reason.
+    Refused(String),
+    /// Not every rank joined within the timeout; these had not.
+    Timeout { missing: Vec<u32> },
+    /// The caller's cancel flag was raised while waiting (another rank of the same
+    /// `HcclCommInitAll` failed).
+    Cancelled,
+}
+
+/// How often a join waiting for the other ranks looks at its cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// `now + timeout`, or a day from now if that cannot be represented.
+pub(crate) fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(86_400)))
+        .unwrap_or(now)
+}
+
+impl Rendezvous {
+    /// Joins the hub on abstract socket `name` as `rank` of `n`, handing it this rank's
+    /// `staging` memfd, and waits up to `timeout` for every rank, or until `cancel` is
+    /// raised: then every rank's staging memfd, in rank order.
+    pub(crate) fn join(
+        name: &str,
+        session: &[u8],
+        n: u32,
+        rank: u32,
+        staging: BorrowedFd<'_>,
+        timeout: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
+        let conn = Conn::connect(name).map_err(|e| {
+            JoinError::Refused(format!(
+                "rootInfo names a rendezvous that cannot be reached ({e}): the process that \
+                 called HcclGetRootInfo is gone, or the rootInfo is stale"
+            ))
+        })?;
+        let mut hello = Writer::default();
+        hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+        hello.u32(std::process::id());
+        conn.send(&hello.bytes, &[staging])
+            .map_err(|e| JoinError::Refused(format!("cannot reach the rendezvous: {e}")))?;
+        let until = deadline(timeout);
+        loop {
+            if cancel.load(Ordering::Acquire) {
+                // Closing the connection (when `conn` drops) frees this rank's place.
+                return Err(JoinError::Cancelled);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            let ready = poll_readable(&[conn.fd()], left.min(CANCEL_POLL));
+            if ready.as_ref().is_ok_and(|r| !r.is_empty()) {
+                break;
+            }
+            if ready.is_err() || left <= CANCEL_POLL {
+                return Err(JoinError::Timeout {
+                    missing: not_joined(&conn),
+                });
+            }
+        }
+        let welcome = match conn.recv() {
+            Ok(Some(m)) => m,
+            _ => {
+                return Err(JoinError::Refused(
+                    "the rendezvous closed the connection".into(),
+                ));
+            }
+        };
+        let mut r = Reader::new(&welcome.bytes);
+        match r.u8() {
+            Some(to_rank::WELCOME) if welcome.fds.len() == n as usize + 1 => {}
+            Some(to_rank::REJECT) => {
+                let why = r.blob().unwrap_or_default();
+                return Err(JoinError::Refused(
+                    String::from_utf8_lossy(why).into_owned(),
+                ));
+            }
+            _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
+        }
+        // The ranks that live in the process hosting the rendezvous: lost with it.
+        let host_ranks = ranks(&mut r);
+        let mut fds = welcome.fds;
+        let board = fds.pop().map(|fd| Board::map(fd.as_fd(), n as usize));
+        let Some(Ok(board)) = board else {
+            return Err(JoinError::Refused("cannot map the rendezvous board".into()));
+        };
+        let rv = Rendezvous {
+            n: n as usize,
+            rank: rank as usize,
+            conn,
+            board,
+            host_ranks,
+            posts: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        };
+        Ok((rv, fds))
+    }
+
+    /// Records that this rank destroyed its communicator after taking collective sequence
+    /// numbers below `next_collective`: peers waiting for it on any later key fail at once.
+    pub(crate) fn leave(&self, next_collective: u64) {
+        let mut w = Writer::default();
+        w.u8(to_hub::LEAVE).u64(next_collective);
+        let _ = self.conn.send(&w.bytes, &[]);
+    }
+
+    /// Deposits `value` under `key` and waits up to `timeout` for every rank; then returns all
+    /// ranks' values, in rank order.
+    pub(crate) fn exchange<T: Wire>(
+        &self,
+        key: Key,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<Vec<T>, RvError> {
+        let mut payload = Writer::default();
+        let mut fds = Vec::new();
+        payload.u8(T::TAG);
+        value.put(&mut payload, &mut fds);
+        let deadline = deadline(timeout);
+        if let (Key::Collective { seq, step }, true) = (key, fds.is_empty()) {
+            if payload.bytes.len() <= board::MAX_VALUE && step < 1 << 24 {
+                let payloads = self.meet_on_board(
+                    key,
+                    (seq << 24) | u64::from(step),
+                    &payload.bytes,
+                    deadline,
+                )?;
+                return payloads
+                    .iter()
+                    .map(|p| decode(p, &mut std::iter::empty()))
+                    .collect();
+            }
+        }
+        let step = key;
+        let key = key.encode();
+        let mut message = Writer::default();
+        message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
+        if self.conn.send(&message.bytes, &fds).is_err() {
+            return Err(self.host_lost());
+        }
+        let mut patience = Patience::new();
+        let mut waited = || {
+            patience.check(|| {
+                format!(
+                    "in {step} on rank {} for the other ranks (the rendezvous host names those \
+                     missing when the exec timeout ends the wait)",
+                    self.rank
+                )
+            })
+        };
+        let answer = match self.wait(&key, deadline, &mut waited) {
+            Some(answer) => answer,
+            None => self.withdraw(&key),
+        };
+        match answer {
+            Answer::Complete(m) => self.values(m),
+            Answer::Failed(e) => Err(e),
+            Answer::Missing(missing) => Err(RvError::Timeout { missing }),
+        }
+    }
+
+    /// The board the ranks share (collective steps, point-to-point mailboxes).
+    pub(crate) fn board(&self) -> &Board {
+        &self.board
+    }
+
+    /// Why rank `peer` will never act again, if it will not: its process died (as the host
+    /// recorded), or it lived in the host's process, which is gone. A rank that destroyed its
+    /// communicator is not reported here (its queued work still runs).
+    pub(crate) fn lost(&self, peer: usize) -> Option<RvError> {
+        let word = self.board.gone(peer).load(Ordering::Acquire);
+        if Gone::from_word(word) == Some(Gone::Died) {
+            return Some(RvError::Lost {
+                ranks: vec![peer as u32],
+            });
+        }
+        let in_host = self.host_ranks.contains(&(peer as u32));
+        (in_host && self.conn.is_closed()).then(|| self.host_lost())
+    }
+
+    /// The failure of every step once the rendezvous host is gone: the ranks in its process
+    /// are lost with it.
+    fn host_lost(&self) -> RvError {
+        match self.host_ranks.is_empty() {
+            true => RvError::HostLost,
+            false => RvError::Lost {
+                ranks: self.host_ranks.clone(),
+            },
+        }
+    }
+
+    /// A collective step (`key`, numbered `step` on the board) met on the board: every rank's
+    /// payload, in rank order.
+    fn meet_on_board(
+        &self,
+        key: Key,
+        step: u64,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<Vec<Vec<u8>>, RvError> {
+        let buffer = (self.posts.fetch_add(1, Ordering::Relaxed) % 2) as usize;
+        let board = &self.board;
+        if !board.post(self.rank, buffer, step, payload, deadline) {
+            // A buffer still unread by a peer: a peer missed an earlier step.
+            return Err(RvError::Timeout {
+                missing: Vec::new(),
+            });
+        }
+        let mut failure = None;
+        let mut patience = Patience::new();
+        let everyone = board.wait_until(
+            || {
+                let missing: Vec<usize> = (0..self.n).filter(|&r| !board.has(r, step)).collect();
+                if missing.is_empty() {
+                    return true;
+                }
+                patience.check(|| format!("in {key} on rank {} for ranks {missing:?}", self.rank));
+                failure = self.never_coming(key, &missing);
+                failure.is_some()
+            },
+            deadline,
+        );
+        let values: Option<Vec<Vec<u8>>> = match (everyone, &failure) {
+            (true, None) => (0..self.n)
+                .map(|r| board.take(r, step, self.rank))
+                .collect(),
+            _ => None,
+        };
+        if let Some(values) = values {
+            return Ok(values);
+        }
+        let missing = (0..self.n)
+            .filter(|&r| r != self.rank && !board.has(r, step))
+            .map(|r| r as u32)
+            .collect();
+        board.withdraw(self.rank, step);
+        Err(failure.unwrap_or(RvError::Timeout { missing }))
+    }
+
+    /// Why a step `key` cannot complete, if some of the `missing` ranks will never come (as
+    /// the host recorded on the board) or the host is gone.
+    fn never_coming(&self, key: Key, missing: &[usize]) -> Option<RvError> {
+        let gone = missing.iter().map(|&r| {
+            let word = self.board.gone(r).load(Ordering::Acquire);
+            (r as u32, Gone::from_word(word))
+        });
+        match never_coming(key, gone) {
+            Some(Absent::Died(ranks)) => Some(RvError::Lost { ranks }),
+            Some(Absent::Left(ranks)) => Some(RvError::Gone { ranks }),
+            None => self.conn.is_closed().then(|| self.host_lost()),
+        }
+    }
+
+    /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
+    /// gone). While no other thread does, this one reads the connection, filing the answers
+    /// for other keys.
+    fn wait(&self, key: &[u8], deadline: Instant, waited: &mut dyn FnMut()) -> Option<Answer> {
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(answer) = st.answers.remove(key) {
+                return Some(answer);
+            }
+            if st.host_lost {
+                return Some(Answer::Failed(self.host_lost()));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            waited();
+            // Sliced, so that `waited` runs now and then.
+            let slice = (deadline - now).min(Duration::from_secs(1));
+            if st.reading {
+                st = self
+                    .cv
+                    .wait_timeout(st, slice)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            st.reading = true;
+            drop(st);
+            let read = self.read_one(slice);
+            st = lock(&self.state);
+            st.reading = false;
+            match read {
+                Some(Some((k, answer))) => {
+                    st.answers.insert(k, answer);
+                }
+                Some(None) => st.host_lost = true,
+                None => {}
+            }
+            // Another waiter may find its answer, or take over the reading.
+            self.cv.notify_all();
+        }
+    }
+
+    /// One answer from the hub, waiting at most `timeout`: `None` when none came,
+    /// `Some(None)` when the connection closed.
+    fn read_one(&self, timeout: Duration) -> Option<Option<(Vec<u8>, Answer)>> {
+        if poll_readable(&[self.conn.fd()], timeout)
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return None;
+        }
+        let message = match self.conn.recv() {
+            Ok(Some(m)) => m,
+            _ => return Some(None),
+        };
+        let mut r = Reader::new(&message.bytes);
+        let tag = r.u8();
+        let key = r.blob().map(<[u8]>::to_vec).unwrap_or_default();
+        let answer = match tag {
+            Some(to_rank::COMPLETE) => Answer::Complete(message),
+            Some(to_rank::FAILED) => Answer::Failed(failure(&mut r)),
+            Some(to_rank::MISSING) => Answer::Missing(ranks(&mut r)),
+            _ => Answer::Failed(RvError::Mismatch),
+        };
+        Some(Some((key, answer)))
+    }
+
+    /// Gives up on `key`: the hub removes this rank's deposit and names who was missing,
+    /// unless the step completed or failed meanwhile.
+    fn withdraw(&self, key: &[u8]) -> Answer {
+        let mut w = Writer::default();
+        w.u8(to_hub::WITHDRAW).blob(key);
+        if self.conn.send(&w.bytes, &[]).is_err() {
+            return Answer::Failed(self.host_lost());
+        }
+        // The hub answers at once; this bound only matters if it hangs.
+        let patience = deadline(Duration::from_secs(10));
+        self.wait(key, patience, &mut || {})
+            .unwrap_or_else(|| Answer::Failed(self.host_lost()))
+    }
+
+    /// Every rank's value from a completed step.
+    fn values<T: Wire>(&self, m: Message) -> Result<Vec<T>, RvError> {
+        let mut r = Reader::new(&m.bytes);
+        let mut fds = m.fds.into_iter();
+        let _tag_and_key = (r.u8(), r.blob());
+        let mut values = Vec::with_capacity(self.n);
+        for _ in 0..self.n {
+            let (Some(payload), Some(count)) = (r.blob(), r.u32()) else {
+                return Err(RvError::Mismatch);
+            };
+            let mut mine = fds
+                .by_ref()
+                .take(count as usize)
+                .collect::<Vec<_>>()
+                .into_iter();
+            values.push(decode(payload, &mut mine)?);
+        }
+        Ok(values)
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        // The hub sees this rank leave at once (with or without a LEAVE before).
+        self.conn.shutdown();
+    }
+}
+
+/// A value read from `payload` (its tag first), with the memfds it carried.
+fn decode<T: Wire>(payload: &[u8], fds: &mut dyn Iterator<Item = OwnedFd>) -> Result<T, RvError> {
+    let mut p = Reader::new(payload);
+    if p.u8() != Some(T::TAG) {
+        return Err(RvError::Mismatch);
+    }
+    T::get(&mut p, fds).ok_or(RvError::Mismatch)
+}
+
+/// After a join timed out: the ranks that had not joined, as the hub says (empty if it does
+/// not answer within a second).
+fn not_joined(conn: &Conn) -> Vec<u32> {
+    let mut w = Writer::default();
+    w.u8(to_hub::WITHDRAW).blob(&[]);
+    let answered = conn.send(&w.bytes, &[]).is_ok()
+        && !poll_readable(&[conn.fd()], Duration::from_secs(1))
+            .unwrap_or_default()
+            .is_empty();
+    match conn.recv() {
+        Ok(Some(m)) if answered => {
+            let mut r = Reader::new(&m.bytes);
+            match (r.u8(), r.blob()) {
+                (Some(to_rank::MISSING), Some(_)) => ranks(&mut r),
+                _ => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A `count, ranks` list.
+fn ranks(r: &mut Reader<'_>) -> Vec<u32> {
+    let n = r.u32().unwrap_or(0);
+    (0..n).filter_map(|_| r.u32()).collect()
+}
+
+/// The failure a FAILED answer describes.
+fn failure(r: &mut Reader<'_>) -> RvError {
+    match r.u8() {
+        Some(to_rank::LEFT) => RvError::Gone { ranks: ranks(r) },
+        Some(to_rank::DIED) => RvError::Lost { ranks: ranks(r) },
+        _ => RvError::Duplicate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+    use crate::{ipc::hub, ipc::os};
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    /// `n` ranks joined to a fresh hub, each from its own thread.
+    fn group(n: u32) -> Vec<Rendezvous> {
+        let session = os::random_bytes().unwrap();
+        let name = format!(
+            "symheap-rv-test-{:x}",
+            u64::from_le_bytes(session[..8].try_into().unwrap())
+        );
+        hub::start(&name, session).unwrap();
+        let mut ranks: Vec<(u32, Rendezvous)> = std::thread::scope(|s| {
+            let joins: Vec<_> = (0..n)
+                .map(|rank| {
+                    let name = &name;
+                    s.spawn(move || {
+                        let staging = os::memfd(4096).unwrap();
+                        let joined = Rendezvous::join(
+                            name,
+                            &session,
+                            n,
+                            rank,
+                            staging.as_fd(),
+                            LONG,
+                            &AtomicBool::new(false),
+                        );
+                        (rank, joined.ok().unwrap().0)
+                    })
+                })
+                .collect();
+            joins.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        ranks.sort_by_key(|(rank, _)| *rank);
+        ranks.into_iter().map(|(_, rv)| rv).collect()
+    }
+
+    /// Every rank exchanges under `key` at once: each rank's result.
+    fn all<T: Wire + Send + Sync>(
+        rvs: &[Rendezvous],
+        key: Key,
+        value: impl Fn(usize) -> T + Sync,
+    ) -> Vec<Result<Vec<T>, RvError>> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..rvs.len())
+                .map(|r| {
+                    let (rvs, value) = (rvs, &value);
+                    s.spawn(move || rvs[r].exchange(key, &value(r), LONG))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn every_rank_gets_every_value_in_rank_order() {
+        let rvs = group(3);
+        let key = Key::Collective { seq: 0, step: 0 };
+        for got in all(&rvs, key, |r| r as u64 * 10) {
+            assert_eq!(got, Ok(vec![0, 10, 20]));
+        }
+    }
+
+    #[test]
+    fn missing_ranks_time_out_and_mismatched_kinds_are_reported() {
+        let rvs = group(2);
+        let key = Key::Host { seq: 1, step: 0 };
+        let err = rvs[0].exchange(key, &1u64, Duration::from_millis(20));
+        assert_eq!(err, Err(RvError::Timeout { missing: vec![1] }));
+        // The withdrawn value is gone: the next meeting under the key starts afresh.
+        let results = std::thread::scope(|s| {
+            let a = s.spawn(|| rvs[0].exchange(key, &1u64, LONG).map(drop));
+            let b = s.spawn(|| rvs[1].exchange(key, &(), LONG).map(drop));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!(results, (Err(RvError::Mismatch), Err(RvError::Mismatch)));
+    }
+
+    #[test]
+    fn a_rank_that_left_fails_its_waiters_at_once() {
+        let rvs = group(2);
+        let start = Instant::now();
+        let host = Key::Host { seq: 0, step: 0 };
+        let waited = std::thread::scope(|s| {
+            let w = s.spawn(|| rvs[0].exchange(host, &(), LONG));
+            // Rank 1 leaves while rank 0 waits (or before it arrives: same outcome).
+            std::thread::sleep(Duration::from_millis(20));
+            rvs[1].leave(1);
+            w.join().unwrap()
+        });
+        assert_eq!(waited, Err(RvError::Gone { ranks: vec![1] }));
+        // Later keys fail on arrival: host calls always, collectives from the rank's next
+        // sequence number on.
+        let later = Key::Host { seq: 5, step: 0 };
+        assert_eq!(
+            rvs[0].exchange(later, &(), LONG),
+            Err(RvError::Gone { ranks: vec![1] })
+        );
+        let next = Key::Collective { seq: 1, step: 0 };
+        assert_eq!(
+            rvs[0].exchange(next, &(), LONG),
+            Err(RvError::Gone { ranks: vec![1] })
+        );
+        assert!(start.elapsed() < Duration::from_secs(10));
+        // A collective the rank queued before leaving still meets its peers.
+        let queued = Key::Collective { seq: 0, step: 3 };
+        for got in all(&rvs, queued, |r| 7 + r as u64) {
+            assert_eq!(got, Ok(vec![7, 8]));
+        }
+    }
+
+    #[test]
+    fn a_rank_whose_connection_closes_is_lost_to_its_waiters_at_once() {
+        let mut rvs = group(3);
+        let doomed = rvs.pop().unwrap();
+        let key = Key::Collective { seq: 0, step: 0 };
+        let start = Instant::now();
+        let waited = std::thread::scope(|s| {
+            let w = s.spawn(|| rvs[0].exchange(key, &(), LONG));
+            std::thread::sleep(Duration::from_millis(20));
+            // Rank 2 goes as a killed process would: its connection closes, no LEAVE.
+            drop(doomed);
+            w.join().unwrap()
+        });
+        assert_eq!(waited, Err(RvError::Lost { ranks: vec![2] }));
+        let later = Key::Host { seq: 0, step: 0 };
+        assert_eq!(
+            rvs[1].exchange(later, &(), LONG),
+            Err(RvError::Lost { ranks: vec![2] })
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn deadlines_never_overflow() {
+        let far = deadline(Duration::MAX);
+        assert!(far > Instant::now());
+    }
+}

@@ -1,0 +1,435 @@
+//! How ranks talk across processes: Unix `SOCK_SEQPACKET` sockets in the abstract namespace
+//! (no file to clean up: the name vanishes with the last descriptor), messages that keep their
+//! boundaries and carry file descriptors (`SCM_RIGHTS`, for memfds), and a small binary
+//! encoding for what they carry.
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// The largest message: far above what any rendezvous of 64 ranks sends (a few KiB), and
+/// small enough that the receive buffer costs nothing measurable per message.
+const MAX_MESSAGE: usize = 16 << 10;
+/// The most descriptors one message carries (the kernel's `SCM_MAX_FD` is 253).
+const MAX_FDS: usize = 253;
+
+/// One end of a connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    fd: OwnedFd,
+}
+
+/// A message: its bytes and the descriptors that came with it.
+pub(crate) struct Message {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) fds: Vec<OwnedFd>,
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn seqpacket() -> io::Result<OwnedFd> {
+    // SAFETY: creating a socket touches no memory.
+    let fd = check(unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The address of abstract socket `name` (a leading NUL byte, then the name).
+fn address(name: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if name.len() + 1 > addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "socket name too long",
+        ));
+    }
+    for (dst, &b) in addr.sun_path[1..].iter_mut().zip(name.as_bytes()) {
+        *dst = b as libc::c_char;
+    }
+    let len = size_of::<libc::sa_family_t>() + 1 + name.len();
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A listening socket.
+pub(crate) struct Listener {
+    fd: OwnedFd,
+}
+
+impl Listener {
+    /// Listens on abstract socket `name`.
+    pub(crate) fn bind(name: &str) -> io::Result<Listener> {
+        let fd = seqpacket()?;
+        let (addr, len) = address(name)?;
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+        check(unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) })?;
+        // SAFETY: a bound socket.
+        check(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+        Ok(Listener { fd })
+    }
+
+    /// Accepts one connection.
+    pub(crate) fn accept(&self) -> io::Result<Conn> {
+        // SAFETY: null address arguments are allowed; the result is a fresh descriptor.
+        let fd = check(unsafe {
+            libc::accept4(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        })?;
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Conn { fd })
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+}
+
+impl Conn {
+    /// Connects to abstract socket `name`.
+    pub(crate) fn connect(name: &str) -> io::Result<Conn> {
+        let fd = seqpacket()?;
+        let (addr, len) = address(name)?;
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+        check(unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) })?;
+        Ok(Conn { fd })
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    /// Sends one message with `fds` attached.
+    pub(crate) fn send(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        if fds.len() > MAX_FDS || bytes.len() > MAX_MESSAGE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "message too large",
+            ));
+        }
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let payload = size_of::<RawFd>() * raw.len();
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
+        let mut control = vec![0u8; if raw.is_empty() { 0 } else { space }];
+        // SAFETY: msghdr is plain old data; all zeroes is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        if !raw.is_empty() {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = control.len() as _;
+            // SAFETY: the control buffer is CMSG_SPACE(payload) bytes, so the first header
+            // and its data fit; the data is copied from `raw`, which holds `payload` bytes.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
+                std::ptr::copy_nonoverlapping(
+                    raw.as_ptr().cast::<u8>(),
+                    libc::CMSG_DATA(cmsg),
+                    payload,
+                );
+            }
+        }
+        loop {
+            // SAFETY: `msg` points to the iovec and control buffer above, alive for the call.
+            let sent =
+                unsafe { libc::sendmsg(self.fd.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
+            if sent >= 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+
+    /// Receives one message; `None` once the peer has closed the connection.
+    pub(crate) fn recv(&self) -> io::Result<Option<Message>> {
+        self.recv_into(vec![0u8; MAX_MESSAGE])
+    }
+
+    /// [`Conn::recv`] into `bytes`, a buffer of at least [`MAX_MESSAGE`] bytes that the
+    /// message then owns (truncated to its length).
+    pub(crate) fn recv_into(&self, mut bytes: Vec<u8>) -> io::Result<Option<Message>> {
+        bytes.resize(MAX_MESSAGE, 0);
+        let mut iov = libc::iovec {
+            iov_base: bytes.as_mut_ptr().cast(),
+            iov_len: bytes.len(),
+        };
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE((MAX_FDS * size_of::<RawFd>()) as u32) } as usize;
+        let mut control = vec![0u8; space];
+        // SAFETY: msghdr is plain old data; all zeroes is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = control.len() as _;
+        let got = loop {
+            // SAFETY: `msg` points to buffers of the stated sizes, alive for the call.
+            let got =
+                unsafe { libc::recvmsg(self.fd.as_raw_fd(), &raw mut msg, libc::MSG_CMSG_CLOEXEC) };
+            if got >= 0 {
+                break got as usize;
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::ConnectionReset => return Ok(None),
+                _ => return Err(err),
+            }
+        };
+        let mut fds = Vec::new();
+        // SAFETY: the kernel filled the control buffer; CMSG_* walk it within its length, and
+        // every SCM_RIGHTS descriptor received is a fresh one this process now owns.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(cmsg);
+                    let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                    for i in 0..len / size_of::<RawFd>() {
+                        let fd = data
+                            .add(i * size_of::<RawFd>())
+                            .cast::<RawFd>()
+                            .read_unaligned();
+                        fds.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+            }
+        }
+        if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message truncated",
+            ));
+        }
+        if got == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        bytes.truncate(got);
+        Ok(Some(Message { bytes, fds }))
+    }
+
+    /// Whether the peer has closed the connection (without waiting, and without reading).
+    pub(crate) fn is_closed(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; a zero timeout returns at once.
+        let ready = unsafe { libc::poll(&raw mut p, 1, 0) };
+        ready > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+    }
+
+    /// Stops both directions, waking a thread blocked in [`Conn::recv`] (it gets `None`).
+    pub(crate) fn shutdown(&self) {
+        // SAFETY: shutting a socket down touches no memory.
+        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+}
+
+/// Waits until one of `fds` is readable (or hung up), at most `timeout`; the indices of those
+/// that are.
+pub(crate) fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<Vec<usize>> {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `polls` holds `polls.len()` valid pollfd structs.
+    let ret = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    if ret < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::Interrupted {
+            Ok(Vec::new())
+        } else {
+            Err(err)
+        };
+    }
+    Ok(polls
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.revents != 0)
+        .map(|(i, _)| i)
+        .collect())
+}
+
+/// A value that travels in a rendezvous step: its bytes, and the descriptors it carries.
+pub(crate) trait Wire: Sized {
+    /// Tells the kinds of value apart, so ranks that ran different operations under one step
+    /// are noticed.
+    const TAG: u8;
+    /// Appends the value; descriptors go to `fds`, in order.
+    fn put<'a>(&'a self, w: &mut Writer, fds: &mut Vec<BorrowedFd<'a>>);
+    /// Reads a value written by `put`, taking its descriptors from `fds`.
+    fn get(r: &mut Reader<'_>, fds: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self>;
+}
+
+impl Wire for () {
+    const TAG: u8 = 1;
+    fn put<'a>(&'a self, _: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {}
+    fn get(_: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        Some(())
+    }
+}
+
+/// What a step reports: done, or why not.
+impl Wire for Result<(), String> {
+    const TAG: u8 = 2;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        match self {
+            Ok(()) => w.u8(0),
+            Err(why) => w.u8(1).blob(why.as_bytes()),
+        };
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        match r.u8()? {
+            0 => Some(Ok(())),
+            _ => Some(Err(String::from_utf8_lossy(r.blob()?).into_owned())),
+        }
+    }
+}
+
+impl Wire for u64 {
+    const TAG: u8 = 3;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        w.u64(*self);
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        r.u64()
+    }
+}
+
+/// Builds a message.
+#[derive(Default)]
+pub(crate) struct Writer {
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Writer {
+    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
+        self.bytes.push(v);
+        self
+    }
+    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
+        self.bytes.extend(v.to_le_bytes());
+        self
+    }
+    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
+        self.bytes.extend(v.to_le_bytes());
+        self
+    }
+    /// A length-prefixed byte string.
+    pub(crate) fn blob(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.bytes.extend(v);
+        self
+    }
+}
+
+/// Reads a message; every getter fails (`None`) past the end.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.bytes.len() < n {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Some(head)
+    }
+    pub(crate) fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    }
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+    }
+    pub(crate) fn blob(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    #[test]
+    fn messages_keep_their_bounds_and_carry_descriptors() {
+        let name = format!("symheap-wire-test-{}", std::process::id());
+        let listener = Listener::bind(&name).unwrap();
+        let client = Conn::connect(&name).unwrap();
+        let server = listener.accept().unwrap();
+        let memfd = crate::ipc::os::memfd(4096).unwrap();
+        client.send(b"one", &[memfd.as_fd()]).unwrap();
+        client.send(b"two", &[]).unwrap();
+        let first = server.recv().unwrap().unwrap();
+        assert_eq!((first.bytes.as_slice(), first.fds.len()), (&b"one"[..], 1));
+        let second = server.recv().unwrap().unwrap();
+        assert_eq!(
+            (second.bytes.as_slice(), second.fds.len()),
+            (&b"two"[..], 0)
+        );
+        // The same open file: a size set through one descriptor shows through the other.
+        // SAFETY: ftruncate on a memfd this test owns.
+        let truncated = unsafe { libc::ftruncate(first.fds[0].as_raw_fd(), 8192) };
+        assert_eq!(truncated, 0);
+        let size = std::fs::File::from(memfd).metadata().unwrap().len();
+        assert_eq!(size, 8192);
+        drop(client);
+        assert!(
+            server.recv().unwrap().is_none(),
+            "end of stream after close"
+        );
+        let mut w = Writer::default();
+        w.u8(1).u32(2).u64(3).blob(b"xyz");
+        let mut r = Reader::new(&w.bytes);
+        assert_eq!((r.u8(), r.u32(), r.u64()), (Some(1), Some(2), Some(3)));
+        assert_eq!(r.blob(), Some(&b"xyz"[..]));
+        assert!(r.u8().is_none());
+    }
+}

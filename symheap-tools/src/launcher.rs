@@ -1,0 +1,410 @@
+//! Starting a job of N ranks on this machine, one process each, the way torchrun or mpirun do
+//! on one node: the library side of the `symheap-run` binary.
+//!
+//! Each process gets `SYMHEAP_RANK`, `SYMHEAP_WORLD_SIZE`, `SYMHEAP_DEVICE` (its rank) and
+//! `SYMHEAP_ROOT_INFO` (a fresh file path for this run), which is what
+//! [`Comm::from_env`](symheap::Comm::from_env) reads. Every line a rank prints is prefixed with
+//! `[rank R] `. When a rank fails (a non-zero exit or a signal), the others get a grace period
+//! to notice and exit on their own, then are killed. Only the rank processes themselves are
+//! killed: a rank that starts processes of its own must stop them.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use symheap::{Error, Result};
+
+/// The root-info file's variable, which [`Comm::from_env`](symheap::Comm::from_env) reads.
+const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
+
+/// An [`Error::Io`] saying what failed.
+fn io_error(what: impl Into<String>, source: std::io::Error) -> Error {
+    Error::Io {
+        what: what.into(),
+        source: std::sync::Arc::new(source),
+    }
+}
+
+/// A job to start: a program run as `ranks` processes.
+///
+/// # Examples
+/// ```no_run
+/// use symheap_tools::launcher::Job;
+///
+/// let outcome = Job::new(4, "./worker").arg("--steps").arg("100").run()?;
+/// if !outcome.success() {
+///     eprintln!("{}", outcome.summary());
+/// }
+/// # Ok::<(), symheap::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Job {
+    ranks: u32,
+    program: OsString,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    grace: Duration,
+}
+
+/// Whether this process was started as a rank by a launcher: `SYMHEAP_RANK` is set (by
+/// [`Job::run`] or `symheap-run`).
+pub fn in_a_rank() -> bool {
+    std::env::var_os("SYMHEAP_RANK").is_some_and(|v| !v.is_empty())
+}
+
+/// How each rank of a finished job ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Each rank's process id, in rank order.
+    pub pids: Vec<u32>,
+    /// Each rank's exit status, in rank order.
+    pub statuses: Vec<ExitStatus>,
+    /// The rank that failed first, if any did.
+    pub first_failure: Option<u32>,
+}
+
+impl Job {
+    /// `program` as `ranks` processes, with no arguments and a 5-second grace period.
+    pub fn new(ranks: u32, program: impl Into<OsString>) -> Job {
+        Job {
+            ranks,
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            grace: Duration::from_secs(5),
+        }
+    }
+
+    /// This program, with the arguments it was started with, as `ranks` processes: for a
+    /// program that re-runs itself as its own ranks (see [`in_a_rank`]).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the running executable cannot be found.
+    pub fn this_program(ranks: u32) -> Result<Job> {
+        let exe = std::env::current_exe().map_err(|e| io_error("cannot find this program", e))?;
+        Ok(Job::new(ranks, exe).args(std::env::args_os().skip(1)))
+    }
+
+    /// Adds an argument for every rank's process.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Job {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds arguments for every rank's process.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Job {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable for every rank's process (beside the ones the launcher
+    /// sets, which win).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Job {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// How long the other ranks may run on after one failed before they are killed.
+    pub fn grace(mut self, grace: Duration) -> Job {
+        self.grace = grace;
+        self
+    }
+
+    /// Starts every rank, relays their output line by line with a `[rank R] ` prefix, and
+    /// waits for all of them. On the first failure the others get the grace period, then are
+    /// killed (`SIGKILL`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero ranks; [`Error::Io`] for a program that cannot be
+    /// started or a root-info directory that cannot be made; ranks already started are then
+    /// killed.
+    pub fn run(&self) -> Result<Outcome> {
+        if self.ranks == 0 {
+            return Err(Error::InvalidArgument(
+                "a job needs at least one rank".into(),
+            ));
+        }
+        let dir = RunDir::create()?;
+        let mut ranks = Vec::with_capacity(self.ranks as usize);
+        for rank in 0..self.ranks {
+            match self.spawn(rank, &dir) {
+                Ok(r) => ranks.push(r),
+                Err(e) => {
+                    for mut r in ranks {
+                        let _ = r.child.kill();
+                        r.finish();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.wait(ranks))
+    }
+
+    fn spawn(&self, rank: u32, dir: &RunDir) -> Result<Rank> {
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("SYMHEAP_RANK", rank.to_string())
+            .env("SYMHEAP_WORLD_SIZE", self.ranks.to_string())
+            .env("SYMHEAP_DEVICE", rank.to_string())
+            .env(ROOT_INFO, dir.root_info())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                let program = self.program.to_string_lossy();
+                io_error(format!("cannot start {program} as rank {rank}"), e)
+            })?;
+        let relays = [
+            child
+                .stdout
+                .take()
+                .map(|out| relay(rank, out, std::io::stdout)),
+            child
+                .stderr
+                .take()
+                .map(|err| relay(rank, err, std::io::stderr)),
+        ];
+        Ok(Rank {
+            child,
+            status: None,
+            relays: relays.into_iter().flatten().collect(),
+        })
+    }
+
+    /// Polls every rank until all have exited, killing the rest once the grace period after
+    /// the first failure has passed.
+    fn wait(&self, mut ranks: Vec<Rank>) -> Outcome {
+        let mut first_failure = None;
+        let mut kill_at = None;
+        while ranks.iter().any(|r| r.status.is_none()) {
+            for (rank, r) in ranks.iter_mut().enumerate() {
+                if r.status.is_some() {
+                    continue;
+                }
+                let status = match r.child.try_wait() {
+                    Ok(status) => status,
+                    // The child cannot be polled: treat it as failed and stop it.
+                    Err(_) => {
+                        let _ = r.child.kill();
+                        r.child.wait().ok()
+                    }
+                };
+                r.status = status;
+                if status.is_some_and(|s| !s.success()) && first_failure.is_none() {
+                    first_failure = Some(rank as u32);
+                    kill_at = Some(Instant::now() + self.grace);
+                }
+            }
+            if kill_at.is_some_and(|at| Instant::now() >= at) {
+                for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
+                    let _ = r.child.kill();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pids = ranks.iter().map(|r| r.child.id()).collect();
+        let statuses = ranks.into_iter().map(Rank::finish).collect();
+        Outcome {
+            pids,
+            statuses,
+            first_failure,
+        }
+    }
+}
+
+impl Outcome {
+    /// Whether every rank exited with status 0.
+    pub fn success(&self) -> bool {
+        self.statuses.iter().all(ExitStatus::success)
+    }
+
+    /// One line per rank that did not succeed, the first failure first, e.g.
+    /// `rank 2 failed first: exit status 1`.
+    pub fn summary(&self) -> String {
+        let mut lines = Vec::new();
+        let order = self
+            .first_failure
+            .into_iter()
+            .chain((0..self.statuses.len() as u32).filter(|&r| Some(r) != self.first_failure));
+        for rank in order {
+            let status = self.statuses[rank as usize];
+            if status.success() {
+                continue;
+            }
+            let how = if Some(rank) == self.first_failure {
+                "failed first"
+            } else {
+                "failed"
+            };
+            lines.push(format!("rank {rank} {how}: {}", describe(status)));
+        }
+        if lines.is_empty() {
+            format!("all {} ranks succeeded", self.statuses.len())
+        } else {
+            lines.join("\n")
+        }
+    }
+}
+
+/// `exit status 1`, or `killed by signal 9 (SIGKILL)`.
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => {
+            let name = match signal {
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGBUS => " (SIGBUS)",
+                libc::SIGINT => " (SIGINT)",
+                _ => "",
+            };
+            format!("killed by signal {signal}{name}")
+        }
+        (None, None) => format!("{status}"),
+    }
+}
+
+/// One started rank.
+struct Rank {
+    child: Child,
+    status: Option<ExitStatus>,
+    relays: Vec<JoinHandle<()>>,
+}
+
+impl Rank {
+    /// Waits for the process and for its output to be relayed.
+    fn finish(mut self) -> ExitStatus {
+        let status = match self.status {
+            Some(status) => status,
+            None => self
+                .child
+                .wait()
+                .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL)),
+        };
+        // Its output ends when the last process holding the pipes exits: normally the rank,
+        // but a process the rank started may outlive it. Drain for a while, then leave.
+        let drained_by = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < drained_by && !self.relays.iter().all(JoinHandle::is_finished) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        status
+    }
+}
+
+/// Copies `from` to `to` line by line, each prefixed with the rank.
+fn relay<W: Write + 'static>(
+    rank: u32,
+    from: impl Read + Send + 'static,
+    to: fn() -> W,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(from);
+        let mut line = Vec::new();
+        while matches!(lines.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
+            let mut out = to();
+            let _ = out.write_all(format!("[rank {rank}] ").as_bytes());
+            let _ = out.write_all(&line);
+            let _ = out.flush();
+            line.clear();
+        }
+    })
+}
+
+/// A fresh directory for one run's root-info file, removed when the run ends.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create() -> Result<RunDir> {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("symheap-run-{}-{nanos:x}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
+        Ok(RunDir(dir))
+    }
+
+    fn root_info(&self) -> PathBuf {
+        self.0.join("root-info")
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(ranks: u32, script: &str) -> Outcome {
+        Job::new(ranks, "sh")
+            .args(["-c", script])
+            .grace(Duration::from_millis(200))
+            .run()
+            .unwrap()
+    }
+
+    #[test]
+    fn every_rank_sees_its_placement() {
+        let outcome = sh(
+            3,
+            r#"test "$SYMHEAP_WORLD_SIZE" = 3 && test "$SYMHEAP_DEVICE" = "$SYMHEAP_RANK" \
+               && test -n "$SYMHEAP_ROOT_INFO" && test ! -e "$SYMHEAP_ROOT_INFO" \
+               && test -d "$(dirname "$SYMHEAP_ROOT_INFO")""#,
+        );
+        assert!(outcome.success(), "{}", outcome.summary());
+        assert_eq!(outcome.first_failure, None);
+        assert_eq!(outcome.summary(), "all 3 ranks succeeded");
+    }
+
+    #[test]
+    fn the_first_failure_stops_the_others_and_is_named() {
+        let started = Instant::now();
+        let outcome = sh(
+            3,
+            r#"if [ "$SYMHEAP_RANK" = 1 ]; then exit 3; fi; sleep 30"#,
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(outcome.first_failure, Some(1));
+        let summary = outcome.summary();
+        assert!(
+            summary.starts_with("rank 1 failed first: exit status 3"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("rank 0 failed: killed by signal 9 (SIGKILL)"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_is_an_error() {
+        let err = Job::new(2, "/nonexistent/program").run().unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/program"), "{err}");
+        let Error::Io { source, .. } = &err else {
+            panic!("expected an I/O error, got {err:?}");
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        assert!(Job::new(0, "sh").run().is_err());
+    }
+}
