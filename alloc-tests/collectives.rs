@@ -7,8 +7,8 @@
 //! `every_vector_wrapper` does the same for the wrappers of issue 9.
 
 use symheap::emu::launch;
-use symheap::runtime::{Comm, ReduceOp, Stream};
 use symheap::sys::{HcclSendRecvItem, HcclSendRecvType};
+use symheap::{Comm, ReduceOp, Stream};
 use symheap::{Element, Error, Result};
 
 use crate::harness::{DeviceBuf, Elem, EmuSession};

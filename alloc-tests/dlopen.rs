@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use symheap::Runtime;
-use symheap::runtime::{Backend, CommConfig, ReduceOp, Stream};
+use symheap::{Backend, CommConfig, ReduceOp, Stream};
 
-use symheap::runtime::Element;
+use symheap::Element;
 
 use crate::harness::{DeviceBuf, EmuSession};
 

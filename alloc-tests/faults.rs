@@ -8,8 +8,8 @@
 
 use std::process::Command;
 
-use symheap::runtime::{Comm, CommConfig};
 use symheap::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclResult};
+use symheap::{Comm, CommConfig};
 use symheap::{Error, PoolConfig, ReduceOp, Result, Runtime, SymPool, SymVec, emu};
 
 /// The environment variable that names the scenario a child process walks.

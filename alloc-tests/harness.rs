@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use half::{bf16, f16};
 use symheap::Result;
-use symheap::runtime::{Comm, DevicePtr, Element, Mapping, Window};
+use symheap::{Comm, DevicePtr, Element, Mapping, Window};
 
 static EMU_LOCK: Mutex<()> = Mutex::new(());
 

@@ -3,7 +3,7 @@
 
 use symheap::ReduceOp;
 use symheap::sys::{ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION, HcclResult};
-use symheap::{Error, PoolConfig, SymAlloc, SymBox, SymPool, SymVec, emu};
+use symheap::{Error, PoolConfig, SymBlock, SymBox, SymPool, SymVec, emu};
 
 use crate::harness::EmuSession;
 use crate::support::rng::Rng;
@@ -469,7 +469,7 @@ fn registrations_stay_flat_over_a_thousand_steps() {
         let before = pool.stats().registrations;
         for step in 0..1000 {
             let mut x = SymVec::<f32>::zeroed(&pool, 64 + step % 7)?;
-            let _scratch: SymAlloc = pool.alloc(4096, 0)?;
+            let _scratch: SymBlock = pool.alloc(4096, 0)?;
             pool.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
             pool.synchronize()?;
         }
@@ -504,7 +504,7 @@ fn a_block_in_use_by_queued_work_is_not_reused_before_synchronize() {
             "released in program order at synchronize"
         );
         // A block recorded on another stream waits for that stream too.
-        let side = symheap::runtime::Stream::new(comm.runtime())?;
+        let side = symheap::Stream::new(comm.runtime())?;
         again.record_stream(&side);
         drop(again);
         assert_eq!(pool.stats().pending_frees, 1);
@@ -662,7 +662,7 @@ fn a_window_that_fails_to_deregister_is_freed_with_its_communicator() {
 fn a_failed_collective_poisons_the_pool() {
     let session = EmuSession::start();
     let rt = symheap::Runtime::emulated().unwrap();
-    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(1);
+    let config = symheap::CommConfig::new().exec_timeout_secs(1);
     let outcomes = emu::launch_with(&rt, 2, &config, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let mut v = SymVec::from_host(&pool, &[1.0f32; 16])?;
@@ -697,13 +697,13 @@ fn a_failed_collective_poisons_the_pool() {
 fn reading_a_buffer_after_a_failed_collective_poisons_the_pool() {
     let session = EmuSession::start();
     let rt = symheap::Runtime::emulated().unwrap();
-    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(1);
+    let config = symheap::CommConfig::new().exec_timeout_secs(1);
     let outcomes = emu::launch_with(&rt, 2, &config, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let mut v = SymVec::from_host(&pool, &[1.0f32; 16])?;
         let untouched = SymVec::from_host(&pool, &[2.0f32; 16])?;
         if comm.rank() == 0 {
-            let side = symheap::runtime::Stream::new(comm.runtime())?;
+            let side = symheap::Stream::new(comm.runtime())?;
             v.record_stream(&side);
             pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?; // rank 1 never joins
             assert!(matches!(
@@ -825,7 +825,7 @@ fn allocations_keep_alignments_above_the_device_granularity() {
 fn every_call_that_sees_a_failed_collective_poisons_the_pool() {
     let session = EmuSession::start();
     let rt = symheap::Runtime::emulated().unwrap();
-    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(1);
+    let config = symheap::CommConfig::new().exec_timeout_secs(1);
     for growth in [false, true] {
         let outcomes = emu::launch_with(&rt, 2, &config, |comm| {
             let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
@@ -909,7 +909,7 @@ fn trim_reports_every_failure_to_release_a_window() {
 fn pooled_values_returned_from_launch_are_dropped_by_their_ranks() {
     let session = EmuSession::start();
     let rt = symheap::Runtime::emulated().unwrap();
-    let config = symheap::runtime::CommConfig::new().exec_timeout_secs(2);
+    let config = symheap::CommConfig::new().exec_timeout_secs(2);
     let returned = emu::launch_with(&rt, 2, &config, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         SymVec::from_host(&pool, &[comm.rank() as f32; 4])

@@ -3,7 +3,7 @@
 //! element against the host on 2 to 4 ranks, every bad input with its typed error and nothing
 //! changed, what the op hash and strict mode make of them, and missing library entries.
 
-use symheap::runtime::{Backend, Origin};
+use symheap::{Backend, Origin};
 use symheap::{
     CommConfig, Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec, emu, packed_displacements,
 };

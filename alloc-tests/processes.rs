@@ -6,9 +6,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use symheap::runtime::{RootInfo, Window};
 use symheap::sys::HcclResult;
 use symheap::{Comm, CommConfig, Error, PoolConfig, Runtime, Stream, SymPool, SymVec};
+use symheap::{RootInfo, Window};
 use symheap_tools::launcher::{Job, Outcome};
 
 use crate::collectives::{every_vector_wrapper, every_wrapper};
@@ -141,7 +141,7 @@ fn rank_of_point_to_point() {
     let before = symheap::emu::testing::counters();
     let bsr = symheap::emu::hccl_api().HcclBatchSendRecv.unwrap();
     let i32_type = HcclDataType::HCCL_DATA_TYPE_INT32;
-    let item = |kind, buf: symheap::runtime::DevicePtr, peer| HcclSendRecvItem {
+    let item = |kind, buf: symheap::DevicePtr, peer| HcclSendRecvItem {
         sendRecvType: kind,
         buf: buf.as_raw(),
         count: count as u64,

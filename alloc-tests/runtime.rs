@@ -3,10 +3,10 @@
 //! failure paths are tested in `pool.rs`.)
 
 use std::time::Duration;
-use symheap::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
 use symheap::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_SUCCESS, HcclResult,
 };
+use symheap::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
 
 use symheap::{Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec};
 

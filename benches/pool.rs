@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use symheap::runtime::{Comm, CommConfig, Element, Mapping, ReduceOp, RootInfo, Stream, Window};
+use symheap::{Comm, CommConfig, Element, Mapping, ReduceOp, RootInfo, Stream, Window};
 use symheap::{PoolConfig, Result, Runtime, SymPool, SymVec};
 
 /// A communicator of `ranks` on this thread, as rank `rank`.

@@ -50,7 +50,7 @@
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
-use symheap::runtime::{Comm, DevicePtr, Element, Mapping, ReduceOp, Stream, Window};
+use symheap::{Comm, DevicePtr, Element, Mapping, ReduceOp, Stream, Window};
 use symheap::{Error, Result};
 use symheap_tools::launcher::{self, Job};
 

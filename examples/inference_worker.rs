@@ -27,7 +27,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use symheap::runtime::{Comm, ReduceOp, Stream, Window};
+use symheap::{Comm, ReduceOp, Stream, Window};
 use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu};
 use symheap_tools::launcher::{self, Job};
 

@@ -1,13 +1,13 @@
 #![doc = include_str!("../README.md")]
 
 mod allocator;
+mod collectives;
 #[cfg(feature = "emulator")]
 pub mod emu;
 mod error;
 pub mod heap;
 mod pool;
-pub mod runtime;
-mod snapshot;
+mod runtime;
 mod sym_box;
 mod sym_vec;
 /// The C types of HCCL and ACL and the function tables (the `symheap-sys` crate).
@@ -18,9 +18,14 @@ pub use allocator::SymAllocator;
 /// re-export (`symheap::allocator_api2::vec::Vec`) rather than a separate dependency, whose
 /// version might differ.
 pub use allocator_api2;
+pub use collectives::packed_displacements;
 pub use error::{Error, OutOfMemory, Result};
-pub use pool::{PoolConfig, PoolStats, SymAlloc, SymPool, TagStats, packed_displacements};
-pub use runtime::{Comm, CommConfig, DevicePtr, Element, ReduceOp, Runtime, Stream, WindowHandle};
-pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
+pub use pool::{
+    PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock, SymPool, TagStats, WindowMap,
+};
+pub use runtime::{
+    Backend, Comm, CommConfig, DevicePtr, Element, Mapping, Origin, PhysicalMemory, Placement,
+    ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window, WindowHandle,
+};
 pub use sym_box::SymBox;
 pub use sym_vec::SymVec;

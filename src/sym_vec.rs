@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use crate::pool::{SymAlloc, SymPool};
+use crate::pool::{SymBlock, SymPool};
 use crate::runtime::{DevicePtr, Element, Stream, WindowHandle};
 use crate::{Error, Result};
 
@@ -29,7 +29,7 @@ use crate::{Error, Result};
 /// # Ok::<(), symheap::Error>(())
 /// ```
 pub struct SymVec<T: Element> {
-    alloc: SymAlloc,
+    alloc: SymBlock,
     len: usize,
     _elements: PhantomData<T>,
 }
@@ -223,13 +223,13 @@ impl<T: Element> SymVec<T> {
     }
 
     /// Declares that work on another stream uses this buffer; see
-    /// [`SymAlloc::record_stream`].
+    /// [`SymBlock::record_stream`].
     pub fn record_stream(&self, stream: &Stream) {
         self.alloc.record_stream(stream);
     }
 
     /// The underlying allocation.
-    pub fn alloc(&self) -> &SymAlloc {
+    pub fn alloc(&self) -> &SymBlock {
         &self.alloc
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! # How reuse stays safe and symmetric
 //! A freed block whose memory may still be touched by queued work (it was used by a
-//! collective since the last [`SymPool::synchronize`], or [recorded](SymAlloc::record_stream)
+//! collective since the last [`SymPool::synchronize`], or [recorded](SymBlock::record_stream)
 //! on another stream) is not returned to the heap at once: it waits in a pending list that
 //! `synchronize` releases, in the order the blocks were freed. What releases it is therefore
 //! program order, never timing, so every rank that makes the same calls makes the same heap
@@ -15,10 +15,8 @@
 //! memory, so nothing pending is released and the pool refuses further work with
 //! [`Error::Poisoned`]: drop it and build a new one.
 
-mod alloc;
-mod collectives;
+mod block;
 mod config;
-mod p2p;
 mod private;
 mod segment;
 mod snapshot;
@@ -26,7 +24,6 @@ mod stats;
 mod summary;
 mod symmetry;
 mod tags;
-mod vector;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -37,10 +34,10 @@ use crate::heap::{Block, fold_words};
 use crate::runtime::{Comm, DevicePtr, Stream, WindowHandle};
 use crate::{Error, OutOfMemory, Result};
 
-pub use alloc::SymAlloc;
+pub use block::SymBlock;
 pub use config::PoolConfig;
+pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
 pub use stats::{PoolStats, TagStats};
-pub use vector::packed_displacements;
 
 use private::PrivateRegion;
 use segment::Segment;
@@ -53,7 +50,7 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 ///
 /// Every rank must make the same pool calls in the same program order: allocations and frees
 /// (drops), collectives, [`synchronize`](Self::synchronize) and
-/// [`record_stream`](SymAlloc::record_stream) (which decide when freed blocks are reused),
+/// [`record_stream`](SymBlock::record_stream) (which decide when freed blocks are reused),
 /// and the collective steps: creating, growing ([`reserve`](Self::reserve) or an allocation
 /// that needs room), [`trim`](Self::trim), [`verify_symmetric`](Self::verify_symmetric), and
 /// dropping the pool (its last handle or allocation), which deregisters its windows. Reading
@@ -63,7 +60,7 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 /// # Examples
 /// ```
 /// use symheap::{PoolConfig, SymPool, SymVec, emu};
-/// use symheap::runtime::ReduceOp;
+/// use symheap::ReduceOp;
 ///
 /// let sums = emu::launch(2, |comm| {
 ///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
@@ -77,13 +74,13 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 /// ```
 #[derive(Clone)]
 pub struct SymPool {
-    shared: Arc<PoolShared>,
+    pub(crate) shared: Arc<PoolShared>,
 }
 
 pub(crate) struct PoolShared {
-    comm: Comm,
-    stream: Stream,
-    config: PoolConfig,
+    pub(crate) comm: Comm,
+    pub(crate) stream: Stream,
+    pub(crate) config: PoolConfig,
     /// The device allocation granularity; segment sizes are multiples of it.
     device_granularity: u64,
     /// Bumped by every `synchronize`: work marked with an older epoch has finished.
@@ -95,7 +92,7 @@ pub(crate) struct PoolShared {
     state: Mutex<PoolState>,
 }
 
-struct PoolState {
+pub(crate) struct PoolState {
     /// Segment keys are stable (a trimmed segment's key is reused deterministically).
     segments: Slab<Segment>,
     pending: Vec<Pending>,
@@ -263,7 +260,7 @@ impl SymPool {
     /// [`Error::InvalidArgument`] for size 0, a bad alignment, or an alignment above the device
     /// granularity; [`Error::OutOfMemory`] saying what was asked, what is free, the largest
     /// free region and the setting to raise; the runtime's error if growing fails.
-    pub fn alloc(&self, size: u64, align: u64) -> Result<SymAlloc> {
+    pub fn alloc(&self, size: u64, align: u64) -> Result<SymBlock> {
         self.alloc_tagged(size, align, "")
     }
 
@@ -273,13 +270,13 @@ impl SymPool {
     ///
     /// # Errors
     /// As for [`alloc`](Self::alloc).
-    pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymAlloc> {
+    pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymBlock> {
         let placed = {
             let mut state = self.shared.lock();
             self.shared.alloc_locked(&mut state, size, align, tag)
         };
         match placed {
-            Ok(placed) => Ok(SymAlloc::new(Arc::clone(&self.shared), placed, size)),
+            Ok(placed) => Ok(SymBlock::new(Arc::clone(&self.shared), placed, size)),
             Err(Error::OutOfMemory(oom)) => {
                 tracing::warn!(
                     rank = self.shared.comm.rank(),
@@ -385,7 +382,7 @@ impl SymPool {
 }
 
 impl PoolShared {
-    fn lock(&self) -> MutexGuard<'_, PoolState> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, PoolState> {
         // A panic while holding the lock cannot leave the heaps inconsistent (each heap call
         // is all-or-nothing), so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -598,7 +595,7 @@ impl PoolShared {
     }
 
     /// [`Error::Poisoned`] once queued work has failed.
-    fn check_usable(&self) -> Result<()> {
+    pub(crate) fn check_usable(&self) -> Result<()> {
         match self.failure.get() {
             None => Ok(()),
             Some(cause) => Err(Error::Poisoned(Arc::clone(cause))),
@@ -734,7 +731,7 @@ impl PoolState {
     }
 
     /// Folds a collective call into the record of collectives.
-    fn record_collective(&mut self, call: u64) {
+    pub(crate) fn record_collective(&mut self, call: u64) {
         self.collectives = fold_words([self.collectives, call]);
     }
 }

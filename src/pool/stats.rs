@@ -1,6 +1,8 @@
-//! What a pool reports about itself.
+//! What a pool reports about itself, and restarting its peaks.
 
-/// A snapshot of a pool's accounting, from [`SymPool::stats`](super::SymPool::stats).
+use super::SymPool;
+
+/// A snapshot of a pool's accounting, from [`SymPool::stats`](SymPool::stats).
 ///
 /// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
 /// only the pool builds one.
@@ -55,4 +57,15 @@ pub struct TagStats {
     pub bytes: u64,
     /// The most bytes the tag has held at once.
     pub peak_bytes: u64,
+}
+
+impl SymPool {
+    /// Restarts the peaks ([`PoolStats::peak_allocated`](PoolStats::peak_allocated) and
+    /// every tag's `peak_bytes`) at the current values, as PyTorch's
+    /// `reset_peak_memory_stats`: to measure the peak of one phase.
+    pub fn reset_peak(&self) {
+        let mut state = self.shared.lock();
+        state.peak_allocated = state.allocated;
+        state.tags.reset_peaks();
+    }
 }

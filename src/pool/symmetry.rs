@@ -42,7 +42,7 @@ impl SymPool {
 impl PoolShared {
     /// The symmetry check, with the state lock held (so no call can change the hash while the
     /// ranks compare it).
-    pub(super) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
+    pub(crate) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
         self.check_usable()?;
         let ranks = self.comm.size() as usize;
         let mine = state.op_hash();

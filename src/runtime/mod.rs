@@ -115,7 +115,7 @@ impl Runtime {
     /// ```
     /// # #[cfg(feature = "emulator")] {
     /// use symheap::Runtime;
-    /// use symheap::runtime::{Backend, Origin};
+    /// use symheap::{Backend, Origin};
     ///
     /// // The emulator's tables, as an older CANN without the symmetric-window API would be.
     /// let mut hccl = symheap::emu::hccl_api();

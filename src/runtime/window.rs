@@ -85,7 +85,7 @@ impl Window {
     /// # Examples
     /// ```
     /// # #[cfg(feature = "emulator")] {
-    /// use symheap::runtime::Window;
+    /// use symheap::Window;
     ///
     /// let sizes = symheap::emu::launch(2, |comm| {
     ///     let window = Window::allocate(comm, 1000)?;

@@ -62,7 +62,7 @@ pub fn call_counts() -> BTreeMap<&'static str, u64> {
 ///
 /// An injected failure of a collective call (`HcclAllReduce` & co., `HcclBarrier`,
 /// `HcclCommSymWinRegister`, `HcclCommSymWinDeregister`) on a live communicator consumes that
-/// rank's sequence number, as a rejected call does (see the [emulator's choices](crate::emu)),
+/// rank's sequence number, as a rejected call does (see the [emulator's choices](crate)),
 /// so the peers' matching calls fail. To make a collective step fail cleanly on every rank,
 /// inject it on every rank's call, or use a one-rank communicator.
 ///

@@ -71,7 +71,7 @@ thread_local! {
 /// that is less; 0 restores the default). `aclrtMallocPhysical` and `aclrtMalloc` fail with
 /// `ACL_ERROR_RT_MEMORY_ALLOCATION` beyond it and `aclrtGetMemInfo` reports it. Whatever the
 /// limit, all devices together never get more than the host's RAM (see the
-/// [emulator's choices](crate::emu)).
+/// [emulator's choices](crate)).
 ///
 /// A test hook (process-global): tests use it to run the out-of-memory paths above.
 pub fn set_device_memory_limit(bytes: u64) {

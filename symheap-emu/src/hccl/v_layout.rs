@@ -13,9 +13,9 @@ use std::ffi::c_void;
 use crate::base::errors::{HcclRes, hccl_non_null, para};
 use crate::hccl::steps::Steps;
 
-/// Which V collective. The same three as `job::Kind`'s V variants, repeated here because
-/// `job` uses this module (a checked collective holds its [`Blocks`]), and the modules depend
-/// only on modules listed before them (see the module list in `emu/mod.rs`).
+/// Which V collective: the three of `job::Kind`'s V variants, as a type of their own so that
+/// this module's matches over them are exhaustive without a `job::Kind` arm that cannot
+/// happen (and `job` uses this module: a checked collective holds its [`Blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
     AllGatherV,

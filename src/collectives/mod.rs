@@ -1,19 +1,24 @@
 //! Typed collectives on pooled memory, checked before any C call.
 //!
 //! Every collective enters the pool's op hash as a [`Call`]: what all ranks' calls must agree
-//! on. The vector collectives ([`super::vector`]) fold their count and displacement arrays
-//! in where every rank passes the same ones; point-to-point calls ([`super::p2p`]) do not
+//! on. The V collectives ([`v_collectives`]) fold their count and displacement arrays
+//! in where every rank passes the same ones; point-to-point calls ([`p2p`]) do not
 //! enter it at all, since only two ranks take part.
 
-use super::{PoolShared, PoolState, SymAlloc, SymPool};
+mod p2p;
+mod v_collectives;
+
+pub use v_collectives::packed_displacements;
+
 use crate::heap::fold_words;
+use crate::pool::{PoolShared, PoolState};
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
-use crate::{Error, Result, SymVec};
+use crate::{Error, Result, SymBlock, SymPool, SymVec};
 
 /// The collectives of the pool, as they enter its trace events and (all but `Send` and
 /// `Recv`) its op hash.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     AllReduce = 1,
     AllGather,
     ReduceScatter,
@@ -32,17 +37,17 @@ pub(super) enum Kind {
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
 /// arrays of a vector collective that every rank passes alike), and where the buffers are.
-pub(super) struct Call<'a> {
-    pub(super) kind: Kind,
+pub(crate) struct Call<'a> {
+    pub(crate) kind: Kind,
     /// The element count every rank passes alike; `None` where ranks' counts differ by design
     /// (AlltoAllV), so it is neither hashed nor a reason to skip the call.
-    pub(super) count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// The element type, as its `HcclDataType` code.
-    pub(super) dtype: i32,
-    pub(super) op: Option<ReduceOp>,
+    pub(crate) dtype: i32,
+    pub(crate) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
-    pub(super) args: &'a [u64],
-    pub(super) buffers: &'a [&'a SymAlloc],
+    pub(crate) args: &'a [u64],
+    pub(crate) buffers: &'a [&'a SymBlock],
 }
 
 impl Call<'_> {
@@ -295,12 +300,12 @@ impl SymPool {
         })
     }
 
-    pub(super) fn ranks(&self) -> usize {
+    pub(crate) fn ranks(&self) -> usize {
         self.shared.comm().size() as usize
     }
 
     /// [`Error::InvalidArgument`] unless `rank` is a rank of the communicator.
-    pub(super) fn check_rank(&self, what: &str, name: &str, rank: u32) -> Result<()> {
+    pub(crate) fn check_rank(&self, what: &str, name: &str, rank: u32) -> Result<()> {
         if (rank as usize) < self.ranks() {
             Ok(())
         } else {
@@ -311,7 +316,7 @@ impl SymPool {
         }
     }
 
-    pub(super) fn check_owned(&self, what: &str, allocs: &[&SymAlloc]) -> Result<()> {
+    pub(crate) fn check_owned(&self, what: &str, allocs: &[&SymBlock]) -> Result<()> {
         if allocs.iter().all(|a| a.belongs_to(&self.shared)) {
             Ok(())
         } else {
@@ -338,7 +343,7 @@ impl PoolShared {
     /// marks the buffers as used by queued work. Holding the lock orders this against
     /// `synchronize`, so a buffer's mark always refers to work the next synchronise waits for.
     /// A zero-element collective is skipped on every rank alike (but recorded).
-    pub(super) fn enqueue(
+    pub(crate) fn enqueue(
         &self,
         call: Call<'_>,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
@@ -359,11 +364,11 @@ impl PoolShared {
     /// hash nor preceded by the strict check, both of which involve every rank while only
     /// two take part (see [`SymPool::send`]). Skipped when empty: its peer's matching call
     /// has the same count.
-    pub(super) fn enqueue_pair(
+    pub(crate) fn enqueue_pair(
         &self,
         kind: Kind,
         count: u64,
-        buffer: &SymAlloc,
+        buffer: &SymBlock,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         let state = self.lock();
@@ -380,7 +385,7 @@ impl PoolShared {
         _locked: &PoolState,
         kind: Kind,
         count: Option<u64>,
-        buffers: &[&SymAlloc],
+        buffers: &[&SymBlock],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         tracing::debug!(rank = self.comm.rank(), ?kind, count, "symheap: collective");

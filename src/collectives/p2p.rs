@@ -8,10 +8,9 @@
 //! any C call, refuse to run on a poisoned pool, and mark the buffer as used by queued work so
 //! that it is not reused before the pool synchronises.
 
-use super::SymPool;
-use super::collectives::Kind;
+use super::Kind;
 use crate::runtime::Element;
-use crate::{Error, Result, SymVec};
+use crate::{Error, Result, SymPool, SymVec};
 
 impl SymPool {
     /// Sends `data` to rank `peer` (`HcclSend`), which must post the matching
@@ -88,7 +87,7 @@ impl SymPool {
 
     /// The buffer is this pool's and `peer` another rank: a rank's transfer to itself would
     /// wait for a receive that it can only post after the send returns.
-    fn check_peer(&self, what: &str, alloc: &crate::SymAlloc, peer: u32) -> Result<()> {
+    fn check_peer(&self, what: &str, alloc: &crate::SymBlock, peer: u32) -> Result<()> {
         self.check_owned(what, &[alloc])?;
         self.check_rank(what, "peer", peer)?;
         if peer == self.shared.comm().rank() {

@@ -23,10 +23,9 @@
 //!   does. Strict mode could compare the whole matrix with an exchange of
 //!   the arrays; it does not, to keep one check (an AllGather of one word) per collective.
 
-use super::SymPool;
-use super::collectives::{Call, Kind};
+use super::{Call, Kind};
 use crate::runtime::Element;
-use crate::{Error, Result, SymVec};
+use crate::{Error, Result, SymPool, SymVec};
 
 /// The displacements that pack regions of `counts` elements one after another from element
 /// 0: the exclusive prefix sums, as most callers of the vector collectives lay them out. The

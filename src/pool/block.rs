@@ -1,4 +1,4 @@
-//! [`SymAlloc`]: one block of a pool, with its window and offset.
+//! [`SymBlock`]: one block of a pool, with its window and offset.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ const NEVER_USED: u64 = u64::MAX;
 ///
 /// `(window(), offset())` is what `HcclCommSymWinGet` returns for it, and the same on every
 /// rank that made the same calls.
-pub struct SymAlloc {
+pub struct SymBlock {
     pool: Arc<PoolShared>,
     /// `None` only during `drop`.
     block: Option<PoolBlock>,
@@ -26,9 +26,9 @@ pub struct SymAlloc {
     streams: Mutex<Vec<Stream>>,
 }
 
-impl std::fmt::Debug for SymAlloc {
+impl std::fmt::Debug for SymBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SymAlloc")
+        f.debug_struct("SymBlock")
             .field("window", &self.window)
             .field("offset", &self.offset())
             .field("len", &self.len)
@@ -36,9 +36,9 @@ impl std::fmt::Debug for SymAlloc {
     }
 }
 
-impl SymAlloc {
+impl SymBlock {
     pub(super) fn new(pool: Arc<PoolShared>, placed: Placed, len: u64) -> Self {
-        SymAlloc {
+        SymBlock {
             pool,
             block: Some(placed.block),
             ptr: placed.ptr,
@@ -50,7 +50,7 @@ impl SymAlloc {
     }
 
     fn block(&self) -> &PoolBlock {
-        self.block.as_ref().expect("a live SymAlloc has its block")
+        self.block.as_ref().expect("a live SymBlock has its block")
     }
 
     /// The window holding the block.
@@ -64,7 +64,7 @@ impl SymAlloc {
     }
 
     /// Where the block is, in terms equal on every rank: its segment's key and its offset.
-    pub(super) fn placement(&self) -> [u64; 2] {
+    pub(crate) fn placement(&self) -> [u64; 2] {
         let block = self.block();
         [block.segment as u64, block.offset()]
     }
@@ -138,7 +138,7 @@ impl SymAlloc {
     }
 }
 
-impl Drop for SymAlloc {
+impl Drop for SymBlock {
     fn drop(&mut self) {
         let Some(block) = self.block.take() else {
             return;
