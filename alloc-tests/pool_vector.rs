@@ -1,4 +1,4 @@
-//! The pool's vector collectives (`all_to_all_v`, `all_gather_v`, `reduce_scatter_v`), its
+//! The pool's V collectives (`all_to_all_v`, `all_gather_v`, `reduce_scatter_v`), its
 //! rooted ones (`broadcast`, `reduce`) and point-to-point `send` / `recv`: results element by
 //! element against the host on 2 to 4 ranks, every bad input with its typed error and nothing
 //! changed, what the op hash and strict mode make of them, and missing library entries.
@@ -305,7 +305,7 @@ fn point_to_point_leaves_the_op_hash_and_strict_mode_alone() {
     session.assert_clean();
 }
 
-/// The vector collectives enter the op hash (each one differently), and the arrays that must
+/// The V collectives enter the op hash (each one differently), and the arrays that must
 /// be the same on every rank are part of it: a rank that passes other ones is caught in
 /// strict mode before anything runs.
 #[test]
@@ -346,7 +346,7 @@ fn vector_collectives_enter_the_op_hash_and_strict_mode_checks_their_shared_arra
     session.assert_clean();
 }
 
-/// Each vector collective moves the op hash, differently by kind and by the arrays every rank
+/// Each V collective moves the op hash, differently by kind and by the arrays every rank
 /// passes alike, and equally on every rank (AlltoAllV's per-rank arrays are not folded).
 #[test]
 fn vector_collectives_hash_by_kind_and_shared_arrays() {
@@ -635,7 +635,7 @@ fn missing_library_entries_are_unsupported_and_change_nothing() {
     hccl.HcclBatchSendRecv = None;
     let origin = Origin {
         backend: Backend::InProcess {
-            name: "emulator without the vector collectives",
+            name: "emulator without the V collectives",
         },
         host_addressable: true,
         keep_alive: Box::new(()),
@@ -739,7 +739,7 @@ fn vector_collectives_take_the_symmetric_path_and_defer_reuse() {
     })
     .unwrap();
     let after = emu::testing::counters();
-    // Per rank: the pool's warm-up and the three vector collectives, all zero-copy.
+    // Per rank: the pool's warm-up and the three V collectives, all zero-copy.
     assert_eq!(
         after.symmetric_collectives - before.symmetric_collectives,
         2 * 4

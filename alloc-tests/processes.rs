@@ -110,7 +110,7 @@ fn rank_of_vector_matrix() {
     }
 }
 
-/// The wrappers of issue 9 (vector collectives, Reduce, Scatter, point-to-point) on ranks as
+/// The wrappers of issue 9 (V collectives, Reduce, Scatter, point-to-point) on ranks as
 /// processes, on registered and plain buffers.
 #[test]
 fn the_vector_collective_matrix_in_3_processes() {

@@ -39,9 +39,9 @@
 //!   (after a fresh input, one more operation), and is `N/A` with `-c 0`.
 //! - In-place columns are measured where HCCL allows the output to be the input (AllReduce);
 //!   every other collective shows `N/A` there: HCCL requires `recvBuf != sendBuf` for the
-//!   vector collectives and documents no in-place form for the others.
+//!   V collectives and documents no in-place form for the others.
 //!
-//! The vector collectives split the size unevenly. With `W = n(n+1)/2` and a unit
+//! The V collectives split the size unevenly. With `W = n(n+1)/2` and a unit
 //! `u = max(1, elements / W)`: AlltoAllV's rank `r` sends peer `p` `u * ((r + p) % n + 1)`
 //! elements (shares 1 to n of W, different for every pair, and every rank sends and receives
 //! `u * W` in all); AllGatherV's rank `p` contributes, and ReduceScatterV's rank `p` receives,
@@ -739,7 +739,7 @@ fn measure<T: Num>(args: &Args, comm: &Comm) -> Result<()> {
         } else {
             size.saturating_add(args.step_bytes)
         };
-        // Small sizes of the vector collectives round up to whole units: one row per size.
+        // Small sizes of the V collectives round up to whole units: one row per size.
         if bytes == last_bytes {
             size = next;
             continue;

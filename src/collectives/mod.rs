@@ -36,7 +36,7 @@ pub(crate) enum Kind {
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
-/// arrays of a vector collective that every rank passes alike), and where the buffers are.
+/// arrays of a V collective that every rank passes alike), and where the buffers are.
 pub(crate) struct Call<'a> {
     pub(crate) kind: Kind,
     /// The element count every rank passes alike; `None` where ranks' counts differ by design

@@ -1,8 +1,8 @@
-//! The vector collectives on pooled memory (AlltoAllV, AllGatherV, ReduceScatterV): every
+//! The V collectives on pooled memory (AlltoAllV, AllGatherV, ReduceScatterV): every
 //! rank's part has its own count and displacement, all checked before any C call.
 //!
 //! # Buffers are as long on every rank
-//! The pool needs the same allocations on every rank, so a rank's part of a vector collective
+//! The pool needs the same allocations on every rank, so a rank's part of a V collective
 //! is a region of a buffer allocated alike everywhere (sized for the largest part), never a
 //! buffer of its own length: `all_gather_v` sends the first `recv_counts[rank]` elements of
 //! its input, `reduce_scatter_v` writes the first `send_counts[rank]` elements of its output,
@@ -28,7 +28,7 @@ use crate::runtime::Element;
 use crate::{Error, Result, SymPool, SymVec};
 
 /// The displacements that pack regions of `counts` elements one after another from element
-/// 0: the exclusive prefix sums, as most callers of the vector collectives lay them out. The
+/// 0: the exclusive prefix sums, as most callers of the V collectives lay them out. The
 /// sums saturate at `usize::MAX`; the collectives then refuse such a region as overflowing.
 ///
 /// # Examples
@@ -64,7 +64,7 @@ fn check_holds(
     )))
 }
 
-/// One side of a vector collective: per rank a count and a displacement, in elements of a
+/// One side of a V collective: per rank a count and a displacement, in elements of a
 /// buffer of `len` elements.
 struct Regions<'a> {
     /// The side, as the error messages name it: "send" or "receive".
@@ -219,7 +219,7 @@ impl SymPool {
     /// Gathers every rank's part into `output`: rank `p`'s first `recv_counts[p]` elements of
     /// `input` land at element `recv_displs[p]` (`HcclAllGatherV`). Every rank passes the same
     /// arrays, and `input` holds at least `recv_counts[rank]` elements (buffers are allocated
-    /// alike on every rank: see the module notes in `pool/vector.rs`). Regions may not
+    /// alike on every rank: see the module notes in `collectives/v_collectives.rs`). Regions may not
     /// overlap; the emulator leaves elements of `output` outside them as they were (CANN does
     /// not say).
     ///
@@ -295,7 +295,7 @@ impl SymPool {
     /// `send_counts[r]` elements of rank `r`'s `output` (`HcclReduceScatterV`). Every rank
     /// passes the same arrays, and `output` holds at least `send_counts[rank]` elements
     /// (buffers are allocated alike on every rank: see the module notes in
-    /// `pool/vector.rs`); the emulator leaves the rest of it as it was (CANN does not say).
+    /// `collectives/v_collectives.rs`); the emulator leaves the rest of it as it was (CANN does not say).
     /// Blocks may overlap (they are only
     /// read).
     ///

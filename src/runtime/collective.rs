@@ -33,7 +33,7 @@ impl ReduceOp {
 
 /// The collectives enqueue work on `stream` and return; [`Comm::synchronize`] waits for it.
 ///
-/// The vector collectives and the point-to-point calls (`all_gather_v`, `reduce_scatter_v`,
+/// The V collectives and the point-to-point calls (`all_gather_v`, `reduce_scatter_v`,
 /// `all_to_all_v`, `reduce`, `scatter`, `send`, `recv`, `batch_send_recv`) are optional
 /// entries of the table: a library without one gives [`Error::Unsupported`] naming it. Their
 /// count and displacement arrays (elements of `dtype`, one per rank) are checked to have
@@ -44,7 +44,7 @@ impl ReduceOp {
 /// # Safety (all of them)
 /// Every buffer must be device memory of this rank, large enough for the counts given
 /// (`count` elements of `dtype`; AllGather's output and ReduceScatter's input are `size()`
-/// times larger, AlltoAll's are `size()` blocks of the per-peer count; a vector collective's
+/// times larger, AlltoAll's are `size()` blocks of the per-peer count; a V collective's
 /// buffer holds every `displacement + count` region of its arrays), and must stay valid
 /// and untouched by the host until the stream has been synchronised.
 impl Comm {
@@ -509,7 +509,7 @@ impl Comm {
     }
 }
 
-/// A host array of `u64` as the `const void *` the vector collectives take.
+/// A host array of `u64` as the `const void *` the V collectives take.
 fn host_array(values: &[u64]) -> *const c_void {
     values.as_ptr().cast()
 }

@@ -22,7 +22,7 @@ use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::sys::{ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
+use crate::sys::{ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
 use crate::{Error, Result};
 
 pub use bootstrap::Placement;
@@ -145,8 +145,7 @@ impl Runtime {
         // SAFETY: aclInit accepts a null config path; the table entry is aclInit by the
         // caller's contract.
         let code = unsafe { (rt.acl().aclInit)(std::ptr::null()) };
-        // ACL_ERROR_REPEAT_INITIALIZE: another user of the library initialised it first.
-        const ACL_ERROR_REPEAT_INITIALIZE: aclError = 100002;
+        // Another user of the library may have initialised it first.
         if code != ACL_ERROR_REPEAT_INITIALIZE {
             rt.acl_check("aclInit", code)?;
         }

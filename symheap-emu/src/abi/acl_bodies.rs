@@ -1,5 +1,6 @@
 //! The bodies of the ACL runtime's C functions (`libascendcl.so`). The exported functions that
-//! run them are generated from the list in `sys` (see [`crate::abi::exports`] and [`crate::abi::args`]).
+//! run them are generated from the list in `symheap-sys` (see [`crate::abi::exports`] and
+//! [`crate::abi::args`]).
 //!
 //! NULL pointer arguments (out-pointers, addresses, handles other than streams) are
 //! `ACL_ERROR_INVALID_PARAM` (100000), as CANN's `ACL_REQUIRES_NOT_NULL` checks make them;

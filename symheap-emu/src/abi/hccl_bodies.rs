@@ -1,5 +1,6 @@
 //! The bodies of HCCL's C functions (`libhccl.so` / `libhcomm.so`). The exported functions
-//! that run them are generated from the list in `sys` (see [`crate::abi::exports`] and [`crate::abi::args`]).
+//! that run them are generated from the list in `symheap-sys` (see [`crate::abi::exports`]
+//! and [`crate::abi::args`]).
 //!
 //! Null pointer arguments are `HCCL_E_PTR`; an unknown communicator or window handle is
 //! `HCCL_E_PARA`. Every body has the C function's contract as its `# Safety`: pointer
