@@ -13,32 +13,14 @@ pub use v_collectives::packed_displacements;
 use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState};
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
+use crate::sys::Collective;
 use crate::{Error, Result, SymBlock, SymPool, SymVec};
-
-/// The collectives of the pool, as they enter its trace events and (all but `Send` and
-/// `Recv`) its op hash.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Kind {
-    AllReduce = 1,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    AllToAllV,
-    AllGatherV,
-    ReduceScatterV,
-    Broadcast,
-    Reduce,
-    /// Point-to-point: traced, never hashed.
-    Send,
-    /// Point-to-point: traced, never hashed.
-    Recv,
-}
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
 /// arrays of a V collective that every rank passes alike), and where the buffers are.
 pub(crate) struct Call<'a> {
-    pub(crate) kind: Kind,
+    pub(crate) kind: Collective,
     /// The element count every rank passes alike; `None` where ranks' counts differ by design
     /// (AlltoAllV), so it is neither hashed nor a reason to skip the call.
     pub(crate) count: Option<u64>,
@@ -81,7 +63,7 @@ impl SymPool {
         check_len("all_reduce", "output", output.len(), input.len())?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
-            kind: Kind::AllReduce,
+            kind: Collective::AllReduce,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: Some(op),
@@ -107,7 +89,7 @@ impl SymPool {
         self.check_owned("all_reduce_in_place", &[data.alloc()])?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         let call = Call {
-            kind: Kind::AllReduce,
+            kind: Collective::AllReduce,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: Some(op),
@@ -135,7 +117,7 @@ impl SymPool {
         )?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
-            kind: Kind::AllGather,
+            kind: Collective::AllGather,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: None,
@@ -168,7 +150,7 @@ impl SymPool {
         )?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), output.len() as u64);
         let call = Call {
-            kind: Kind::ReduceScatter,
+            kind: Collective::ReduceScatter,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: Some(op),
@@ -199,7 +181,7 @@ impl SymPool {
         let (send, recv) = (input.device_ptr(), output.device_ptr());
         let count = (input.len() / self.ranks()) as u64;
         let call = Call {
-            kind: Kind::AllToAll,
+            kind: Collective::AlltoAll,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: None,
@@ -237,7 +219,7 @@ impl SymPool {
         self.check_rank("broadcast", "root", root)?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         let call = Call {
-            kind: Kind::Broadcast,
+            kind: Collective::Broadcast,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: None,
@@ -287,7 +269,7 @@ impl SymPool {
         self.shared.comm().runtime().require("HcclReduce")?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
-            kind: Kind::Reduce,
+            kind: Collective::Reduce,
             count: Some(count),
             dtype: T::DATA_TYPE.0,
             op: Some(op),
@@ -366,7 +348,7 @@ impl PoolShared {
     /// has the same count.
     pub(crate) fn enqueue_pair(
         &self,
-        kind: Kind,
+        kind: Collective,
         count: u64,
         buffer: &SymBlock,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
@@ -383,7 +365,7 @@ impl PoolShared {
     fn run_locked(
         &self,
         _locked: &PoolState,
-        kind: Kind,
+        kind: Collective,
         count: Option<u64>,
         buffers: &[&SymBlock],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,

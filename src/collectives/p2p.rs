@@ -8,8 +8,8 @@
 //! any C call, refuse to run on a poisoned pool, and mark the buffer as used by queued work so
 //! that it is not reused before the pool synchronises.
 
-use super::Kind;
 use crate::runtime::Element;
+use crate::sys::Collective;
 use crate::{Error, Result, SymPool, SymVec};
 
 impl SymPool {
@@ -59,7 +59,7 @@ impl SymPool {
         self.shared.comm().runtime().require("HcclSend")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared
-            .enqueue_pair(Kind::Send, count, data.alloc(), |comm, stream| {
+            .enqueue_pair(Collective::Send, count, data.alloc(), |comm, stream| {
                 // SAFETY: a live pool block of `count` elements; the borrow keeps it alive,
                 // and the pool defers its reuse until the stream has run.
                 unsafe { comm.send(ptr, count, T::DATA_TYPE, peer, stream) }
@@ -79,7 +79,7 @@ impl SymPool {
         self.shared.comm().runtime().require("HcclRecv")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared
-            .enqueue_pair(Kind::Recv, count, data.alloc(), |comm, stream| {
+            .enqueue_pair(Collective::Recv, count, data.alloc(), |comm, stream| {
                 // SAFETY: as for `send`; the `&mut` borrow excludes every other use.
                 unsafe { comm.recv(ptr, count, T::DATA_TYPE, peer, stream) }
             })

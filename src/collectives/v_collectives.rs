@@ -23,8 +23,9 @@
 //!   does. Strict mode could compare the whole matrix with an exchange of
 //!   the arrays; it does not, to keep one check (an AllGather of one word) per collective.
 
-use super::{Call, Kind};
+use super::Call;
 use crate::runtime::Element;
+use crate::sys::Collective;
 use crate::{Error, Result, SymPool, SymVec};
 
 /// The displacements that pack regions of `counts` elements one after another from element
@@ -202,7 +203,7 @@ impl SymPool {
         self.shared.comm().runtime().require("HcclAlltoAllV")?;
         let (sendp, recvp) = (input.device_ptr(), output.device_ptr());
         let call = Call {
-            kind: Kind::AllToAllV,
+            kind: Collective::AlltoAllV,
             count: None,
             dtype: T::DATA_TYPE.0,
             op: None,
@@ -277,7 +278,7 @@ impl SymPool {
         let args: Vec<u64> = rc.iter().chain(&rd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), rc[me]);
         let call = Call {
-            kind: Kind::AllGatherV,
+            kind: Collective::AllGatherV,
             count: Some(rc.iter().sum()),
             dtype: T::DATA_TYPE.0,
             op: None,
@@ -354,7 +355,7 @@ impl SymPool {
         let args: Vec<u64> = sc.iter().chain(&sd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), sc[me]);
         let call = Call {
-            kind: Kind::ReduceScatterV,
+            kind: Collective::ReduceScatterV,
             count: Some(sc.iter().sum()),
             dtype: T::DATA_TYPE.0,
             op: Some(op),

@@ -7,10 +7,13 @@
 //!
 //! [`hccl_functions!`] and [`acl_functions!`] are the one list of C functions: the tables here
 //! ([`HcclApi`], [`AclApi`]) and the emulator's exported functions are expanded from it.
+//! [`Collective`] names the HCCL operations, for the pool and the emulator alike.
 #![allow(non_camel_case_types, non_snake_case)]
 
+mod collective;
 mod table;
 mod types;
 
+pub use collective::Collective;
 pub use table::{AclApi, CFunction, FnTable, HcclApi};
 pub use types::*;

@@ -21,14 +21,14 @@ use crate::base::errors::{HcclRes, hccl_error_string};
 use crate::base::registry::lock;
 use crate::hccl::collective;
 use crate::hccl::comm;
-use crate::hccl::job::Kind::{
-    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
-    ReduceScatter, ReduceScatterV, Scatter,
-};
 use crate::hccl::job::{Request, Signature};
 #[cfg(doc)]
 use crate::hccl::memory_range;
 use crate::hccl::v_layout::{self, Blocks};
+use crate::sys::Collective::{
+    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
+    ReduceScatter, ReduceScatterV, Scatter,
+};
 use crate::{hccl::p2p, hccl::registration};
 
 /// Fails with `HCCL_E_PTR` on a NULL pointer argument.
@@ -59,7 +59,7 @@ fn queue(comm: HcclComm, stream: aclrtStream, request: Request) -> CollectiveCal
 /// A request with the fields most collectives share (no reduction, root 0, receive count and
 /// type equal to the send ones).
 fn request(
-    kind: Kind,
+    kind: Collective,
     send: *const c_void,
     recv: *const c_void,
     count: u64,

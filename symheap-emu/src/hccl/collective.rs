@@ -12,9 +12,10 @@ use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, para};
 use crate::hccl::comm::Comm;
-use crate::hccl::job::{self, Job, Kind, Path, Place, Request, Signature};
+use crate::hccl::job::{self, Job, Path, Place, Request, Signature};
 use crate::hccl::steps::Steps;
 use crate::ipc::wire::{Reader, Wire, Writer};
+use crate::sys::Collective;
 use crate::{hccl::staged, hccl::symmetric, hccl::v_layout, ipc::os};
 
 #[cfg(test)]
@@ -66,7 +67,7 @@ impl Wire for Arrival {
     }
     fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
         let sig = Signature {
-            kind: Kind::from_u8(r.u8()?)?,
+            kind: Collective::from_u8(r.u8()?)?,
             count: r.u64()?,
             dtype: HcclDataType(r.u32()? as i32),
             op: HcclReduceOp(r.u32()? as i32),
@@ -118,7 +119,7 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) 
                 code: ACL_ERROR_RT_INTERNAL_ERROR,
                 msg: format!(
                     "{} (collective #{seq} on rank {}) failed with {}: {}",
-                    job.sig.kind.name(),
+                    job.sig.kind.c_name(),
                     comm.rank,
                     f.code,
                     f.msg

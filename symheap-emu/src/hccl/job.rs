@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::sys::{HcclDataType, HcclReduceOp};
+use crate::sys::{Collective, HcclDataType, HcclReduceOp};
 
 use crate::acl::memory::{self, Pins};
 use crate::base::errors::{HcclRes, hccl_non_null, para};
@@ -13,94 +13,20 @@ use crate::hccl::comm::Comm;
 use crate::hccl::v_layout::Blocks;
 use crate::hccl::window::Window;
 
-/// Which collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    AlltoAll,
-    Broadcast,
-    Barrier,
-    AllGatherV,
-    ReduceScatterV,
-    AlltoAllV,
-    Reduce,
-    Scatter,
-}
-
-impl Kind {
-    /// The kind `v` (`kind as u8`) stands for.
-    pub(crate) fn from_u8(v: u8) -> Option<Kind> {
-        use Kind::*;
-        [
-            AllReduce,
-            AllGather,
-            ReduceScatter,
-            AlltoAll,
-            Broadcast,
-            Barrier,
-            AllGatherV,
-            ReduceScatterV,
-            AlltoAllV,
-            Reduce,
-            Scatter,
-        ]
-        .get(usize::from(v))
-        .copied()
-    }
-
-    /// The C function's name.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::AllReduce => "HcclAllReduce",
-            Kind::AllGather => "HcclAllGather",
-            Kind::ReduceScatter => "HcclReduceScatter",
-            Kind::AlltoAll => "HcclAlltoAll",
-            Kind::Broadcast => "HcclBroadcast",
-            Kind::Barrier => "HcclBarrier",
-            Kind::AllGatherV => "HcclAllGatherV",
-            Kind::ReduceScatterV => "HcclReduceScatterV",
-            Kind::AlltoAllV => "HcclAlltoAllV",
-            Kind::Reduce => "HcclReduce",
-            Kind::Scatter => "HcclScatter",
-        }
-    }
-
-    fn reduces(self) -> bool {
-        matches!(
-            self,
-            Kind::AllReduce | Kind::ReduceScatter | Kind::ReduceScatterV | Kind::Reduce
-        )
-    }
-
-    /// Whether the call names a root rank.
-    fn rooted(self) -> bool {
-        matches!(self, Kind::Broadcast | Kind::Reduce | Kind::Scatter)
-    }
-
-    /// Whether counts and displacements come in per-rank arrays ([`Request::vectors`]).
-    pub(crate) fn is_vector(self) -> bool {
-        matches!(
-            self,
-            Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV
-        )
-    }
-
-    /// HCCL looks both buffers up with `HcclCommSymWinGet` for these four, and the emulator
-    /// lets their V forms do the same; rooted collectives always stage.
-    fn may_be_symmetric(self) -> bool {
-        matches!(
-            self,
-            Kind::AllReduce
-                | Kind::AllGather
-                | Kind::ReduceScatter
-                | Kind::AlltoAll
-                | Kind::AllGatherV
-                | Kind::ReduceScatterV
-                | Kind::AlltoAllV
-        )
-    }
+/// HCCL looks both buffers up with `HcclCommSymWinGet` for AllReduce, AllGather,
+/// ReduceScatter and AlltoAll, and the emulator lets their V forms do the same; rooted
+/// collectives always stage.
+fn may_be_symmetric(kind: Collective) -> bool {
+    matches!(
+        kind,
+        Collective::AllReduce
+            | Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::AlltoAll
+            | Collective::AllGatherV
+            | Collective::ReduceScatterV
+            | Collective::AlltoAllV
+    )
 }
 
 /// A collective call as the C entry point received it.
@@ -118,7 +44,7 @@ pub(crate) struct Request {
 /// What every rank's call must agree on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Signature {
-    pub(crate) kind: Kind,
+    pub(crate) kind: Collective,
     /// Elements: per rank for AllGather (send), ReduceScatter and Scatter (recv), per peer for
     /// AlltoAll (send), 0 for the V collectives (their arrays are compared on their own), the
     /// whole buffer otherwise.
@@ -130,8 +56,8 @@ pub(crate) struct Signature {
 
 impl std::fmt::Display for Signature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}(", self.kind.name())?;
-        if !self.kind.is_vector() {
+        write!(f, "{}(", self.kind.c_name())?;
+        if !self.kind.is_v() {
             write!(f, "count {}, ", self.count)?;
         }
         write!(f, "type {}", self.dtype)?;
@@ -231,7 +157,7 @@ impl Job {
 /// The synchronous argument checks; `None` for a collective with nothing to move.
 pub(crate) fn check(comm: &Comm, req: &Request) -> HcclRes<Option<Job>> {
     let (sig, kind) = (req.sig, req.sig.kind);
-    if kind == Kind::Barrier {
+    if kind == Collective::Barrier {
         return Ok(Some(Job::barrier(sig)));
     }
     let (dtype, op) = check_operation(comm, req)?;
@@ -276,7 +202,7 @@ fn check_vector(
     if req.send == req.recv && req.send != 0 {
         return para(format!(
             "{}: sendBuf and recvBuf are the same address {:#x} (there is no in-place form)",
-            kind.name(),
+            kind.c_name(),
             req.send
         ));
     }
@@ -333,7 +259,7 @@ fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
     } else {
         Op::Sum
     };
-    if req.sig.kind.is_vector() && req.recv_dtype != req.sig.dtype {
+    if req.sig.kind.is_v() && req.recv_dtype != req.sig.dtype {
         return para(format!(
             "sendType {} must equal recvType {}",
             req.sig.dtype.0, req.recv_dtype.0
@@ -358,20 +284,31 @@ impl Buffers {
     /// The element count and byte ranges of `req` with `es`-byte elements on rank `rank` of
     /// `n`, or `None` when they overflow. A rooted collective's non-root ranks have no input
     /// (Scatter) or output (Reduce): that buffer is not used and may be NULL.
-    fn of(kind: Kind, req: &Request, es: usize, n: u32, rank: u32) -> Option<(usize, Buffers)> {
+    fn of(
+        kind: Collective,
+        req: &Request,
+        es: usize,
+        n: u32,
+        rank: u32,
+    ) -> Option<(usize, Buffers)> {
         let count = usize::try_from(req.sig.count).ok()?;
         let one = count.checked_mul(es)?;
         let all = one.checked_mul(n as usize)?;
         let root = rank == req.sig.root;
         let (in_len, out_len) = match kind {
-            Kind::AllReduce | Kind::Broadcast => (one, one),
-            Kind::AllGather => (one, all),
-            Kind::ReduceScatter => (all, one),
-            Kind::AlltoAll => (all, all),
-            Kind::Reduce => (one, if root { one } else { 0 }),
-            Kind::Scatter => (if root { all } else { 0 }, one),
-            // Never asked (no buffers, or checked by `check_vector`).
-            Kind::Barrier | Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV => (0, 0),
+            Collective::AllReduce | Collective::Broadcast => (one, one),
+            Collective::AllGather => (one, all),
+            Collective::ReduceScatter => (all, one),
+            Collective::AlltoAll => (all, all),
+            Collective::Reduce => (one, if root { one } else { 0 }),
+            Collective::Scatter => (if root { all } else { 0 }, one),
+            // Never asked (no buffers, checked by `check_vector`, or point-to-point).
+            Collective::Barrier
+            | Collective::AllGatherV
+            | Collective::ReduceScatterV
+            | Collective::AlltoAllV
+            | Collective::Send
+            | Collective::Recv => (0, 0),
         };
         let bufs = Buffers {
             send: req.send,
@@ -407,7 +344,7 @@ impl Buffers {
     }
 
     /// A reduction's buffers (those used) must be aligned to its `es`-byte elements.
-    fn check_aligned(&self, kind: Kind, es: usize) -> HcclRes {
+    fn check_aligned(&self, kind: Collective, es: usize) -> HcclRes {
         let (send, recv) = (self.send, self.recv);
         let off = |addr: usize, len: usize| len > 0 && addr % es != 0;
         if kind.reduces() && (off(send, self.in_len) || off(recv, self.out_len)) {
@@ -421,7 +358,7 @@ impl Buffers {
     /// Checks that a reduction's buffers are aligned to its `es`-byte elements and that the
     /// buffers are disjoint or in the in-place layout of `kind` on rank `rank`; whether they
     /// are in place.
-    fn check_layout(&self, kind: Kind, es: usize, rank: u32) -> HcclRes<bool> {
+    fn check_layout(&self, kind: Collective, es: usize, rank: u32) -> HcclRes<bool> {
         let Buffers {
             send,
             in_len,
@@ -433,20 +370,24 @@ impl Buffers {
         let disjoint =
             in_len == 0 || out_len == 0 || send + in_len <= recv || recv + out_len <= send;
         let in_place = match kind {
-            Kind::AllReduce | Kind::Broadcast | Kind::Reduce => send == recv,
-            Kind::AllGather => send == recv + rank as usize * in_len,
-            Kind::ReduceScatter | Kind::Scatter => recv == send + rank as usize * out_len,
-            Kind::AlltoAll
-            | Kind::Barrier
-            | Kind::AllGatherV
-            | Kind::ReduceScatterV
-            | Kind::AlltoAllV => false,
+            Collective::AllReduce | Collective::Broadcast | Collective::Reduce => send == recv,
+            Collective::AllGather => send == recv + rank as usize * in_len,
+            Collective::ReduceScatter | Collective::Scatter => {
+                recv == send + rank as usize * out_len
+            }
+            Collective::AlltoAll
+            | Collective::Barrier
+            | Collective::AllGatherV
+            | Collective::ReduceScatterV
+            | Collective::AlltoAllV
+            | Collective::Send
+            | Collective::Recv => false,
         };
         if !disjoint && !in_place {
             return para(format!(
                 "sendBuf [{send:#x}, +{in_len}) and recvBuf [{recv:#x}, +{out_len}) overlap in a \
                  way {} does not allow",
-                kind.name()
+                kind.c_name()
             ));
         }
         Ok(in_place)
@@ -455,8 +396,8 @@ impl Buffers {
 
 /// The symmetric path when `kind` may use windows and both buffers lie in windows of `comm`
 /// (what HCCL finds with `HcclCommSymWinGet`), the staged path otherwise.
-fn choose_path(comm: &Comm, kind: Kind, bufs: &Buffers, in_place: bool) -> Path {
-    if !kind.may_be_symmetric() {
+fn choose_path(comm: &Comm, kind: Collective, bufs: &Buffers, in_place: bool) -> Path {
+    if !may_be_symmetric(kind) {
         return Path::Staged;
     }
     let (Some((iw, ioff)), Some((ow, ooff))) = (
@@ -468,8 +409,8 @@ fn choose_path(comm: &Comm, kind: Kind, bufs: &Buffers, in_place: bool) -> Path 
     // In place, this rank's side lies `rank` blocks into the other buffer.
     let mine = comm.rank as usize;
     let (in_step, out_step) = match kind {
-        Kind::AllGather if in_place => (bufs.in_len, 0),
-        Kind::ReduceScatter if in_place => (0, bufs.out_len),
+        Collective::AllGather if in_place => (bufs.in_len, 0),
+        Collective::ReduceScatter if in_place => (0, bufs.out_len),
         _ => (0, 0),
     };
     let input = SymBuf {

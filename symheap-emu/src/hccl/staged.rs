@@ -11,9 +11,10 @@ use crate::sys::HcclResult;
 use crate::base::errors::{HcclRes, hccl_fail};
 use crate::base::primitives::{copy, part};
 use crate::base::reduce::reduce;
-use crate::hccl::job::{Job, Kind};
+use crate::hccl::job::Job;
 use crate::hccl::steps::Steps;
 use crate::hccl::v_layout::{Blocks, Table};
+use crate::sys::Collective;
 
 /// Runs `job` through the staging buffers `staging[r]` (one per rank) of `cap` bytes each.
 pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {
@@ -33,13 +34,19 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
             len,
         };
         match job.sig.kind {
-            Kind::AllReduce | Kind::Reduce => chunk.all_reduce(steps)?,
-            Kind::AllGather => chunk.all_gather(steps)?,
-            Kind::ReduceScatter | Kind::AlltoAll => chunk.to_every_peer(steps)?,
-            Kind::Broadcast => chunk.broadcast(steps)?,
-            Kind::Scatter => chunk.scatter(steps)?,
-            // Barrier moves nothing; the V collectives go through `run_vector`.
-            Kind::Barrier | Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV => {}
+            Collective::AllReduce | Collective::Reduce => chunk.all_reduce(steps)?,
+            Collective::AllGather => chunk.all_gather(steps)?,
+            Collective::ReduceScatter | Collective::AlltoAll => chunk.to_every_peer(steps)?,
+            Collective::Broadcast => chunk.broadcast(steps)?,
+            Collective::Scatter => chunk.scatter(steps)?,
+            // Barrier moves nothing; the V collectives go through `run_vector`, and
+            // point-to-point calls never make a job.
+            Collective::Barrier
+            | Collective::AllGatherV
+            | Collective::ReduceScatterV
+            | Collective::AlltoAllV
+            | Collective::Send
+            | Collective::Recv => {}
         }
         start += len;
     }
@@ -49,10 +56,12 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
 /// Elements of one rank's (or one peer's) share that fit `cap`-byte staging buffers per chunk.
 fn chunk_len(job: &Job, n: u32, cap: usize) -> HcclRes<usize> {
     let per = match job.sig.kind {
-        Kind::ReduceScatter | Kind::AlltoAll | Kind::Scatter => cap / (job.es * n as usize),
+        Collective::ReduceScatter | Collective::AlltoAll | Collective::Scatter => {
+            cap / (job.es * n as usize)
+        }
         _ => cap / job.es,
     };
-    if per == 0 && job.sig.kind != Kind::Barrier {
+    if per == 0 && job.sig.kind != Collective::Barrier {
         return too_small(cap);
     }
     Ok(per)
@@ -82,7 +91,7 @@ pub(crate) fn run_vector(
     cap: usize,
 ) -> HcclRes {
     let (r, n, es) = (steps.rank, steps.n, job.es);
-    let shared = job.sig.kind == Kind::AllGatherV;
+    let shared = job.sig.kind == Collective::AllGatherV;
     let sections = if shared { 1 } else { n as usize };
     let per = cap / (es * sections);
     if per == 0 {
@@ -116,7 +125,7 @@ pub(crate) fn run_vector(
             unsafe { copy(mine + section(j), src, len * es) };
         }
         steps.barrier()?;
-        if job.sig.kind == Kind::ReduceScatterV {
+        if job.sig.kind == Collective::ReduceScatterV {
             let len = blocks.recv[r as usize].piece(start, per);
             if len > 0 {
                 let srcs: Vec<usize> = staging.iter().map(|s| s + own).collect();
@@ -187,7 +196,7 @@ impl Chunk<'_> {
         // SAFETY: see `Chunk`; only rank r writes part r of its staging buffer.
         unsafe { reduce(job.dtype, job.op, &[self.mine + lo * es], &srcs, hi - lo) };
         steps.barrier()?;
-        if job.sig.kind == Kind::Reduce && steps.rank != job.sig.root {
+        if job.sig.kind == Collective::Reduce && steps.rank != job.sig.root {
             return Ok(());
         }
         for (j, &s) in (0..n).zip(self.staging) {
@@ -221,7 +230,7 @@ impl Chunk<'_> {
         }
         steps.barrier()?;
         let section = steps.rank as usize * bytes;
-        if job.sig.kind == Kind::ReduceScatter {
+        if job.sig.kind == Collective::ReduceScatter {
             let srcs: Vec<usize> = self.staging.iter().map(|s| s + section).collect();
             // SAFETY: see `Chunk`.
             unsafe { reduce(job.dtype, job.op, &[self.output(0)], &srcs, self.len) };

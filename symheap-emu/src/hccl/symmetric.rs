@@ -5,9 +5,10 @@
 
 use crate::base::primitives::{copy, part};
 use crate::base::reduce::reduce;
-use crate::hccl::job::{Job, Kind, SymBuf};
+use crate::hccl::job::{Job, SymBuf};
 use crate::hccl::steps::Steps;
 use crate::hccl::v_layout::{Blocks, Table};
+use crate::sys::Collective;
 
 /// Runs `job`, whose input is `input` and output `output` on every rank, between the
 /// collective's entry and exit rendezvous.
@@ -23,7 +24,7 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
     // bytes no other rank reads in this collective, and the exit rendezvous keeps every rank
     // here until all are done.
     match job.sig.kind {
-        Kind::AllReduce => {
+        Collective::AllReduce => {
             // Rank r reduces part r of every input, once, and writes the result straight into
             // every rank's output: a reduce-scatter whose all-gather is a remote write, so no
             // rank reads a peer's result back. Part r of any buffer is touched by rank r only
@@ -35,33 +36,35 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
             // SAFETY: see above.
             unsafe { reduce(job.dtype, job.op, &dsts, &srcs, hi - lo) };
         }
-        Kind::AllGather => {
+        Collective::AllGather => {
             for k in 0..n {
                 // SAFETY: see above (the copy is skipped when in place).
                 unsafe { copy(job.recv + k as usize * c * es, src(k), c * es) };
             }
         }
-        Kind::ReduceScatter => {
+        Collective::ReduceScatter => {
             let srcs: Vec<usize> = (0..n).map(|k| src(k) + r as usize * c * es).collect();
             // SAFETY: see above.
             unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, c) };
         }
-        Kind::AlltoAll => {
+        Collective::AlltoAll => {
             for k in 0..n {
                 let from = src(k) + r as usize * c * es;
                 // SAFETY: see above.
                 unsafe { copy(job.recv + k as usize * c * es, from, c * es) };
             }
         }
-        // Never routed here: HCCL does not use windows for the rooted ones and Barrier, and
-        // the V collectives go through `run_vector`.
-        Kind::Broadcast
-        | Kind::Barrier
-        | Kind::Reduce
-        | Kind::Scatter
-        | Kind::AllGatherV
-        | Kind::ReduceScatterV
-        | Kind::AlltoAllV => {}
+        // Never routed here: HCCL does not use windows for the rooted ones and Barrier, the
+        // V collectives go through `run_vector`, and point-to-point calls never make a job.
+        Collective::Broadcast
+        | Collective::Barrier
+        | Collective::Reduce
+        | Collective::Scatter
+        | Collective::AllGatherV
+        | Collective::ReduceScatterV
+        | Collective::AlltoAllV
+        | Collective::Send
+        | Collective::Recv => {}
     }
 }
 
@@ -90,7 +93,7 @@ pub(crate) fn run_vector(
     // so no rank writes bytes another reads.
     // Empty blocks are skipped before any address is made: their displacements may be
     // anything that does not overflow on their own rank (in a peer's mapping they could).
-    if job.sig.kind == Kind::ReduceScatterV {
+    if job.sig.kind == Collective::ReduceScatterV {
         let len = blocks.recv[r as usize].count as usize;
         if len > 0 {
             let srcs: Vec<usize> = (0..n).map(src).collect();

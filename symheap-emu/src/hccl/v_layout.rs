@@ -10,12 +10,13 @@
 
 use std::ffi::c_void;
 
+use crate::sys::Collective;
+
 use crate::base::errors::{HcclRes, hccl_non_null, para};
 use crate::hccl::steps::Steps;
 
-/// Which V collective: the three of `job::Kind`'s V variants, as a type of their own so that
-/// this module's matches over them are exhaustive without a `job::Kind` arm that cannot
-/// happen (and `job` uses this module: a checked collective holds its [`Blocks`]).
+/// Which V collective: three of [`Collective`]'s variants, as a type of their own so that
+/// this module's matches over them are exhaustive without an arm that cannot happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
     AllGatherV,
@@ -25,12 +26,13 @@ pub(crate) enum Shape {
 
 impl Shape {
     /// The C function's name.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Shape::AllGatherV => "HcclAllGatherV",
-            Shape::ReduceScatterV => "HcclReduceScatterV",
-            Shape::AlltoAllV => "HcclAlltoAllV",
-        }
+    pub(crate) fn c_name(self) -> &'static str {
+        let collective = match self {
+            Shape::AllGatherV => Collective::AllGatherV,
+            Shape::ReduceScatterV => Collective::ReduceScatterV,
+            Shape::AlltoAllV => Collective::AlltoAllV,
+        };
+        collective.c_name()
     }
 }
 
@@ -251,7 +253,7 @@ impl Ranges {
         if let Some(w) = self.recv.windows(2).find(|w| overlap(w[0], w[1])) {
             return para(format!(
                 "{}: receive blocks [{:#x}, +{}) and [{:#x}, +{}) overlap",
-                self.shape.name(),
+                self.shape.c_name(),
                 w[0].0,
                 w[0].1,
                 w[1].0,
@@ -263,7 +265,7 @@ impl Ranges {
                 return para(format!(
                     "{}: sendBuf block [{:#x}, +{}) overlaps recvBuf block [{:#x}, +{}) (sendBuf \
                      and recvBuf must be disjoint)",
-                    self.shape.name(),
+                    self.shape.c_name(),
                     s.0,
                     s.1,
                     r.0,
@@ -343,7 +345,7 @@ fn check_identical(shape: Shape, all: &[Vec<u64>]) -> HcclRes {
             return para(format!(
                 "{} needs the same {counts} and {displs} on every rank: rank 0 has {name}[{j}] \
                  = {}, rank {k} has {name}[{j}] = {}",
-                shape.name(),
+                shape.c_name(),
                 all[0][i],
                 words[i]
             ));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 
-use crate::hccl::job::Kind;
+use crate::sys::Collective;
 use crate::sys::*;
 use crate::testutil::{
     DevBuf, Rank, acl, assert_clean, deregister, gate, hccl, hok, ok, recent, register, run_ranks,
@@ -103,7 +103,7 @@ pub(crate) fn fold(op: HcclReduceOp, vals: impl Iterator<Item = f64>) -> f64 {
 #[allow(clippy::too_many_arguments)]
 fn call(
     r: &Rank,
-    kind: Kind,
+    kind: Collective,
     send: *mut c_void,
     recv: *mut c_void,
     count: u64,
@@ -115,20 +115,27 @@ fn call(
     // SAFETY: the emulator validates buffers and handles.
     unsafe {
         match kind {
-            Kind::AllReduce => (h.HcclAllReduce)(send, recv, count, t, op, r.comm, r.stream),
-            Kind::AllGather => (h.HcclAllGather)(send, recv, count, t, r.comm, r.stream),
-            Kind::ReduceScatter => {
+            Collective::AllReduce => (h.HcclAllReduce)(send, recv, count, t, op, r.comm, r.stream),
+            Collective::AllGather => (h.HcclAllGather)(send, recv, count, t, r.comm, r.stream),
+            Collective::ReduceScatter => {
                 (h.HcclReduceScatter)(send, recv, count, t, op, r.comm, r.stream)
             }
-            Kind::AlltoAll => (h.HcclAlltoAll)(send, count, t, recv, count, t, r.comm, r.stream),
-            Kind::Broadcast => (h.HcclBroadcast)(send, count, t, root, r.comm, r.stream),
-            Kind::Barrier => (h.HcclBarrier)(r.comm, r.stream),
-            Kind::Reduce => {
+            Collective::AlltoAll => {
+                (h.HcclAlltoAll)(send, count, t, recv, count, t, r.comm, r.stream)
+            }
+            Collective::Broadcast => (h.HcclBroadcast)(send, count, t, root, r.comm, r.stream),
+            Collective::Barrier => (h.HcclBarrier)(r.comm, r.stream),
+            Collective::Reduce => {
                 (h.HcclReduce.unwrap())(send, recv, count, t, op, root, r.comm, r.stream)
             }
-            Kind::Scatter => (h.HcclScatter.unwrap())(send, recv, count, t, root, r.comm, r.stream),
-            Kind::AllGatherV | Kind::ReduceScatterV | Kind::AlltoAllV => {
+            Collective::Scatter => {
+                (h.HcclScatter.unwrap())(send, recv, count, t, root, r.comm, r.stream)
+            }
+            Collective::AllGatherV | Collective::ReduceScatterV | Collective::AlltoAllV => {
                 unreachable!("the V collectives' tests call them with their arrays")
+            }
+            Collective::Send | Collective::Recv => {
+                unreachable!("the point-to-point tests call them with their peers")
             }
         }
     }
@@ -141,7 +148,7 @@ fn check_one(
     r: &Rank,
     buf: &DevBuf,
     out: usize,
-    kind: Kind,
+    kind: Collective,
     t: HcclDataType,
     op: HcclReduceOp,
     count: usize,
@@ -149,11 +156,11 @@ fn check_one(
     let (n, me) = (r.n as usize, r.rank);
     let root = r.n - 1;
     let in_elems = match kind {
-        Kind::ReduceScatter | Kind::AlltoAll | Kind::Scatter => n * count,
+        Collective::ReduceScatter | Collective::AlltoAll | Collective::Scatter => n * count,
         _ => count,
     };
     buf.write(0, &encode(t, (0..in_elems).map(|i| value(t, me, i))));
-    let (send, recv) = if kind == Kind::Broadcast {
+    let (send, recv) = if kind == Collective::Broadcast {
         (buf.ptr, buf.ptr)
     } else {
         let rest = buf.size - out;
@@ -164,40 +171,44 @@ fn check_one(
     hok(call(r, kind, send, recv, count as u64, t, op, root));
     ok(r.sync());
     let want: Vec<f64> = match kind {
-        Kind::AllReduce => (0..count)
+        Collective::AllReduce => (0..count)
             .map(|i| fold(op, (0..r.n).map(|k| value(t, k, i))))
             .collect(),
-        Kind::AllGather => (0..n * count)
+        Collective::AllGather => (0..n * count)
             .map(|j| value(t, (j / count) as u32, j % count))
             .collect(),
-        Kind::ReduceScatter => (0..count)
+        Collective::ReduceScatter => (0..count)
             .map(|i| fold(op, (0..r.n).map(|k| value(t, k, me as usize * count + i))))
             .collect(),
-        Kind::AlltoAll => (0..n * count)
+        Collective::AlltoAll => (0..n * count)
             .map(|j| value(t, (j / count) as u32, me as usize * count + j % count))
             .collect(),
-        Kind::Broadcast => (0..count).map(|i| value(t, root, i)).collect(),
-        Kind::Reduce => (0..count)
+        Collective::Broadcast => (0..count).map(|i| value(t, root, i)).collect(),
+        Collective::Reduce => (0..count)
             .map(|i| fold(op, (0..r.n).map(|k| value(t, k, i))))
             .collect(),
-        Kind::Scatter => (0..count)
+        Collective::Scatter => (0..count)
             .map(|i| value(t, root, me as usize * count + i))
             .collect(),
         _ => Vec::new(),
     };
-    let at = if kind == Kind::Broadcast { 0 } else { out };
+    let at = if kind == Collective::Broadcast {
+        0
+    } else {
+        out
+    };
     let len = want.len() * size_of(t);
     let got = buf.read::<u8>(at, len);
     // Reduce leaves other ranks' recvBuf alone.
     let want = match kind {
-        Kind::Reduce if me != root => vec![0xEE; len],
+        Collective::Reduce if me != root => vec![0xEE; len],
         _ => encode(t, want),
     };
     assert_eq!(
         got,
         want,
         "{} type {} op {} on rank {me} of {n}",
-        kind.name(),
+        kind.c_name(),
         t.0,
         op.0
     );
@@ -216,19 +227,24 @@ fn every_kernel_matches_the_host_reference() {
                 let mut done = 0;
                 for t in TYPES {
                     for op in OPS {
-                        for kind in [Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce] {
+                        for kind in [
+                            Collective::AllReduce,
+                            Collective::ReduceScatter,
+                            Collective::Reduce,
+                        ] {
                             check_one(r, &buf, G, kind, t, op, 1001);
-                            done += u64::from(kind != Kind::Reduce);
+                            done += u64::from(kind != Collective::Reduce);
                         }
                     }
                     for kind in [
-                        Kind::AllGather,
-                        Kind::AlltoAll,
-                        Kind::Broadcast,
-                        Kind::Scatter,
+                        Collective::AllGather,
+                        Collective::AlltoAll,
+                        Collective::Broadcast,
+                        Collective::Scatter,
                     ] {
                         check_one(r, &buf, G, kind, t, SUM, 999);
-                        done += u64::from(matches!(kind, Kind::AllGather | Kind::AlltoAll));
+                        done +=
+                            u64::from(matches!(kind, Collective::AllGather | Collective::AlltoAll));
                     }
                 }
                 if let Some(w) = win {
@@ -258,7 +274,7 @@ fn integers_wrap_and_halves_round_once() {
         buf.write(0, &[100i8, -100, 127]);
         hok(call(
             r,
-            Kind::AllReduce,
+            Collective::AllReduce,
             buf.ptr,
             buf.at(64),
             3,
@@ -272,7 +288,16 @@ fn integers_wrap_and_halves_round_once() {
         let v = if r.rank == 0 { 2048.0 } else { 1.0 };
         buf.write(0, &[f16::from_f32(v)]);
         let ty = HcclDataType::HCCL_DATA_TYPE_FP16;
-        hok(call(r, Kind::AllReduce, buf.ptr, buf.at(64), 1, ty, SUM, 0));
+        hok(call(
+            r,
+            Collective::AllReduce,
+            buf.ptr,
+            buf.at(64),
+            1,
+            ty,
+            SUM,
+            0,
+        ));
         ok(r.sync());
         assert_eq!(buf.read::<u16>(64, 1)[0], f16::from_f32(2049.0).to_bits());
         buf.free();
@@ -296,7 +321,7 @@ fn in_place_is_correct_on_both_paths() {
             buf.write(0, &data);
             hok(call(
                 r,
-                Kind::AllReduce,
+                Collective::AllReduce,
                 buf.ptr,
                 buf.ptr,
                 c as u64,
@@ -316,7 +341,7 @@ fn in_place_is_correct_on_both_paths() {
             buf.write(mine, &vec![me + 1.0; c]);
             hok(call(
                 r,
-                Kind::AllGather,
+                Collective::AllGather,
                 buf.at(mine),
                 buf.ptr,
                 c as u64,
@@ -336,7 +361,7 @@ fn in_place_is_correct_on_both_paths() {
             buf.write(0, &data);
             hok(call(
                 r,
-                Kind::ReduceScatter,
+                Collective::ReduceScatter,
                 buf.ptr,
                 buf.at(mine),
                 c as u64,
@@ -368,21 +393,21 @@ fn the_staged_path_chunks_through_a_small_buffer() {
         let buf = DevBuf::new(r.rank, 8 * G);
         let out = 4 * G;
         let t = HcclDataType::HCCL_DATA_TYPE_INT32;
-        check_one(r, &buf, out, Kind::AllReduce, t, SUM, 700_001);
+        check_one(r, &buf, out, Collective::AllReduce, t, SUM, 700_001);
         check_one(
             r,
             &buf,
             out,
-            Kind::ReduceScatter,
+            Collective::ReduceScatter,
             t,
             HcclReduceOp::HCCL_REDUCE_MAX,
             200_003,
         );
-        check_one(r, &buf, out, Kind::AllGather, t, SUM, 300_007);
-        check_one(r, &buf, out, Kind::AlltoAll, t, SUM, 100_003);
-        check_one(r, &buf, out, Kind::Broadcast, t, SUM, 500_009);
-        check_one(r, &buf, out, Kind::Reduce, t, SUM, 700_001);
-        check_one(r, &buf, out, Kind::Scatter, t, SUM, 200_003);
+        check_one(r, &buf, out, Collective::AllGather, t, SUM, 300_007);
+        check_one(r, &buf, out, Collective::AlltoAll, t, SUM, 100_003);
+        check_one(r, &buf, out, Collective::Broadcast, t, SUM, 500_009);
+        check_one(r, &buf, out, Collective::Reduce, t, SUM, 700_001);
+        check_one(r, &buf, out, Collective::Scatter, t, SUM, 200_003);
         buf.free();
     });
     assert_clean();
@@ -397,7 +422,7 @@ fn asymmetric_offsets_fail_on_every_rank() {
         let skew = r.rank as usize * 4096;
         hok(call(
             r,
-            Kind::AllReduce,
+            Collective::AllReduce,
             buf.at(skew),
             buf.at(G),
             256,
@@ -418,7 +443,7 @@ fn asymmetric_offsets_fail_on_every_rank() {
         // The communicator still works afterwards.
         hok(call(
             r,
-            Kind::AllReduce,
+            Collective::AllReduce,
             buf.ptr,
             buf.at(G),
             256,
@@ -450,7 +475,7 @@ fn mismatched_calls_and_paths_fail_on_every_rank() {
         let count = 100 + 100 * u64::from(r.rank);
         hok(call(
             r,
-            Kind::AllReduce,
+            Collective::AllReduce,
             buf.ptr,
             buf.at(G),
             count,
@@ -464,7 +489,16 @@ fn mismatched_calls_and_paths_fail_on_every_rank() {
         let win = register(r, &buf);
         let other = DevBuf::new(r.rank, G);
         let recv = if r.rank == 0 { buf.at(G) } else { other.ptr };
-        hok(call(r, Kind::AllReduce, buf.ptr, recv, 64, F32, SUM, 0));
+        hok(call(
+            r,
+            Collective::AllReduce,
+            buf.ptr,
+            recv,
+            64,
+            F32,
+            SUM,
+            0,
+        ));
         assert_eq!(r.sync(), FAILED);
         let second = recent();
         deregister(win);
@@ -497,7 +531,16 @@ fn a_missing_peer_times_out_without_hanging() {
             return;
         }
         let buf = DevBuf::new(r.rank, G);
-        hok(call(r, Kind::AllReduce, buf.ptr, buf.ptr, 16, F32, SUM, 0));
+        hok(call(
+            r,
+            Collective::AllReduce,
+            buf.ptr,
+            buf.ptr,
+            16,
+            F32,
+            SUM,
+            0,
+        ));
         assert_eq!(r.sync(), FAILED);
         let msg = recent();
         assert!(
@@ -528,7 +571,16 @@ fn a_peer_that_destroyed_its_communicator_fails_collectives_at_once() {
         let buf = DevBuf::new(r.rank, G);
         // The first waits until rank 1 is gone; the second fails on arrival.
         for _ in 0..2 {
-            hok(call(r, Kind::AllReduce, buf.ptr, buf.ptr, 16, F32, SUM, 0));
+            hok(call(
+                r,
+                Collective::AllReduce,
+                buf.ptr,
+                buf.ptr,
+                16,
+                F32,
+                SUM,
+                0,
+            ));
             assert_eq!(r.sync(), FAILED);
             let msg = recent();
             assert!(
@@ -569,7 +621,7 @@ fn stream_order_is_kept_and_reads_before_synchronize_may_be_stale() {
             ));
             hok(call(
                 r,
-                Kind::AllReduce,
+                Collective::AllReduce,
                 buf.ptr,
                 buf.at(64),
                 4,
@@ -615,7 +667,7 @@ fn barrier_waits_for_every_rank() {
         }
         hok(call(
             r,
-            Kind::Barrier,
+            Collective::Barrier,
             null_mut(),
             null_mut(),
             0,
@@ -641,7 +693,8 @@ fn bad_arguments_are_rejected_synchronously() {
         let h = hccl();
         let buf = DevBuf::new(0, G);
         let (p, q) = (buf.ptr, buf.at(4096));
-        let ar = |send, recv, count, t, op| call(r, Kind::AllReduce, send, recv, count, t, op, 0);
+        let ar =
+            |send, recv, count, t, op| call(r, Collective::AllReduce, send, recv, count, t, op, 0);
         let mut host = [0f32; 4];
         let hp = host.as_mut_ptr().cast();
         // SAFETY: the emulator validates every handle and buffer.
@@ -680,9 +733,9 @@ fn bad_arguments_are_rejected_synchronously() {
         assert_eq!(ar(buf.at(2), q, 4, F32, SUM), PARA, "unaligned");
         assert_eq!(ar(p, buf.at(4), 4, F32, SUM), PARA, "overlapping");
         assert_eq!(ar(p, q, u64::MAX / 2, F32, SUM), PARA, "overflow");
-        let bc = call(r, Kind::Broadcast, p, p, 4, F32, SUM, 1);
+        let bc = call(r, Collective::Broadcast, p, p, 4, F32, SUM, 1);
         assert_eq!(bc, PARA, "root out of range");
-        let ag = call(r, Kind::AllGather, p, buf.at(2), 4, F32, SUM, 0);
+        let ag = call(r, Collective::AllGather, p, buf.at(2), 4, F32, SUM, 0);
         assert_eq!(ag, PARA, "overlapping AllGather");
         // A count of 0 is a successful no-op, even with NULL buffers.
         assert_eq!(
@@ -712,7 +765,16 @@ fn an_injected_collective_failure_consumes_its_sequence_number() {
         let buf = DevBuf::new(r.rank, G);
         let ar = |v: f32| {
             buf.write(0, &[v]);
-            let code = call(r, Kind::AllReduce, buf.ptr, buf.at(64), 1, F32, SUM, 0);
+            let code = call(
+                r,
+                Collective::AllReduce,
+                buf.ptr,
+                buf.at(64),
+                1,
+                F32,
+                SUM,
+                0,
+            );
             (code, r.sync(), buf.read::<f32>(64, 1)[0])
         };
         let base = r.rank as f32 + 1.0;
@@ -800,7 +862,7 @@ fn symmetric_allreduce_bandwidth() {
             let t = time(&mut || {
                 hok(call(
                     r,
-                    Kind::AllReduce,
+                    Collective::AllReduce,
                     buf.ptr,
                     buf.at(bytes),
                     count,

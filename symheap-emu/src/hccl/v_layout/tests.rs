@@ -6,7 +6,7 @@ use std::ptr::{null, null_mut};
 
 use super::*;
 use crate::hccl::collective::tests::{FAILED, OPS, PARA, PTR, TYPES, encode, fold, size_of, value};
-use crate::hccl::job::Kind;
+use crate::sys::Collective;
 use crate::sys::*;
 use crate::testutil::{
     DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
@@ -36,7 +36,7 @@ struct Args {
 /// Calls V collective `kind` through the HCCL table with `a`'s arrays.
 fn call_v(
     r: &Rank,
-    kind: Kind,
+    kind: Collective,
     send: *mut c_void,
     recv: *mut c_void,
     a: &Args,
@@ -48,7 +48,7 @@ fn call_v(
     // SAFETY: the arrays live across the call; the emulator validates the rest.
     unsafe {
         match kind {
-            Kind::AllGatherV => (h.HcclAllGatherV.unwrap())(
+            Collective::AllGatherV => (h.HcclAllGatherV.unwrap())(
                 send,
                 a.send_count,
                 recv,
@@ -58,7 +58,7 @@ fn call_v(
                 r.comm,
                 r.stream,
             ),
-            Kind::ReduceScatterV => (h.HcclReduceScatterV.unwrap())(
+            Collective::ReduceScatterV => (h.HcclReduceScatterV.unwrap())(
                 send,
                 p(&a.counts),
                 p(&a.displs),
@@ -109,9 +109,9 @@ fn single(k: usize, unit: u64) -> u64 {
 
 /// One rank's arguments for `kind` on `n` ranks, blocks of about `unit` elements, and the
 /// number of elements its input and output span.
-fn args_for(kind: Kind, n: usize, me: usize, unit: u64) -> (Args, usize, usize) {
+fn args_for(kind: Collective, n: usize, me: usize, unit: u64) -> (Args, usize, usize) {
     match kind {
-        Kind::AllGatherV => {
+        Collective::AllGatherV => {
             let counts: Vec<u64> = (0..n).map(|k| single(k, unit)).collect();
             let (displs, extent) = reversed(&counts, 5);
             let a = Args {
@@ -122,7 +122,7 @@ fn args_for(kind: Kind, n: usize, me: usize, unit: u64) -> (Args, usize, usize) 
             };
             (a.clone(), a.send_count as usize, extent as usize)
         }
-        Kind::ReduceScatterV => {
+        Collective::ReduceScatterV => {
             let counts: Vec<u64> = (0..n).map(|k| single(k, unit)).collect();
             let (displs, extent) = reversed(&counts, 3);
             let a = Args {
@@ -162,7 +162,7 @@ fn check_v(
     r: &Rank,
     buf: &DevBuf,
     out: usize,
-    kind: Kind,
+    kind: Collective,
     t: HcclDataType,
     op: HcclReduceOp,
     unit: u64,
@@ -179,14 +179,14 @@ fn check_v(
     // The expected output, element by element: None where nothing is written.
     let mut want: Vec<Option<f64>> = vec![None; out_elems + 8];
     match kind {
-        Kind::AllGatherV => {
+        Collective::AllGatherV => {
             for k in 0..n {
                 for i in 0..a.counts[k] as usize {
                     want[a.displs[k] as usize + i] = Some(value(t, k as u32, i));
                 }
             }
         }
-        Kind::ReduceScatterV => {
+        Collective::ReduceScatterV => {
             let at = a.displs[me] as usize;
             for (i, w) in want.iter_mut().take(a.recv_count as usize).enumerate() {
                 *w = Some(fold(op, (0..r.n).map(|k| value(t, k, at + i))));
@@ -214,14 +214,18 @@ fn check_v(
             &got[i * es..(i + 1) * es],
             &expected[..],
             "{} type {} op {} rank {me} of {n}: element {i}",
-            kind.name(),
+            kind.c_name(),
             t.0,
             op.0
         );
     }
 }
 
-const KINDS: [Kind; 3] = [Kind::AllGatherV, Kind::ReduceScatterV, Kind::AlltoAllV];
+const KINDS: [Collective; 3] = [
+    Collective::AllGatherV,
+    Collective::ReduceScatterV,
+    Collective::AlltoAllV,
+];
 
 /// Every V collective, type and op, with imbalanced counts (zeros included) and scattered
 /// displacements, on 1, 2, 3 and 5 ranks, through both paths.
@@ -238,7 +242,7 @@ fn v_collectives_match_the_host_reference() {
                 for t in TYPES {
                     for kind in KINDS {
                         let ops: &[HcclReduceOp] = match kind {
-                            Kind::ReduceScatterV => &OPS,
+                            Collective::ReduceScatterV => &OPS,
                             _ => &[SUM],
                         };
                         for &op in ops {
@@ -276,10 +280,10 @@ fn v_collectives_chunk_through_a_small_staging_buffer() {
     run_ranks(3, &cfg, |r| {
         let buf = DevBuf::new(r.rank, 8 * G);
         let out = 4 * G;
-        check_v(r, &buf, out, Kind::AllGatherV, I32, SUM, 130_001);
+        check_v(r, &buf, out, Collective::AllGatherV, I32, SUM, 130_001);
         let max = HcclReduceOp::HCCL_REDUCE_MAX;
-        check_v(r, &buf, out, Kind::ReduceScatterV, I32, max, 60_013);
-        check_v(r, &buf, out, Kind::AlltoAllV, I32, SUM, 60_017);
+        check_v(r, &buf, out, Collective::ReduceScatterV, I32, max, 60_013);
+        check_v(r, &buf, out, Collective::AlltoAllV, I32, SUM, 60_017);
         buf.free();
     });
     assert_clean();
@@ -326,7 +330,15 @@ fn an_alltoallv_rank_with_nothing_to_move_still_takes_part() {
             };
             buf.write(0, &[me as f32 + 1.0; 4]);
             buf.write(G, &[0f32; 4]);
-            hok(call_v(r, Kind::AlltoAllV, buf.ptr, buf.at(G), &a, F32, SUM));
+            hok(call_v(
+                r,
+                Collective::AlltoAllV,
+                buf.ptr,
+                buf.at(G),
+                &a,
+                F32,
+                SUM,
+            ));
             ok(r.sync());
             let want = match me {
                 0 => 2.0,
@@ -366,7 +378,7 @@ fn mismatched_arrays_fail_on_every_rank() {
         if me == 1 {
             ag.displs[2] = 12;
         }
-        let first = run(Kind::AllGatherV, &ag);
+        let first = run(Collective::AllGatherV, &ag);
         // ReduceScatterV: rank 2 gives rank 0 a different count (its own entry is consistent).
         let mut rs = Args {
             recv_count: 4,
@@ -377,7 +389,7 @@ fn mismatched_arrays_fail_on_every_rank() {
         if me == 2 {
             rs.counts[0] = 3;
         }
-        let second = run(Kind::ReduceScatterV, &rs);
+        let second = run(Collective::ReduceScatterV, &rs);
         // AlltoAllV: rank 0 sends rank 2 five elements, rank 2 expects four.
         let mut counts = vec![4u64; 3];
         if me == 0 {
@@ -390,9 +402,9 @@ fn mismatched_arrays_fail_on_every_rank() {
             recv_displs: vec![0, 8, 16],
             ..Args::default()
         };
-        let third = run(Kind::AlltoAllV, &a2a);
+        let third = run(Collective::AlltoAllV, &a2a);
         // Still usable.
-        check_v(r, &buf, G, Kind::AlltoAllV, F32, SUM, 3);
+        check_v(r, &buf, G, Collective::AlltoAllV, F32, SUM, 3);
         buf.free();
         (first, second, third)
     });
@@ -425,10 +437,11 @@ fn bad_v_arguments_are_rejected_synchronously() {
         let (p, q) = (buf.ptr, buf.at(4096));
         let one = vec![4u64];
         let zero = vec![0u64];
-        let ag = |send, recv, a: &Args| call_v(r, Kind::AllGatherV, send, recv, a, F32, SUM);
-        let rs =
-            |send, recv, a: &Args, t, op| call_v(r, Kind::ReduceScatterV, send, recv, a, t, op);
-        let a2a = |send, recv, a: &Args| call_v(r, Kind::AlltoAllV, send, recv, a, F32, SUM);
+        let ag = |send, recv, a: &Args| call_v(r, Collective::AllGatherV, send, recv, a, F32, SUM);
+        let rs = |send, recv, a: &Args, t, op| {
+            call_v(r, Collective::ReduceScatterV, send, recv, a, t, op)
+        };
+        let a2a = |send, recv, a: &Args| call_v(r, Collective::AlltoAllV, send, recv, a, F32, SUM);
         let good_ag = Args {
             send_count: 4,
             counts: one.clone(),
@@ -494,7 +507,7 @@ fn bad_v_arguments_are_rejected_synchronously() {
         // Types and ops.
         let int128 = HcclDataType::HCCL_DATA_TYPE_INT128;
         assert_eq!(
-            call_v(r, Kind::AllGatherV, p, q, &good_ag, int128, SUM),
+            call_v(r, Collective::AllGatherV, p, q, &good_ag, int128, SUM),
             PARA
         );
         assert_eq!(rs(p, q, &good_rs, F32, HcclReduceOp(7)), PARA);
@@ -576,7 +589,7 @@ fn overlapping_receive_blocks_are_rejected() {
             displs: vec![0, 2],
             ..Args::default()
         };
-        let code = call_v(r, Kind::AllGatherV, buf.ptr, buf.at(G), &a, F32, SUM);
+        let code = call_v(r, Collective::AllGatherV, buf.ptr, buf.at(G), &a, F32, SUM);
         assert_eq!(code, PARA);
         assert!(recent().contains("receive blocks"), "{}", recent());
         let b = Args {
@@ -586,14 +599,22 @@ fn overlapping_receive_blocks_are_rejected() {
             recv_displs: vec![4, 7],
             ..Args::default()
         };
-        let code = call_v(r, Kind::AlltoAllV, buf.ptr, buf.at(G), &b, F32, SUM);
+        let code = call_v(r, Collective::AlltoAllV, buf.ptr, buf.at(G), &b, F32, SUM);
         assert_eq!(code, PARA);
         // Sending the same block to both ranks is fine (reads may overlap).
         let c = Args {
             recv_displs: vec![0, 4],
             ..b
         };
-        hok(call_v(r, Kind::AlltoAllV, buf.ptr, buf.at(G), &c, F32, SUM));
+        hok(call_v(
+            r,
+            Collective::AlltoAllV,
+            buf.ptr,
+            buf.at(G),
+            &c,
+            F32,
+            SUM,
+        ));
         ok(r.sync());
         buf.free();
     });
@@ -619,7 +640,15 @@ fn unused_buffers_may_be_null_and_rooted_ones_work_in_place() {
         };
         buf.write(0, &[me as f32 + 1.0; 3]);
         let send = if me == 1 { null_mut() } else { buf.ptr };
-        hok(call_v(r, Kind::AllGatherV, send, buf.at(G), &a, F32, SUM));
+        hok(call_v(
+            r,
+            Collective::AllGatherV,
+            send,
+            buf.at(G),
+            &a,
+            F32,
+            SUM,
+        ));
         ok(r.sync());
         assert_eq!(buf.read::<f32>(G, 5), vec![1.0, 1.0, 3.0, 3.0, 3.0]);
         // Reduce to root 1, in place there; the others pass no recvBuf.
@@ -752,14 +781,22 @@ fn a_null_buffer_among_windows_fails_as_asymmetric() {
             ..Args::default()
         };
         let send = if me == 1 { null_mut() } else { buf.ptr };
-        hok(call_v(r, Kind::AllGatherV, send, buf.at(G), &a, F32, SUM));
+        hok(call_v(
+            r,
+            Collective::AllGatherV,
+            send,
+            buf.at(G),
+            &a,
+            F32,
+            SUM,
+        ));
         assert_eq!(r.sync(), FAILED);
         let msg = recent();
         // With its sendBuf in the window too, the same call works.
         buf.write(0, &[1f32; 4]);
         hok(call_v(
             r,
-            Kind::AllGatherV,
+            Collective::AllGatherV,
             buf.ptr,
             buf.at(G),
             &a,
@@ -810,11 +847,16 @@ fn equal_send_and_recv_buffers_are_rejected() {
             ..Args::default()
         };
         for (kind, a) in [
-            (Kind::AllGatherV, &ag),
-            (Kind::ReduceScatterV, &rs),
-            (Kind::AlltoAllV, &a2a),
+            (Collective::AllGatherV, &ag),
+            (Collective::ReduceScatterV, &rs),
+            (Collective::AlltoAllV, &a2a),
         ] {
-            assert_eq!(call_v(r, kind, p, p, a, F32, SUM), PARA, "{}", kind.name());
+            assert_eq!(
+                call_v(r, kind, p, p, a, F32, SUM),
+                PARA,
+                "{}",
+                kind.c_name()
+            );
             assert!(recent().contains("sendBuf"), "{}", recent());
         }
         let empty = Args {
@@ -826,7 +868,7 @@ fn equal_send_and_recv_buffers_are_rejected() {
         };
         hok(call_v(
             r,
-            Kind::AlltoAllV,
+            Collective::AlltoAllV,
             null_mut(),
             null_mut(),
             &empty,
@@ -872,7 +914,7 @@ fn empty_blocks_with_huge_displacements_move_nothing() {
             };
             let data: Vec<i32> = (0..count as i32).map(|i| i ^ (me as i32 * 977)).collect();
             buf.write(0, &data);
-            hok(call_v(r, Kind::AlltoAllV, send, recv, &a, I32, SUM));
+            hok(call_v(r, Collective::AlltoAllV, send, recv, &a, I32, SUM));
             assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
             assert_eq!(buf.read::<i32>(G, count as usize), data);
             // ReduceScatterV: rank 1 receives nothing, its block at a huge displacement (the
@@ -883,7 +925,15 @@ fn empty_blocks_with_huge_displacements_move_nothing() {
                 displs: vec![0, huge(1 << 47)],
                 ..Args::default()
             };
-            hok(call_v(r, Kind::ReduceScatterV, send, recv, &rs, I32, SUM));
+            hok(call_v(
+                r,
+                Collective::ReduceScatterV,
+                send,
+                recv,
+                &rs,
+                I32,
+                SUM,
+            ));
             assert_eq!(r.sync(), ACL_SUCCESS, "{}", recent());
             if me == 0 {
                 let sum: Vec<i32> = (0..count as i32).map(|i| i.wrapping_add(i ^ 977)).collect();
