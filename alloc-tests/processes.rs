@@ -431,3 +431,62 @@ fn ranks_get_their_answers_although_the_hosting_rank_ends_first() {
         assert_success(&as_processes(4, "rank_that_deregisters_and_ends"));
     }
 }
+
+/// Rank 0 waits in a barrier that rank 1 joins only after 4 s; with `HCCL_EXEC_TIMEOUT=1`
+/// (and no timeout in the config) rank 0 fails with a timeout after about a second.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_waiting_under_hccl_exec_timeout() {
+    let rank = placement();
+    let rt = Runtime::emulated().unwrap();
+    let comm = Comm::from_env(&rt, CommConfig::new()).unwrap();
+    if rank == 1 {
+        std::thread::sleep(Duration::from_secs(4));
+        return;
+    }
+    let stream = Stream::new(&rt).unwrap();
+    let started = Instant::now();
+    let err = comm
+        .barrier(&stream)
+        .and_then(|()| comm.synchronize(&stream))
+        .unwrap_err();
+    let waited = started.elapsed();
+    let text = err.to_string();
+    assert!(text.contains("HCCL_E_TIMEOUT"), "{text}");
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}: {text}");
+}
+
+#[test]
+fn hccl_exec_timeout_sets_the_emulators_exec_timeout() {
+    let job = rank_job(2, "rank_waiting_under_hccl_exec_timeout")
+        .env("HCCL_EXEC_TIMEOUT", "1")
+        .env_remove("SYMHEAP_EMU_EXEC_TIMEOUT_S");
+    assert_success(&job.run().unwrap());
+}
+
+/// Init refuses an `HCCL_EXEC_TIMEOUT` or `HCCL_CONNECT_TIMEOUT` that CANN refuses.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_with_a_bad_timeout_variable() {
+    let _ = placement();
+    let rt = Runtime::emulated().unwrap();
+    let err = Comm::from_env(&rt, CommConfig::new()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("HCCL_E_PARA") && text.contains("_TIMEOUT"),
+        "{text}"
+    );
+}
+
+#[test]
+fn init_refuses_timeout_variables_cann_refuses() {
+    for (var, value) in [
+        ("HCCL_EXEC_TIMEOUT", "1.234"),
+        ("HCCL_CONNECT_TIMEOUT", "60"),
+    ] {
+        let job = rank_job(2, "rank_with_a_bad_timeout_variable")
+            .env(var, value)
+            .env_remove("SYMHEAP_EMU_EXEC_TIMEOUT_S");
+        assert_success(&job.run().unwrap());
+    }
+}

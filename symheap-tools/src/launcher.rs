@@ -47,6 +47,7 @@ pub struct Job {
     program: OsString,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    env_removed: Vec<OsString>,
     grace: Duration,
 }
 
@@ -75,6 +76,7 @@ impl Job {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            env_removed: Vec::new(),
             grace: Duration::from_secs(5),
         }
     }
@@ -105,6 +107,12 @@ impl Job {
     /// sets, which win).
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Job {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Removes an environment variable from every rank's process (one this process has).
+    pub fn env_remove(mut self, key: impl Into<OsString>) -> Job {
+        self.env_removed.push(key.into());
         self
     }
 
@@ -146,7 +154,11 @@ impl Job {
     }
 
     fn spawn(&self, rank: u32, dir: &RunDir) -> Result<Rank> {
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        for key in &self.env_removed {
+            command.env_remove(key);
+        }
+        let mut child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("SYMHEAP_RANK", rank.to_string())

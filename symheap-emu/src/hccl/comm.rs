@@ -20,10 +20,20 @@ use crate::ipc::hub;
 use crate::ipc::os;
 use crate::ipc::rendezvous::{JoinError, Rendezvous};
 
-/// The execution timeout when the config leaves it unset (`hcclExecTimeOut` <= 0).
+/// The execution timeout when neither the config (`hcclExecTimeOut` <= 0) nor the environment
+/// sets one. (CANN's default is 1836 s; the emulator's is shorter, so that a hang a test
+/// provokes ends in two minutes.)
 const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
-/// Overrides [`DEFAULT_EXEC_TIMEOUT`] (seconds, fractions allowed).
+/// CANN's variable for the exec timeout: seconds, with at most two decimals; 0 means never
+/// (here: [`MAX_TIMEOUT`]).
+const HCCL_EXEC_TIMEOUT_ENV: &str = "HCCL_EXEC_TIMEOUT";
+/// The emulator's own exec timeout (seconds, fractions allowed), which wins over
+/// [`HCCL_EXEC_TIMEOUT_ENV`]: for tests that want a short timeout whatever the job sets.
 const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_S";
+/// CANN's variable for how long init waits for the other ranks: whole seconds, 120 to 7200.
+const HCCL_CONNECT_TIMEOUT_ENV: &str = "HCCL_CONNECT_TIMEOUT";
+/// The range CANN accepts for [`HCCL_CONNECT_TIMEOUT_ENV`], in seconds.
+const CONNECT_TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 120..=7200;
 /// The longest timeout the emulator uses (longer requests are clamped), so deadlines never
 /// overflow.
 const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
@@ -169,12 +179,71 @@ pub(crate) unsafe fn read_config(config: *const HcclCommConfig) -> HcclRes<HcclC
     Ok(out)
 }
 
-/// The execution timeout a config asks for, at most [`MAX_TIMEOUT`].
-fn exec_timeout(config: &HcclCommConfig) -> Duration {
+/// The execution timeout, at most [`MAX_TIMEOUT`]: the config's `hcclExecTimeOut` when set,
+/// else [`EXEC_TIMEOUT_ENV`], else [`HCCL_EXEC_TIMEOUT_ENV`], else [`DEFAULT_EXEC_TIMEOUT`].
+///
+/// # Errors
+/// `HCCL_E_PARA` for an `HCCL_EXEC_TIMEOUT` that CANN would refuse (init fails there too).
+fn exec_timeout(config: &HcclCommConfig) -> HcclRes<Duration> {
     if config.hcclExecTimeOut > 0 {
-        return Duration::from_secs(config.hcclExecTimeOut as u64).min(MAX_TIMEOUT);
+        return Ok(Duration::from_secs(config.hcclExecTimeOut as u64).min(MAX_TIMEOUT));
     }
-    env_timeout(std::env::var(EXEC_TIMEOUT_ENV).ok().as_deref())
+    if let Ok(own) = std::env::var(EXEC_TIMEOUT_ENV) {
+        return Ok(env_timeout(Some(&own)));
+    }
+    match std::env::var(HCCL_EXEC_TIMEOUT_ENV) {
+        Ok(value) => hccl_exec_timeout(&value),
+        Err(_) => Ok(DEFAULT_EXEC_TIMEOUT),
+    }
+}
+
+/// `HCCL_EXEC_TIMEOUT` as CANN's `ParseExecTimeOut` reads it on Atlas A3: digits with at most
+/// two decimals, 0 to 2147483647 s, 0 meaning no timeout.
+fn hccl_exec_timeout(value: &str) -> HcclRes<Duration> {
+    let (whole, decimals) = value.split_once('.').unwrap_or((value, ""));
+    let well_formed = !whole.is_empty()
+        && whole.bytes().all(|b| b.is_ascii_digit())
+        && (!value.contains('.') || (1..=2).contains(&decimals.len()))
+        && decimals.bytes().all(|b| b.is_ascii_digit());
+    let secs = value.parse::<f64>().ok().filter(|_| well_formed);
+    match secs {
+        Some(s) if s == 0.0 => Ok(MAX_TIMEOUT),
+        Some(s) if s <= f64::from(i32::MAX) => Ok(Duration::from_secs_f64(s).min(MAX_TIMEOUT)),
+        _ => para(format!(
+            "{HCCL_EXEC_TIMEOUT_ENV}={value:?} is not a timeout: seconds from 0 to 2147483647, \
+             at most two decimals"
+        )),
+    }
+}
+
+/// How long init waits for the other ranks: `HCCL_CONNECT_TIMEOUT` when set, else the exec
+/// timeout but at least [`MIN_JOIN_TIMEOUT`].
+///
+/// # Errors
+/// `HCCL_E_PARA` for an `HCCL_CONNECT_TIMEOUT` that CANN would refuse.
+fn connect_timeout(exec: Duration) -> HcclRes<Duration> {
+    match std::env::var(HCCL_CONNECT_TIMEOUT_ENV) {
+        Ok(value) => hccl_connect_timeout(&value),
+        Err(_) => Ok(join_timeout(exec)),
+    }
+}
+
+/// `HCCL_CONNECT_TIMEOUT` as CANN's `ParseLinkConnTimeOut` reads it: at most 10 digits, a
+/// value in [`CONNECT_TIMEOUT_RANGE`].
+fn hccl_connect_timeout(value: &str) -> HcclRes<Duration> {
+    let secs =
+        (value.len() <= 10 && !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| value.parse::<u64>().ok())
+            .flatten()
+            .filter(|s| CONNECT_TIMEOUT_RANGE.contains(s));
+    match secs {
+        Some(s) => Ok(Duration::from_secs(s)),
+        None => para(format!(
+            "{HCCL_CONNECT_TIMEOUT_ENV}={value:?} is not a timeout: whole seconds from {} to {}",
+            CONNECT_TIMEOUT_RANGE.start(),
+            CONNECT_TIMEOUT_RANGE.end()
+        )),
+    }
 }
 
 /// The timeout [`EXEC_TIMEOUT_ENV`] set to `value` asks for, at most [`MAX_TIMEOUT`].
@@ -228,7 +297,7 @@ fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
         ));
     };
     Ok(Settings {
-        timeout: exec_timeout(config),
+        timeout: exec_timeout(config)?,
         buffer_mb,
         stride,
     })
@@ -275,7 +344,7 @@ fn init_cancellable(
     let buffer = buffer_mb as usize * (1 << 20);
     // The staging buffer, then the point-to-point area of the same size.
     let staging = os::memfd(2 * buffer).map_err(memory_error)?;
-    let timeout = join_timeout(settings.timeout);
+    let timeout = connect_timeout(settings.timeout)?;
     let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout, cancel)?;
     check_buffer_sizes(&stagings, 2 * buffer)?;
     let map = |offset| {
@@ -976,14 +1045,29 @@ mod tests {
         assert_eq!(full.hcclSymWinMaxMemSizePerRank, 3);
         assert_eq!(cut.hcclExecTimeOut, -1);
         assert_eq!(cut.hcclSymWinMaxMemSizePerRank, 16);
-        assert_eq!(super::exec_timeout(&full).as_secs(), 7);
+        assert_eq!(super::exec_timeout(&full).unwrap().as_secs(), 7);
         // Huge timeouts are clamped to a day, so deadlines cannot overflow.
         let mut huge = cfg;
         huge.hcclExecTimeOut = i32::MAX;
-        assert_eq!(super::exec_timeout(&huge), super::MAX_TIMEOUT);
+        assert_eq!(super::exec_timeout(&huge).unwrap(), super::MAX_TIMEOUT);
         assert_eq!(super::env_timeout(Some("1e19")), super::MAX_TIMEOUT);
         assert_eq!(super::env_timeout(Some("0.5")), Duration::from_millis(500));
         assert_eq!(super::env_timeout(Some("-1")), super::DEFAULT_EXEC_TIMEOUT);
         assert_eq!(super::env_timeout(None), super::DEFAULT_EXEC_TIMEOUT);
+        // HCCL_EXEC_TIMEOUT, as CANN parses it.
+        let exec = |v: &str| super::hccl_exec_timeout(v).map_err(|e| e.code);
+        assert_eq!(exec("15"), Ok(Duration::from_secs(15)));
+        assert_eq!(exec("1.25"), Ok(Duration::from_millis(1250)));
+        assert_eq!(exec("0"), Ok(super::MAX_TIMEOUT));
+        assert_eq!(exec("2147483647"), Ok(super::MAX_TIMEOUT));
+        for bad in ["", "-1", "1.", "1.234", "abc", " 5", "2147483648", "1e3"] {
+            assert_eq!(exec(bad), Err(HcclResult::HCCL_E_PARA), "{bad:?}");
+        }
+        let connect = |v: &str| super::hccl_connect_timeout(v).map_err(|e| e.code);
+        assert_eq!(connect("120"), Ok(Duration::from_secs(120)));
+        assert_eq!(connect("7200"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "119", "7201", "1.5", "abc", "00000000120"] {
+            assert_eq!(connect(bad), Err(HcclResult::HCCL_E_PARA), "{bad:?}");
+        }
     }
 }
