@@ -207,7 +207,7 @@ fn hccl_exec_timeout(value: &str) -> HcclRes<Duration> {
         && decimals.bytes().all(|b| b.is_ascii_digit());
     let secs = value.parse::<f64>().ok().filter(|_| well_formed);
     match secs {
-        Some(s) if s == 0.0 => Ok(MAX_TIMEOUT),
+        Some(0.0) => Ok(MAX_TIMEOUT),
         Some(s) if s <= f64::from(i32::MAX) => Ok(Duration::from_secs_f64(s).min(MAX_TIMEOUT)),
         _ => para(format!(
             "{HCCL_EXEC_TIMEOUT_ENV}={value:?} is not a timeout: seconds from 0 to 2147483647, \
