@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -190,36 +191,52 @@ impl Job {
         })
     }
 
-    /// Polls every rank until all have exited, killing the rest once the grace period after
-    /// the first failure has passed.
+    /// Waits for every rank, in the order they exit, killing the rest once the grace period
+    /// after the first failure has passed. The first failure is the rank whose process ended
+    /// first, by the time each rank's waiter thread saw it end, not by rank number.
     fn wait(&self, mut ranks: Vec<Rank>) -> Outcome {
+        let (exited, exits) = mpsc::channel();
+        for (rank, r) in ranks.iter().enumerate() {
+            let (pid, exited) = (r.child.id(), exited.clone());
+            std::thread::spawn(move || {
+                wait_for_exit(pid);
+                let _ = exited.send(rank);
+            });
+        }
+        drop(exited);
         let mut first_failure = None;
-        let mut kill_at = None;
-        while ranks.iter().any(|r| r.status.is_none()) {
-            for (rank, r) in ranks.iter_mut().enumerate() {
-                if r.status.is_some() {
-                    continue;
-                }
-                let status = match r.child.try_wait() {
-                    Ok(status) => status,
-                    // The child cannot be polled: treat it as failed and stop it.
-                    Err(_) => {
-                        let _ = r.child.kill();
-                        r.child.wait().ok()
+        let mut kill_at: Option<Instant> = None;
+        let mut running = ranks.len();
+        while running > 0 {
+            let next = match kill_at {
+                Some(at) => exits.recv_timeout(at.saturating_duration_since(Instant::now())),
+                None => exits.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
+                Ok(rank) => {
+                    let r = &mut ranks[rank];
+                    // Reaped only now: until here the exited process stays a zombie, so its
+                    // pid cannot be reused by a process the kill below would hit.
+                    let status = r
+                        .child
+                        .wait()
+                        .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL));
+                    r.status = Some(status);
+                    running -= 1;
+                    if !status.success() && first_failure.is_none() {
+                        first_failure = Some(rank as u32);
+                        kill_at = Some(Instant::now() + self.grace);
                     }
-                };
-                r.status = status;
-                if status.is_some_and(|s| !s.success()) && first_failure.is_none() {
-                    first_failure = Some(rank as u32);
-                    kill_at = Some(Instant::now() + self.grace);
                 }
-            }
-            if kill_at.is_some_and(|at| Instant::now() >= at) {
-                for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
-                    let _ = r.child.kill();
+                Err(RecvTimeoutError::Timeout) => {
+                    for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
+                        let _ = r.child.kill();
+                    }
+                    kill_at = None;
                 }
+                // Every waiter is gone: the rest are waited for in `finish`.
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-            std::thread::sleep(Duration::from_millis(10));
         }
         let pids = ranks.iter().map(|r| r.child.id()).collect();
         let statuses = ranks.into_iter().map(Rank::finish).collect();
@@ -227,6 +244,28 @@ impl Job {
             pids,
             statuses,
             first_failure,
+        }
+    }
+}
+
+/// Returns once process `pid`, a child of this process, has exited, leaving it unreaped
+/// (`WNOWAIT`) for [`Child::wait`].
+fn wait_for_exit(pid: u32) {
+    loop {
+        // SAFETY: `info` is a plain C struct that waitid fills; an all-zero value is valid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid only writes `info`; WNOWAIT leaves the child to be reaped by its
+        // `Child`, which owns it.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
         }
     }
 }
@@ -407,6 +446,29 @@ mod tests {
             summary.contains("rank 0 failed: killed by signal 9 (SIGKILL)"),
             "{summary}"
         );
+    }
+
+    /// Rank 2 fails, and the others fail a few milliseconds later because of it (they wait
+    /// for the file it leaves): within one of the old 10 ms polls, which named rank 0.
+    #[test]
+    fn the_rank_that_exited_first_is_named_first_not_the_lowest() {
+        for _ in 0..10 {
+            let outcome = sh(
+                4,
+                r#"gone="$(dirname "$SYMHEAP_ROOT_INFO")/gone"
+                   if [ "$SYMHEAP_RANK" = 2 ]; then : > "$gone"; exit 3; fi
+                   while [ ! -e "$gone" ]; do :; done
+                   sleep 0.003; exit 1"#,
+            );
+            assert_eq!(outcome.first_failure, Some(2), "{}", outcome.summary());
+            assert!(
+                outcome
+                    .summary()
+                    .starts_with("rank 2 failed first: exit status 3"),
+                "{}",
+                outcome.summary()
+            );
+        }
     }
 
     #[test]
