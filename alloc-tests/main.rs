@@ -3,6 +3,7 @@
 mod collectives;
 mod cpp_program;
 mod dlopen;
+mod fail_fast;
 mod faults;
 mod harness;
 mod heap;

@@ -57,6 +57,12 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 /// and writing buffers from the host (`to_host`, `copy_from_host`) is rank-local.
 /// [`verify_symmetric`](Self::verify_symmetric) catches a rank that strayed.
 ///
+/// A pool dropped while its thread unwinds a panic, or once it is poisoned, takes no
+/// collective step: its windows are left to the communicator's `HcclCommDestroy`, which
+/// releases them locally (as hicann/hcomm's communicator does with the windows still
+/// registered), so peers waiting for this rank in a collective find it gone at once instead
+/// of waiting for the exec timeout.
+///
 /// # Examples
 /// ```
 /// use symheap::{PoolConfig, SymPool, SymVec, emu};
@@ -741,11 +747,33 @@ impl Drop for PoolShared {
         // Queued work may still use the memory about to be unmapped: wait for it first, even
         // on a poisoned pool, and record every failure (one wait per stream, so each failure
         // is recorded on its own).
-        let state = self.lock();
+        let mut state = self.lock();
         let streams = state.pending.iter().flat_map(|p| &p.streams);
         for stream in std::iter::once(&self.stream).chain(streams) {
             if let Err(e) = self.wait_or_poison([stream]) {
                 self.comm.runtime().record_drop_error(e);
+            }
+        }
+        // Deregistering is a collective step. A rank that unwinds a panic, or whose queued
+        // work failed, cannot count on its peers to take it with it: they may be waiting in
+        // a collective it will never join, and would wait for the exec timeout (and it for
+        // them). Its windows are left to the communicator's destroy, which releases them
+        // locally; its peers then find it gone at once.
+        if std::thread::panicking() || self.failure.get().is_some() {
+            let segments: Vec<Segment> = state.segments.drain().collect();
+            tracing::warn!(
+                rank = self.comm.rank(),
+                windows = segments.len(),
+                cause = if std::thread::panicking() {
+                    "panicking"
+                } else {
+                    "poisoned"
+                },
+                "symheap: pool dropped without deregistering its windows collectively; \
+                 they are released when the communicator is destroyed"
+            );
+            for segment in segments {
+                segment.leave_to_destroy();
             }
         }
     }

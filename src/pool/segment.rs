@@ -77,6 +77,12 @@ impl Segment {
         })
     }
 
+    /// Leaves the window to `HcclCommDestroy` ([`Window::leave_to_destroy`]): no collective
+    /// step.
+    pub(super) fn leave_to_destroy(self) {
+        self.window.leave_to_destroy();
+    }
+
     /// Deregisters the window (collective) and releases the memory, reporting errors.
     pub(super) fn release(self) -> Result<()> {
         self.window.deregister()

@@ -147,6 +147,16 @@ impl Window {
         mapping.release()
     }
 
+    /// Leaves the window registered for `HcclCommDestroy` to release, without a collective
+    /// step: for an owner that cannot count on its peers (its thread is panicking, or its
+    /// queued work failed). The memory goes to the communicator, which frees it after the
+    /// destroy (hicann/hcomm: the communicator's `SymmetricMemory` deregisters every window
+    /// still registered when it is destroyed).
+    pub(crate) fn leave_to_destroy(mut self) {
+        self.deregistered = true;
+        self.comm.adopt_orphan(Arc::clone(&self.mapping));
+    }
+
     /// Deregisters; on failure hands the memory to the communicator.
     fn deregister_raw(&self) -> Result<()> {
         let rt = self.comm.runtime();

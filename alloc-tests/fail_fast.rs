@@ -1,0 +1,73 @@
+//! A failing rank ends the job in seconds: a rank that panics between collectives, or whose
+//! pool is poisoned, drops its pool without a collective step, so its peers find it gone
+//! instead of waiting for the exec timeout.
+
+use std::time::{Duration, Instant};
+
+use symheap::{CommConfig, Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec, emu};
+
+use crate::harness::EmuSession;
+
+/// One step of the loop: a tensor from the host, summed in place, synchronised.
+fn step(pool: &SymPool) -> symheap::Result<()> {
+    let mut v = SymVec::from_host(pool, &[1.0f32; 256])?;
+    pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+    pool.synchronize()
+}
+
+/// Rank 2 of 4 panics at step 5 while the others go on to step 6: with the default 120 s
+/// exec timeout, the job ends in seconds and `launch` names rank 2.
+#[test]
+fn a_rank_that_panics_between_collectives_ends_the_job_in_seconds() {
+    let session = EmuSession::start();
+    let started = Instant::now();
+    let err = emu::launch(4, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        for n in 0..10 {
+            if comm.rank() == 2 && n == 5 {
+                panic!("rank 2 gives up at step 5");
+            }
+            step(&pool)?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(&err, Error::Panicked { rank: 2, message } if message.contains("step 5")),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+    session.assert_clean();
+}
+
+/// Rank 0's AllReduce times out (rank 1 is elsewhere for 4 s), which poisons its pool;
+/// dropping that pool then takes no second timeout, although rank 1 only comes to its own
+/// pool's drop later.
+#[test]
+fn dropping_a_poisoned_pool_waits_for_no_peer() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(2);
+    let drops = emu::launch_with(&rt, 2, &config, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        if comm.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(4));
+            return Ok(None);
+        }
+        let err = step(&pool).unwrap_err();
+        assert!(err.to_string().contains("HCCL_E_TIMEOUT"), "{err}");
+        let started = Instant::now();
+        drop(pool);
+        Ok(Some(started.elapsed()))
+    })
+    .unwrap();
+    let took = drops[0].expect("rank 0 timed out");
+    assert!(
+        took < Duration::from_secs(1),
+        "dropping the poisoned pool took {took:?}"
+    );
+    // Rank 1's own drop found rank 0 gone: recorded, not lost.
+    assert!(!rt.take_drop_errors().is_empty());
+    session.assert_clean();
+}
