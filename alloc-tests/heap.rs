@@ -42,6 +42,7 @@ struct Oom {
     free: u64,
     largest_free: u64,
     setting: &'static str,
+    configured: u64,
 }
 
 impl From<&OutOfMemory> for Oom {
@@ -53,6 +54,7 @@ impl From<&OutOfMemory> for Oom {
             free: oom.free,
             largest_free: oom.largest_free,
             setting: oom.setting,
+            configured: oom.configured,
         }
     }
 }
@@ -208,6 +210,7 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
                         free: before.free,
                         largest_free: before.largest_free,
                         setting: oom.setting,
+                        configured: capacity,
                     };
                     assert_eq!(Oom::from(&oom), expect);
                     assert_eq!(heap.report(), before, "a failed alloc changed the heap");
@@ -435,6 +438,7 @@ fn out_of_memory_reports_what_was_free() {
         free: capacity - 512,
         largest_free: capacity - 512,
         setting: "the heap capacity (Heap::new)",
+        configured: capacity,
     };
     for (size, align, reported_align) in [
         (capacity, 0, 512),             // one granule too many

@@ -921,3 +921,25 @@ fn pooled_values_returned_from_launch_are_dropped_by_their_ranks() {
     assert!(errors.is_empty(), "{errors:?}");
     session.assert_clean();
 }
+
+/// A pool's out-of-memory error names the setting to raise and its value now.
+#[test]
+fn out_of_memory_names_the_configured_maximum() {
+    let session = EmuSession::start();
+    let (oom, text) = emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(4 << 20))?;
+        match pool.alloc(8 << 20, 0) {
+            Err(Error::OutOfMemory(oom)) => Ok((oom.clone(), Error::OutOfMemory(oom).to_string())),
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+    })
+    .unwrap()
+    .remove(0);
+    assert_eq!((oom.configured, oom.requested), (4 << 20, 8 << 20));
+    assert!(
+        text.contains("raise PoolConfig::max_capacity")
+            && text.contains("(now 4194304 bytes, 4.00 MiB)"),
+        "{text}"
+    );
+    session.assert_clean();
+}

@@ -115,14 +115,23 @@ pub struct OutOfMemory {
     pub largest_free: u64,
     /// The setting to raise to make the request fit.
     pub setting: &'static str,
+    /// That setting's value now, in bytes (a pool's `max_capacity`, a heap's capacity).
+    pub configured: u64,
 }
 
 impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "out of memory: asked for {} bytes (align {}), {} of {} bytes free, largest free region {} bytes; raise {}",
-            self.requested, self.align, self.free, self.capacity, self.largest_free, self.setting
+            "out of memory: asked for {} bytes (align {}), {} of {} bytes free, largest free region {} bytes; raise {} (now {} bytes, {})",
+            self.requested,
+            self.align,
+            self.free,
+            self.capacity,
+            self.largest_free,
+            self.setting,
+            self.configured,
+            crate::heap::Bytes(self.configured)
         )
     }
 }

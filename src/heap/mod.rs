@@ -437,6 +437,7 @@ impl Heap {
             free: self.free_units << self.shift,
             largest_free: self.largest_free(),
             setting: CAPACITY_SETTING,
+            configured: self.capacity,
         })
     }
 

@@ -713,6 +713,7 @@ impl PoolState {
             free: self.free(),
             largest_free: self.largest_free(),
             setting: GROWTH_SETTING,
+            configured: pool.config.max_capacity_bytes(),
         })
     }
 

@@ -76,7 +76,7 @@ macro_rules! c_enum {
     }) => {
         $(#[$meta])*
         #[repr(transparent)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
         pub struct $name(pub i32);
         impl $name {
             $($(#[$vmeta])* pub const $variant: Self = Self($value);)*
@@ -96,6 +96,17 @@ macro_rules! c_enum {
                 match self.0 {
                     $($(v if v == $value => Some($text),)?)*
                     _ => None,
+                }
+            }
+        }
+
+        /// The C name and the value, `HCCL_E_TIMEOUT(9)`, or the type and the value for a
+        /// value this crate does not list.
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.name() {
+                    Some(name) => write!(f, "{name}({})", self.0),
+                    None => write!(f, "{}({})", stringify!($name), self.0),
                 }
             }
         }
@@ -612,6 +623,16 @@ const_assert_eq!(size_of::<aclrtMemcpyKind>(), 4);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codes_debug_print_with_their_names() {
+        assert_eq!(
+            format!("{:?}", HcclResult::HCCL_E_TIMEOUT),
+            "HCCL_E_TIMEOUT(9)"
+        );
+        assert_eq!(format!("{:?}", HcclResult(77)), "HcclResult(77)");
+        assert_eq!(HcclResult::HCCL_E_PARA.to_string(), "HCCL_E_PARA");
+    }
 
     #[test]
     fn config_init_matches_the_header() {
