@@ -4,6 +4,7 @@
 //!
 //! Without Chromium the browser test skips, saying so, unless `CI` is set: then it fails.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -146,9 +147,13 @@ fn known_layout_renders_in_headless_chromium_without_console_errors() {
         if std::env::var_os("CI").is_some() {
             panic!("CI is set and there is no Chromium: .ci/run installs Debian's chromium");
         }
-        println!(
-            "SKIPPED: no Chromium on this machine (apt-get install -y chromium); the heap map \
-             was not rendered in a browser. With CI set this test fails instead."
+        // Written to the terminal itself, not through `println!`, which the test harness
+        // captures and hides for a passing test: the skip must show.
+        let _ = writeln!(
+            std::io::stderr(),
+            "heap_map: SKIPPED known_layout_renders_in_headless_chromium_without_console_errors: \
+             no Chromium on this machine (apt-get install -y chromium), so the heap map was not \
+             rendered in a browser. With CI set this test fails instead."
         );
         return;
     };
