@@ -204,7 +204,8 @@ impl SymPool {
             check_block: None,
             allocated: 0,
             peak_allocated: 0,
-            alloc_count: 0,
+            // The pool's own block, allocated below, counts as `allocated` does.
+            alloc_count: 1,
             free_count: 0,
             oom_count: 0,
             registrations: 1,
@@ -652,11 +653,13 @@ impl PoolState {
         }
     }
 
-    /// Counts a new block under `tag` and remembers its tag and allocation number.
+    /// Counts a new block under `tag` and remembers its tag and allocation number (the
+    /// allocations before it: 0 for the pool's own block, 1 for the first asked for), once
+    /// `alloc_count` counts it.
     fn record(&mut self, segment: usize, block: &Block, tag: &'static str) {
         let info = BlockInfo {
             tag: self.tags.add(tag, block.size()),
-            seq: self.alloc_count,
+            seq: self.alloc_count - 1,
         };
         tags::record(&mut self.segments[segment].infos, block.key(), info);
     }

@@ -10,14 +10,15 @@ use super::SymPool;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct PoolStats {
-    /// Bytes in live blocks (granted sizes, including the pool's own small symmetry-check
-    /// block).
+    /// Bytes in live blocks (granted sizes, including the pool's own small block, tagged
+    /// `"symheap"`, where [`verify_symmetric`](SymPool::verify_symmetric) gathers every
+    /// rank's op hash).
     pub allocated: u64,
     /// Bytes of device memory the pool holds (all windows).
     pub reserved: u64,
     /// The largest `allocated` seen.
     pub peak_allocated: u64,
-    /// Successful allocations so far.
+    /// Successful allocations so far, the pool's own block included (as in `allocated`).
     pub alloc_count: u64,
     /// Frees so far (including those still waiting for the stream).
     pub free_count: u64,

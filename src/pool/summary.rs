@@ -3,6 +3,7 @@
 
 use std::fmt::{self, Write as _};
 
+use super::tags::POOL_TAG;
 use super::{PoolStats, SymPool};
 use crate::heap::Bytes;
 
@@ -80,10 +81,10 @@ impl SymPool {
             "tag", "blocks", "allocated", "peak"
         );
         for tag in &snapshot.stats.tags {
-            let name = if tag.tag.is_empty() {
-                "(untagged)"
-            } else {
-                &tag.tag
+            let name = match tag.tag.as_str() {
+                "" => "(untagged)",
+                POOL_TAG => "symheap (pool's own)",
+                other => other,
             };
             let _ = writeln!(
                 out,
