@@ -49,6 +49,7 @@ impl<T: Element> SymVec<T> {
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] and the pool's other allocation errors; the runtime's error.
+    #[doc(alias("zeros", "zeros_like"))]
     pub fn zeroed(pool: &SymPool, len: usize) -> Result<Self> {
         SymVec::zeroed_tagged(pool, len, "")
     }

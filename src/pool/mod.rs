@@ -267,6 +267,7 @@ impl SymPool {
     /// [`Error::InvalidArgument`] for size 0, a bad alignment, or an alignment above the device
     /// granularity; [`Error::OutOfMemory`] saying what was asked, what is free, the largest
     /// free region and the setting to raise; the runtime's error if growing fails.
+    #[doc(alias("caching_allocator_alloc", "malloc"))]
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymBlock> {
         self.alloc_tagged(size, align, "")
     }
@@ -342,6 +343,7 @@ impl SymPool {
     /// The runtime's error from synchronising, or the first error from deregistering (every
     /// idle window is still tried, and one that fails to deregister is released when the
     /// communicator is destroyed).
+    #[doc(alias("empty_cache"))]
     pub fn trim(&self) -> Result<u64> {
         let _span = tracing::info_span!("symheap.trim", rank = self.shared.comm.rank()).entered();
         let mut state = self.shared.lock();
@@ -372,6 +374,12 @@ impl SymPool {
     }
 
     /// A snapshot of the pool's accounting.
+    #[doc(alias(
+        "memory_stats",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved"
+    ))]
     pub fn stats(&self) -> PoolStats {
         self.shared.lock().stats()
     }

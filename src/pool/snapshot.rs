@@ -32,6 +32,7 @@ impl SymPool {
     /// })?;
     /// # Ok::<(), symheap::Error>(())
     /// ```
+    #[doc(alias("memory_snapshot", "_snapshot"))]
     pub fn snapshot(&self) -> Snapshot {
         let state = self.shared.lock();
         let stats = state.stats();

@@ -13,10 +13,13 @@ pub struct PoolStats {
     /// Bytes in live blocks (granted sizes, including the pool's own small block, tagged
     /// `"symheap"`, where [`verify_symmetric`](SymPool::verify_symmetric) gathers every
     /// rank's op hash).
+    #[doc(alias("memory_allocated"))]
     pub allocated: u64,
     /// Bytes of device memory the pool holds (all windows).
+    #[doc(alias("memory_reserved"))]
     pub reserved: u64,
     /// The largest `allocated` seen.
+    #[doc(alias("max_memory_allocated"))]
     pub peak_allocated: u64,
     /// Successful allocations so far, the pool's own block included (as in `allocated`).
     pub alloc_count: u64,
@@ -64,6 +67,7 @@ impl SymPool {
     /// Restarts the peaks ([`PoolStats::peak_allocated`](PoolStats::peak_allocated) and
     /// every tag's `peak_bytes`) at the current values, as PyTorch's
     /// `reset_peak_memory_stats`: to measure the peak of one phase.
+    #[doc(alias("reset_peak_memory_stats", "reset_max_memory_allocated"))]
     pub fn reset_peak(&self) {
         let mut state = self.shared.lock();
         state.peak_allocated = state.allocated;
