@@ -282,3 +282,27 @@ fn pool_steps_are_traced_and_out_of_memory_shows_the_summary() {
     }
     session.assert_clean();
 }
+
+/// The allocator adapter's `AllocError` says nothing; its reason, with the setting to raise,
+/// goes to the log.
+#[test]
+fn a_failing_allocator_adapter_logs_why_with_its_setting() {
+    let session = EmuSession::start();
+    capture_logs();
+    symheap::emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20).private_capacity(2 << 20))?;
+        let alloc = pool.allocator()?;
+        let mut v: symheap::allocator_api2::vec::Vec<u8, _> =
+            symheap::allocator_api2::vec::Vec::new_in(alloc);
+        assert!(v.try_reserve(4 << 20).is_err());
+        Ok(())
+    })
+    .unwrap();
+    let logged = String::from_utf8(LOGGED.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("SymAllocator::allocate failed")
+            && logged.contains("PoolConfig::private_capacity (now 2097152 bytes"),
+        "{logged}"
+    );
+    session.assert_clean();
+}

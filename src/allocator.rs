@@ -22,7 +22,9 @@ use crate::{Error, Result};
 /// capacity by default), mapped by the first [`SymPool::allocator`] call on each rank. It
 /// never takes a collective step, never changes the [op hash](SymPool::op_hash) and never
 /// moves a [`SymVec`](crate::SymVec)'s placement. When the region is full, `allocate` fails
-/// with `AllocError`.
+/// with `AllocError`, and logs why as a `tracing` warning (for an out-of-memory, with the
+/// setting to raise, [`PoolConfig::private_capacity`](crate::PoolConfig::private_capacity),
+/// and its value).
 ///
 /// # Examples
 /// ```
@@ -67,7 +69,16 @@ unsafe impl Allocator for SymAllocator {
         let shared = self.pool.shared();
         let (ptr, size) = shared
             .alloc_host_block(layout.size().max(1) as u64, layout.align() as u64)
-            .map_err(|_| AllocError)?;
+            .map_err(|e| {
+                // `AllocError` carries nothing: the reason (and the setting to raise, for an
+                // out-of-memory) goes to the log.
+                tracing::warn!(
+                    size = layout.size(),
+                    align = layout.align(),
+                    "symheap: SymAllocator::allocate failed: {e}"
+                );
+                AllocError
+            })?;
         let ptr = NonNull::new(ptr.as_raw().cast::<u8>()).ok_or(AllocError)?;
         Ok(NonNull::slice_from_raw_parts(ptr, size as usize))
     }
