@@ -38,9 +38,10 @@ fn compile() -> PathBuf {
 fn a_cpp_program_for_cann_checks_every_new_function_as_4_processes() {
     let outcome = Job::new(4, program())
         .grace(Duration::from_secs(30))
+        .capture_output()
         .run()
         .unwrap();
-    assert!(outcome.success(), "{}", outcome.summary());
+    assert!(outcome.success(), "{}", crate::processes::failed(&outcome));
 }
 
 #[test]

@@ -183,13 +183,21 @@ fn failure_code(call: &str) -> i32 {
 fn every_c_call_of_every_pool_scenario_can_fail() {
     let exe = std::env::current_exe().expect("the test binary's path");
     for scenario in SCENARIOS {
-        let status = Command::new(&exe)
+        // Its output is shown only if it fails: a passing walk's lines would hide the suite's.
+        let run = Command::new(&exe)
             .args(["faults::walk_one_scenario", "--exact", "--ignored"])
             .args(["--nocapture", "--test-threads=1"])
             .env(SCENARIO_ENV, scenario.name)
-            .status()
+            .output()
             .expect("the test binary starts");
-        assert!(status.success(), "scenario {:?}: {status}", scenario.name);
+        assert!(
+            run.status.success(),
+            "scenario {:?}: {}\n{}{}",
+            scenario.name,
+            run.status,
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
     }
 }
 

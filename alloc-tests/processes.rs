@@ -28,11 +28,22 @@ fn rank_job(ranks: u32, rank_test: &str) -> Job {
         .args([name.as_str(), "--exact", "--ignored", "--nocapture"])
         .arg("--test-threads=1")
         .grace(Duration::from_secs(20))
+        .capture_output()
 }
 
 #[track_caller]
 fn assert_success(outcome: &Outcome) {
-    assert!(outcome.success(), "{}", outcome.summary());
+    assert!(outcome.success(), "{}", failed(outcome));
+}
+
+/// What a failed job says: who failed, then every rank's output (which a test keeps to
+/// itself while the job succeeds).
+pub(crate) fn failed(outcome: &Outcome) -> String {
+    format!(
+        "{}\nthe ranks' output:\n{}",
+        outcome.summary(),
+        outcome.output
+    )
 }
 
 /// This process's rank: only a parent above starts these tests.
@@ -278,9 +289,9 @@ fn killed_rank(rank_test: &str, victim: u32) {
     let outcome = job.run().unwrap();
     for (rank, status) in outcome.statuses.iter().enumerate() {
         if rank as u32 == victim {
-            assert_eq!(status.signal(), Some(9), "{}", outcome.summary());
+            assert_eq!(status.signal(), Some(9), "{}", failed(&outcome));
         } else {
-            assert!(status.success(), "{}", outcome.summary());
+            assert!(status.success(), "{}", failed(&outcome));
         }
     }
     assert_eq!(outcome.first_failure, Some(victim));
@@ -408,6 +419,7 @@ fn a_c_program_for_cann_runs_unchanged_as_4_processes() {
     let program = crate::dlopen::compile_for_cann("c-program", "cc", &flags, &source);
     let outcome = Job::new(4, &program)
         .grace(Duration::from_secs(20))
+        .capture_output()
         .run()
         .unwrap();
     assert_success(&outcome);

@@ -14,6 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -50,6 +51,7 @@ pub struct Job {
     env: Vec<(OsString, OsString)>,
     env_removed: Vec<OsString>,
     grace: Duration,
+    capture: bool,
 }
 
 /// Whether this process was started as a rank by a launcher: `SYMHEAP_RANK` is set (by
@@ -67,6 +69,9 @@ pub struct Outcome {
     pub statuses: Vec<ExitStatus>,
     /// The rank that failed first, if any did.
     pub first_failure: Option<u32>,
+    /// Every rank's output lines, prefixed, in the order they came, when the job was run
+    /// with [`Job::capture_output`]; empty otherwise (the output went to this process's own).
+    pub output: String,
 }
 
 impl Job {
@@ -79,6 +84,7 @@ impl Job {
             env: Vec::new(),
             env_removed: Vec::new(),
             grace: Duration::from_secs(5),
+            capture: false,
         }
     }
 
@@ -117,6 +123,14 @@ impl Job {
         self
     }
 
+    /// Keeps the ranks' output (prefixed, stdout and stderr together) in
+    /// [`Outcome::output`] instead of relaying it: for a caller that shows it only when the
+    /// job failed, such as a test.
+    pub fn capture_output(mut self) -> Job {
+        self.capture = true;
+        self
+    }
+
     /// How long the other ranks may run on after one failed before they are killed.
     pub fn grace(mut self, grace: Duration) -> Job {
         self.grace = grace;
@@ -138,9 +152,18 @@ impl Job {
             ));
         }
         let dir = RunDir::create()?;
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        let sinks = if self.capture {
+            [
+                Sink::Buffer(Arc::clone(&captured)),
+                Sink::Buffer(Arc::clone(&captured)),
+            ]
+        } else {
+            [Sink::Stdout, Sink::Stderr]
+        };
         let mut ranks = Vec::with_capacity(self.ranks as usize);
         for rank in 0..self.ranks {
-            match self.spawn(rank, &dir) {
+            match self.spawn(rank, &dir, &sinks) {
                 Ok(r) => ranks.push(r),
                 Err(e) => {
                     for mut r in ranks {
@@ -151,10 +174,14 @@ impl Job {
                 }
             }
         }
-        Ok(self.wait(ranks))
+        let mut outcome = self.wait(ranks);
+        outcome.output =
+            String::from_utf8_lossy(&captured.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_owned();
+        Ok(outcome)
     }
 
-    fn spawn(&self, rank: u32, dir: &RunDir) -> Result<Rank> {
+    fn spawn(&self, rank: u32, dir: &RunDir, sinks: &[Sink; 2]) -> Result<Rank> {
         let mut command = Command::new(&self.program);
         for key in &self.env_removed {
             command.env_remove(key);
@@ -178,11 +205,11 @@ impl Job {
             child
                 .stdout
                 .take()
-                .map(|out| relay(rank, out, std::io::stdout)),
+                .map(|out| relay(rank, out, sinks[0].clone())),
             child
                 .stderr
                 .take()
-                .map(|err| relay(rank, err, std::io::stderr)),
+                .map(|err| relay(rank, err, sinks[1].clone())),
         ];
         Ok(Rank {
             child,
@@ -244,6 +271,7 @@ impl Job {
             pids,
             statuses,
             first_failure,
+            output: String::new(),
         }
     }
 }
@@ -351,24 +379,46 @@ impl Rank {
     }
 }
 
+/// Where a rank's output lines go.
+#[derive(Clone)]
+enum Sink {
+    Stdout,
+    Stderr,
+    Buffer(Arc<Mutex<Vec<u8>>>),
+}
+
+impl Sink {
+    /// Writes one whole line in one call, under the sink's lock, so that lines of different
+    /// ranks never interleave and each keeps its own prefix.
+    fn write_line(&self, line: &[u8]) {
+        match self {
+            Sink::Stdout => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(line).and_then(|()| out.flush());
+            }
+            Sink::Stderr => {
+                let _ = std::io::stderr().lock().write_all(line);
+            }
+            Sink::Buffer(buffer) => buffer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(line),
+        }
+    }
+}
+
 /// Copies `from` to `to` line by line, each prefixed with the rank.
-fn relay<W: Write + 'static>(
-    rank: u32,
-    from: impl Read + Send + 'static,
-    to: fn() -> W,
-) -> JoinHandle<()> {
+fn relay(rank: u32, from: impl Read + Send + 'static, to: Sink) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut lines = BufReader::new(from);
-        let mut line = Vec::new();
+        let prefix = format!("[rank {rank}] ");
+        let mut line = prefix.clone().into_bytes();
         while matches!(lines.read_until(b'\n', &mut line), Ok(n) if n > 0) {
             if line.last() != Some(&b'\n') {
                 line.push(b'\n');
             }
-            let mut out = to();
-            let _ = out.write_all(format!("[rank {rank}] ").as_bytes());
-            let _ = out.write_all(&line);
-            let _ = out.flush();
-            line.clear();
+            to.write_line(&line);
+            line.truncate(prefix.len());
         }
     })
 }
@@ -468,6 +518,26 @@ mod tests {
                 "{}",
                 outcome.summary()
             );
+        }
+    }
+
+    /// Captured lines are whole, each with its own rank's prefix, however the ranks' writes
+    /// interleave.
+    #[test]
+    fn captured_output_keeps_every_line_whole_under_its_own_prefix() {
+        let outcome = Job::new(3, "sh")
+            .args(["-c", r#"i=0; while [ $i -lt 300 ]; do echo "line $SYMHEAP_RANK.$i"; echo "err $SYMHEAP_RANK.$i" >&2; i=$((i+1)); done"#])
+            .capture_output()
+            .run()
+            .unwrap();
+        assert!(outcome.success(), "{}", outcome.summary());
+        let lines: Vec<&str> = outcome.output.lines().collect();
+        assert_eq!(lines.len(), 3 * 300 * 2);
+        for line in lines {
+            let (prefix, text) = line.split_once("] ").expect("a prefix");
+            let rank = prefix.strip_prefix("[rank ").expect("a rank prefix");
+            let (_, rest) = text.split_once(' ').expect("a word and a number");
+            assert_eq!(rest.split('.').next(), Some(rank), "{line}");
         }
     }
 
