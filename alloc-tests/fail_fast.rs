@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use symheap::{CommConfig, Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec, emu};
+use symheap::{
+    CommConfig, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, Window, emu,
+};
 
 use crate::harness::EmuSession;
 
@@ -69,5 +71,48 @@ fn dropping_a_poisoned_pool_waits_for_no_peer() {
     );
     // Rank 1's own drop found rank 0 gone: recorded, not lost.
     assert!(!rt.take_drop_errors().is_empty());
+    session.assert_clean();
+}
+
+/// Ranks 0 and 1 wait for rank 2, which never comes, in a collective and in a window
+/// registration; rank 1 starts 300 ms after rank 0, so rank 0 gives up first. Both name rank
+/// 2, and only rank 2 (a rank that came and gave up is not missing).
+#[test]
+fn a_timeout_names_exactly_the_ranks_that_never_came() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(1);
+    for registration in [false, true] {
+        let started = Instant::now();
+        let texts = emu::launch_with(&rt, 3, &config, |comm| {
+            match comm.rank() {
+                2 => {
+                    std::thread::sleep(Duration::from_millis(2500));
+                    return Ok(String::new());
+                }
+                1 => std::thread::sleep(Duration::from_millis(300)),
+                _ => {}
+            }
+            let err = if registration {
+                Window::allocate(comm, 1).map(drop).unwrap_err()
+            } else {
+                let stream = Stream::new(comm.runtime())?;
+                comm.barrier(&stream)
+                    .and_then(|()| comm.synchronize(&stream))
+                    .unwrap_err()
+            };
+            // Nobody destroys its communicator before both have timed out: that would be
+            // another error ("destroyed their communicator").
+            std::thread::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed()));
+            Ok(err.to_string())
+        })
+        .unwrap();
+        for text in &texts[..2] {
+            assert!(
+                text.contains("for ranks [2]"),
+                "registration {registration}: {text}"
+            );
+        }
+    }
     session.assert_clean();
 }

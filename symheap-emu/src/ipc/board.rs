@@ -34,10 +34,14 @@ struct Header {
     reuse_waiters: AtomicU32,
 }
 
+/// Marks a buffer whose rank gave up on the step it held ([`Board::withdraw`]): the value is
+/// gone, but the rank came.
+const WITHDRAWN: u64 = 1 << 63;
+
 /// One posted value.
 #[repr(C)]
 struct Buffer {
-    /// The step's key plus one (0: empty).
+    /// The step's key plus one (0: empty), with [`WITHDRAWN`] set once its rank gave up.
     key: AtomicU64,
     /// How many peers have read the value.
     read_by: AtomicU32,
@@ -174,8 +178,10 @@ impl Board {
         assert!(value.len() <= MAX_VALUE);
         let b = self.buffer(rank, i);
         let peers = self.n as u32 - 1;
-        let reusable =
-            || b.key.load(Ordering::Acquire) == 0 || b.read_by.load(Ordering::Acquire) >= peers;
+        let reusable = || {
+            let held = b.key.load(Ordering::Acquire);
+            held == 0 || held & WITHDRAWN != 0 || b.read_by.load(Ordering::Acquire) >= peers
+        };
         if !self.wait_until(reusable, deadline) {
             return false;
         }
@@ -209,6 +215,15 @@ impl Board {
         self.holding(rank, key).is_some()
     }
 
+    /// Whether rank `rank` came to step `key`: posted it, even if it gave up on it since. A
+    /// timeout names only the ranks that never came, the same on every rank.
+    pub(crate) fn came(&self, rank: usize, key: u64) -> bool {
+        (0..BUFFERS).any(|i| {
+            let held = self.buffer(rank, i).key.load(Ordering::Acquire);
+            held & !WITHDRAWN == key + 1
+        })
+    }
+
     /// Rank `rank`'s value for step `key`, if posted, marked read by rank `me` (call once per
     /// step and rank).
     pub(crate) fn take(&self, rank: usize, key: u64, me: usize) -> Option<Vec<u8>> {
@@ -227,14 +242,17 @@ impl Board {
         Some(out)
     }
 
-    /// Empties rank `rank`'s buffer holding step `key` (a rank that gave up on the step), so
-    /// no late peer takes the value.
+    /// Marks rank `rank`'s buffer holding step `key` withdrawn (a rank that gave up on the
+    /// step), so no late peer takes the value, while [`Board::came`] still sees it came.
     pub(crate) fn withdraw(&self, rank: usize, key: u64) {
         for i in 0..BUFFERS {
             let b = self.buffer(rank, i);
-            let _ = b
-                .key
-                .compare_exchange(key + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+            let _ = b.key.compare_exchange(
+                key + 1,
+                (key + 1) | WITHDRAWN,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
         }
     }
 

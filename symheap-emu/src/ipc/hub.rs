@@ -78,6 +78,9 @@ struct Hub {
     formed: bool,
     /// Steps waiting for some ranks' deposits.
     steps: BTreeMap<StepKey, Vec<Option<Deposit>>>,
+    /// The ranks that deposited under a step of `steps` and gave up on it: they came, so a
+    /// timeout does not name them as missing.
+    gave_up: BTreeMap<StepKey, Vec<u32>>,
     /// The board where the ranks meet for collective steps (once formed), and its memfd.
     board: Option<(Board, OwnedFd)>,
 }
@@ -95,6 +98,7 @@ pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
         n: None,
         formed: false,
         steps: BTreeMap::new(),
+        gave_up: BTreeMap::new(),
         board: None,
     };
     std::thread::Builder::new()
@@ -216,6 +220,7 @@ impl Hub {
         self.members.retain(|m| m.rank.is_some());
         self.members.sort_by_key(|m| m.rank);
         self.steps.clear();
+        self.gave_up.clear();
         let board = os::memfd(Board::size(n as usize))
             .and_then(|fd| Ok((Board::map(fd.as_fd(), n as usize)?, fd)));
         let Ok(board) = board else {
@@ -304,6 +309,7 @@ impl Hub {
         };
         if why != to_rank::DUPLICATE {
             self.steps.remove(key);
+            self.gave_up.remove(key);
         }
         let mut w = Writer::default();
         w.u8(to_rank::FAILED)
@@ -365,15 +371,25 @@ impl Hub {
         match self.steps.get_mut(key) {
             Some(slot) => {
                 slot[rank as usize] = None;
-                let missing: Vec<u32> = (0..slot.len() as u32)
-                    .filter(|&k| k != rank && slot[k as usize].is_none())
+                let gave_up = self.gave_up.entry(key.to_vec()).or_default();
+                // The ranks that never came; if every rank came, those that gave up before.
+                let others = (0..slot.len() as u32).filter(|&k| k != rank);
+                let never_came: Vec<u32> = others
+                    .clone()
+                    .filter(|&k| slot[k as usize].is_none() && !gave_up.contains(&k))
                     .collect();
+                let missing = match never_came.is_empty() {
+                    true => others.filter(|k| gave_up.contains(k)).collect(),
+                    false => never_came,
+                };
+                gave_up.push(rank);
                 w.u32(missing.len() as u32);
                 for k in missing {
                     w.u32(k);
                 }
                 if slot.iter().all(Option::is_none) {
                     self.steps.remove(key);
+                    self.gave_up.remove(key);
                 }
             }
             // Completed already: the rank has the values in its queue.

@@ -312,8 +312,16 @@ impl Rendezvous {
         if let Some(values) = values {
             return Ok(values);
         }
+        // The ranks that never came; if every rank came, those that gave up before us.
+        let never_came = |r: usize| !board.came(r, step);
+        let gave_up = |r: usize| !board.has(r, step);
+        let absent: &dyn Fn(usize) -> bool =
+            match (0..self.n).any(|r| r != self.rank && never_came(r)) {
+                true => &never_came,
+                false => &gave_up,
+            };
         let missing = (0..self.n)
-            .filter(|&r| r != self.rank && !board.has(r, step))
+            .filter(|&r| r != self.rank && absent(r))
             .map(|r| r as u32)
             .collect();
         board.withdraw(self.rank, step);
