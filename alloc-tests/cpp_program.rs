@@ -1,6 +1,6 @@
 //! A C++ program written for CANN (`alloc-tests/cpp/hccl_surface.cpp`) compiled against
 //! header declarations written the way CANN's `acl/acl.h` and `hccl/hccl.h` declare them
-//! (`alloc-tests/cpp/include`), linked with `-lhccl -lascendcl`, which resolve to the
+//! (`alloc-tests/emu-cdylib/include`), linked with `-lhccl -lascendcl`, which resolve to the
 //! emulator's shared library, and run: as 4 processes through the launcher, and as one process
 //! that makes 4 communicators with `HcclCommInitAll`. The program checks the answer and the
 //! error code of every C function of the extended surface (events timing a collective, device
@@ -20,8 +20,8 @@ fn program() -> PathBuf {
 }
 
 fn compile() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/cpp");
-    let include = format!("-I{}", root.join("include").display());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("alloc-tests");
+    let include = format!("-I{}", root.join("emu-cdylib/include").display());
     let flags = [
         "-std=c++17",
         "-Wall",
@@ -31,7 +31,12 @@ fn compile() -> PathBuf {
         "-pthread",
         &include,
     ];
-    crate::dlopen::compile_for_cann("cpp-program", "c++", &flags, &root.join("hccl_surface.cpp"))
+    crate::dlopen::compile_for_cann(
+        "cpp-program",
+        "c++",
+        &flags,
+        &root.join("cpp/hccl_surface.cpp"),
+    )
 }
 
 #[test]

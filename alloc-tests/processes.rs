@@ -414,8 +414,10 @@ fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
 /// processes through the launcher.
 #[test]
 fn a_c_program_for_cann_runs_unchanged_as_4_processes() {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("alloc-tests/c/seed_sequence.c");
-    let flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"];
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("alloc-tests");
+    let source = root.join("c/seed_sequence.c");
+    let include = format!("-I{}", root.join("emu-cdylib/include").display());
+    let flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", &include];
     let program = crate::dlopen::compile_for_cann("c-program", "cc", &flags, &source);
     let outcome = Job::new(4, &program)
         .grace(Duration::from_secs(20))

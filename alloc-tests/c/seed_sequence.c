@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cann.h"
+#include <acl/acl.h>
+#include <hccl/hccl.h>
 
 static int rank_id = -1;
 

@@ -1,5 +1,5 @@
 // A C++ program written for CANN, the way hccl_test and torch_npu use the C API: it includes
-// <acl/acl.h> and <hccl/hccl.h> (declarations in alloc-tests/cpp/include, written as CANN's
+// <acl/acl.h> and <hccl/hccl.h> (declarations in alloc-tests/emu-cdylib/include, written as CANN's
 // headers declare them), links with -lhccl -lascendcl, and checks the answer and the error code
 // of every function of issue 9 it calls. alloc-tests/cpp_program.rs compiles it against the
 // emulator's shared library and runs it.

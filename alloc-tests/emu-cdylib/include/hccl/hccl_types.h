@@ -69,8 +69,9 @@ typedef enum {
     HCCL_DATA_TYPE_RESERVED = 255
 } HcclDataType;
 
-const uint32_t HCCL_ROOT_INFO_BYTES = 4108;
-const uint32_t COMM_NAME_MAX_LENGTH = 128;
+/* CANN declares these `const uint32_t`, which C cannot use as an array size: an enum has the
+ * same value in C and C++. */
+enum { HCCL_ROOT_INFO_BYTES = 4108, COMM_NAME_MAX_LENGTH = 128 };
 
 typedef struct HcclRootInfoDef {
     char internal[HCCL_ROOT_INFO_BYTES];
@@ -92,6 +93,49 @@ typedef struct HcclSendRecvItemDef {
 
 /* The symmetric-window handle (CANN 9.x, libhcomm; see hccl.h). */
 typedef void *HcclCommSymWindow;
+
+/* The communicator configuration, version 11 (2248 bytes), as hicann/hcomm's
+ * include/hccl/hccl_types.h declares it; HcclCommConfigInit (hccl.h) fills it. */
+#define HCCL_COMM_CONFIG_INFO_BYTES 24
+#define HCCL_COMM_CONFIG_MAGIC_WORD 0xf0f0f0f0
+#define HCCL_COMM_CONFIG_VERSION 11
+#define HCCL_COMM_DEFAULT_BUFFSIZE 0xffffffff
+#define HCCL_COMM_DEFAULT_DETERMINISTIC 0xffffffff
+
+typedef struct {
+    size_t size;
+    uint32_t magicWord;
+    uint32_t version;
+    uint64_t reserved;
+} CommConfigInfo;
+
+typedef struct HcclCommConfigDef {
+    char reserved[HCCL_COMM_CONFIG_INFO_BYTES];
+    uint32_t hcclBufferSize;
+    uint32_t hcclDeterministic;
+    char hcclCommName[COMM_NAME_MAX_LENGTH];
+    char hcclUdi[128];
+    uint32_t hcclOpExpansionMode;
+    uint32_t hcclRdmaTrafficClass;
+    uint32_t hcclRdmaServiceLevel;
+    uint32_t hcclWorldRankID;
+    uint64_t hcclJobID;
+    uint8_t aclGraphZeroCopyEnable;
+    int32_t hcclExecTimeOut;
+    char hcclAlgo[1600];
+    char hcclRetryEnable[50];
+    char hcclRetryParams[128];
+    char hcclBufferName[128];
+    uint32_t hcclQos;
+    uint64_t hcclSymWinMaxMemSizePerRank;
+    uint32_t hcclChannelSqDepth;
+} HcclCommConfig;
+
+#ifdef __cplusplus
+static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes");
+#else
+_Static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes");
+#endif
 
 #ifdef __cplusplus
 }

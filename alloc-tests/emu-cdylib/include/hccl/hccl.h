@@ -4,12 +4,37 @@
 #ifndef HCCL_H_
 #define HCCL_H_
 
+#include <string.h>
+
 #include <acl/acl.h>
 #include <hccl/hccl_types.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Fills `config` with the defaults of version 11, as CANN's inline HcclCommConfigInit does. */
+static inline void HcclCommConfigInit(HcclCommConfig *config)
+{
+    CommConfigInfo *info = (CommConfigInfo *)config;
+    memset(config, 0, sizeof(*config));
+    info->size = sizeof(HcclCommConfig);
+    info->magicWord = HCCL_COMM_CONFIG_MAGIC_WORD;
+    info->version = HCCL_COMM_CONFIG_VERSION;
+    info->reserved = 0;
+    config->hcclBufferSize = HCCL_COMM_DEFAULT_BUFFSIZE;
+    config->hcclDeterministic = HCCL_COMM_DEFAULT_DETERMINISTIC;
+    config->hcclRdmaTrafficClass = 0xffffffff;
+    config->hcclRdmaServiceLevel = 0xffffffff;
+    config->hcclQos = 0xffffffff;
+    config->hcclChannelSqDepth = 0xffffffff;
+    config->hcclExecTimeOut = -1;
+    config->hcclSymWinMaxMemSizePerRank = 16;
+}
+
+extern HcclResult HcclCommInitRootInfoConfig(uint32_t nRanks, const HcclRootInfo *rootInfo,
+                                             uint32_t rank, const HcclCommConfig *config,
+                                             HcclComm *comm);
 
 extern HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo);
 extern HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank,
@@ -57,11 +82,14 @@ extern HcclResult HcclCommActivateCommMemory(HcclComm comm, void *virPtr, size_t
                                              uint64_t flags);
 extern HcclResult HcclCommDeactivateCommMemory(HcclComm comm, void *virPtr);
 
-/* The symmetric-window API (CANN 9.x, libhcomm), as shared/reference/cann-abi.md gives it; the
- * torch_npu copy of hccl.h predates it. */
+/* The symmetric-window API (CANN 9.x, libhcomm), as hicann/hcomm's
+ * docs/zh/api_ref/comm_mgr_c/HcclCommSymWinRegister.md declare it; the torch_npu copy of hccl.h
+ * predates it. */
 extern HcclResult HcclCommSymWinRegister(HcclComm comm, void *addr, uint64_t size,
                                          HcclCommSymWindow *winHandle, uint32_t flag);
 extern HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);
+extern HcclResult HcclCommSymWinGet(HcclComm comm, void *ptr, size_t size,
+                                    HcclCommSymWindow *winHandle, size_t *offset);
 
 #ifdef __cplusplus
 }

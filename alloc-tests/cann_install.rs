@@ -1,0 +1,81 @@
+//! The emulator as a CANN install (`alloc-tests/emu-cdylib/install.sh`): the prefix it lays
+//! out builds a C and a C++ program written for CANN exactly as the official HCCL examples'
+//! Makefiles do (`source set_env.sh`, `-I$ASCEND_HOME_PATH/include -L$ASCEND_HOME_PATH/lib64
+//! -lhccl -lascendcl`), and both run unchanged as 4 processes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use symheap_tools::launcher::Job;
+
+/// Runs `script` in bash with `args` as `$1`, `$2`, ..., and returns whether it succeeded,
+/// with its output.
+fn bash(script: &str, args: &[&Path]) -> (bool, String) {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg("bash")
+        .args(args)
+        .output()
+        .expect("bash runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_install_layout_builds_and_runs_a_c_and_a_cpp_program_unchanged_as_4_processes() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let library = crate::dlopen::build_emulator_cdylib();
+    let prefix = library.parent().unwrap().join("cann-prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    let installer = root.join("alloc-tests/emu-cdylib/install.sh");
+    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library]);
+    assert!(ok, "install.sh failed:\n{text}");
+    for name in [
+        "lib64/libhccl.so",
+        "lib64/libascendcl.so",
+        "include/acl/acl.h",
+        "include/hccl/hccl.h",
+        "set_env.sh",
+    ] {
+        assert!(prefix.join(name).exists(), "{name} missing from the prefix");
+    }
+    let programs = [
+        ("cc -std=c11", root.join("alloc-tests/c/seed_sequence.c")),
+        (
+            "c++ -std=c++17",
+            root.join("alloc-tests/cpp/hccl_surface.cpp"),
+        ),
+    ];
+    for (compiler, source) in programs {
+        let program = prefix.join(source.file_stem().unwrap());
+        // The official examples' build line, after CANN's set_env.sh.
+        let build = format!(
+            r#"source "$1/set_env.sh" && {compiler} -Wall -Wextra -Werror -O1 -pthread "$2" \
+               -I"$ASCEND_HOME_PATH/include" -L"$ASCEND_HOME_PATH/lib64" -lhccl -lascendcl \
+               -o "$3""#
+        );
+        let (ok, text) = bash(&build, &[&prefix, &source, &program]);
+        assert!(ok, "building {} failed:\n{text}", source.display());
+        // No rpath: the library is found through set_env.sh's LD_LIBRARY_PATH.
+        let outcome = Job::new(4, "bash")
+            .args(["-c", r#"source "$1/set_env.sh" && exec "$2""#, "bash"])
+            .arg(&prefix)
+            .arg(&program)
+            .grace(Duration::from_secs(20))
+            .capture_output()
+            .run()
+            .unwrap();
+        assert!(
+            outcome.success(),
+            "{}: {}",
+            source.display(),
+            crate::processes::failed(&outcome)
+        );
+    }
+}
