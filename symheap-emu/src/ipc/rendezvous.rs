@@ -313,17 +313,16 @@ impl Rendezvous {
             return Ok(values);
         }
         // The ranks that never came; if every rank came, those that gave up before us.
-        let never_came = |r: usize| !board.came(r, step);
-        let gave_up = |r: usize| !board.has(r, step);
-        let absent: &dyn Fn(usize) -> bool =
-            match (0..self.n).any(|r| r != self.rank && never_came(r)) {
-                true => &never_came,
-                false => &gave_up,
-            };
-        let missing = (0..self.n)
-            .filter(|&r| r != self.rank && absent(r))
-            .map(|r| r as u32)
-            .collect();
+        let others_where = |absent: &dyn Fn(usize) -> bool| -> Vec<u32> {
+            (0..self.n)
+                .filter(|&r| r != self.rank && absent(r))
+                .map(|r| r as u32)
+                .collect()
+        };
+        let mut missing = others_where(&|r| !board.came(r, step));
+        if missing.is_empty() {
+            missing = others_where(&|r| !board.has(r, step));
+        }
         board.withdraw(self.rank, step);
         Err(failure.unwrap_or(RvError::Timeout { missing }))
     }
