@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use symheap::{
-    CommConfig, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, Window, emu,
+    CommConfig, Element, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, Window, emu,
 };
 
 use crate::harness::EmuSession;
@@ -114,5 +114,115 @@ fn a_timeout_names_exactly_the_ranks_that_never_came() {
             );
         }
     }
+    session.assert_clean();
+}
+
+/// Rank 2 of 4 returns an error at step 5: dropping its pool deregisters its window (a window
+/// exchange) while the others wait for it in step 6's AllReduce. The emulator sees that
+/// deadlock, so the job ends in seconds with the default 120 s exec timeout, and `launch`
+/// reports rank 2's own error.
+#[test]
+fn a_rank_that_returns_an_error_between_collectives_ends_the_job_in_seconds() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let started = Instant::now();
+    let err = emu::launch_with(&rt, 4, &CommConfig::new(), |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        for n in 0..10 {
+            if comm.rank() == 2 && n == 5 {
+                return Err(Error::InvalidArgument("rank 2 gives up at step 5".into()));
+            }
+            step(&pool)?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(&err, Error::Rank { rank: 2, .. }) && err.to_string().contains("step 5"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+    // Rank 2's pool recorded why its deregistration failed: who waited where.
+    let drops: Vec<String> = rt
+        .take_drop_errors()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        drops
+            .iter()
+            .any(|e| e.contains("deadlock") && e.contains("rank 2 in window exchange")),
+        "{drops:?}"
+    );
+    session.assert_clean();
+}
+
+/// The two deadlocks of different steps: one rank deregisters a window while three run a
+/// collective, and one rank calls AllGather while three call AllReduce. Every rank fails in
+/// seconds, the first with who waits where.
+#[test]
+fn deadlocks_across_different_steps_fail_every_rank_at_once() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let started = Instant::now();
+    let outcomes = emu::launch_with(&rt, 4, &CommConfig::new(), |comm| {
+        let window = Window::allocate(comm, 1)?;
+        let stream = Stream::new(comm.runtime())?;
+        if comm.rank() == 3 {
+            return Ok(window.deregister().map_err(|e| e.to_string()));
+        }
+        let waited = comm
+            .barrier(&stream)
+            .and_then(|()| comm.synchronize(&stream));
+        drop(window);
+        Ok(waited.map_err(|e| e.to_string()))
+    })
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let deregistered = outcomes[3].as_ref().unwrap_err();
+    assert!(
+        deregistered.contains("deadlock")
+            && deregistered.contains("rank 3 in window exchange")
+            && deregistered.contains("rank 0 in collective"),
+        "{deregistered}"
+    );
+    for waited in &outcomes[..3] {
+        let err = waited.as_ref().unwrap_err();
+        assert!(err.contains("[3]"), "{err}");
+    }
+    let _ = rt.take_drop_errors();
+    // AllGather on rank 0, AllReduce on the others: one step, different calls.
+    let started = Instant::now();
+    let outcomes = emu::launch_with(&rt, 4, &CommConfig::new(), |comm| {
+        let stream = Stream::new(comm.runtime())?;
+        let buf = crate::harness::DeviceBuf::new(comm, 1 << 20, false)?;
+        let (ptr, n) = (buf.ptr(), 16);
+        // SAFETY: the buffer holds 1 MiB, far more than either call touches.
+        let called = unsafe {
+            if comm.rank() == 0 {
+                comm.all_gather(ptr, ptr.byte_add(4096), n, f32::DATA_TYPE, &stream)
+            } else {
+                comm.all_reduce(ptr, ptr, n, f32::DATA_TYPE, ReduceOp::Sum, &stream)
+            }
+        };
+        Ok(called
+            .and_then(|()| comm.synchronize(&stream))
+            .map_err(|e| e.to_string()))
+    })
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    for outcome in &outcomes {
+        assert!(outcome.is_err(), "{outcome:?}");
+    }
+    let _ = rt.take_drop_errors();
     session.assert_clean();
 }

@@ -504,3 +504,60 @@ fn init_refuses_timeout_variables_cann_refuses() {
         assert_success(&job.run().unwrap());
     }
 }
+
+/// The loop (a tensor from the host, summed in place, synchronised), in which rank 2
+/// fails at step 5 in the way `SYMHEAP_TEST_FORM` says: it returns an error, panics, or exits.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_a_failing_loop() -> symheap::Result<()> {
+    let rank = placement();
+    let rt = Runtime::emulated()?;
+    // The default exec timeout (120 s): the job must end long before it.
+    let comm = Comm::from_env(&rt, CommConfig::new())?;
+    let pool = SymPool::new(&comm, PoolConfig::new(4 << 20))?;
+    let form = std::env::var("SYMHEAP_TEST_FORM").expect("set by the parent test");
+    for n in 0..10 {
+        if rank == 2 && n == 5 {
+            match form.as_str() {
+                "error" => return Err(Error::InvalidArgument("rank 2 gives up at step 5".into())),
+                "panic" => panic!("rank 2 panics at step 5"),
+                _ => std::process::exit(3),
+            }
+        }
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 256])?;
+        pool.all_reduce_in_place(&mut v, symheap::ReduceOp::Sum)?;
+        pool.synchronize()?;
+    }
+    Ok(())
+}
+
+/// All three forms end the job in seconds (the exec timeout is 120 s), rank 2 failed, and
+/// the launcher fails. Where rank 2 exits, its peers fail because its process is gone, so it
+/// is the first to end; where it errs or panics, it destroys its communicator first and its
+/// peers fail within a millisecond of that, so which process ends first is a race.
+#[test]
+fn a_rank_that_errs_panics_or_exits_ends_a_4_process_job_in_seconds() {
+    for form in ["error", "panic", "exit"] {
+        let started = Instant::now();
+        let outcome = rank_job(4, "rank_of_a_failing_loop")
+            .env("SYMHEAP_TEST_FORM", form)
+            .run()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(!outcome.success(), "{form}: {}", failed(&outcome));
+        assert!(
+            took < Duration::from_secs(10),
+            "{form}: took {took:?}\n{}",
+            failed(&outcome)
+        );
+        if form == "exit" {
+            assert_eq!(outcome.first_failure, Some(2), "{}", failed(&outcome));
+            assert_eq!(outcome.statuses[2].code(), Some(3), "{}", failed(&outcome));
+        }
+        assert!(
+            !outcome.statuses[2].success(),
+            "{form}: {}",
+            failed(&outcome)
+        );
+    }
+}

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 
@@ -50,6 +51,8 @@ struct Shared {
     work: Condvar,
     /// Signalled when a task completes.
     done: Condvar,
+    /// Host threads waiting in `aclrtSynchronizeStream` for this stream now.
+    synchronizing: AtomicUsize,
 }
 
 /// A live stream.
@@ -82,6 +85,7 @@ pub(crate) fn create() -> AclResult<usize> {
         }),
         work: Condvar::new(),
         done: Condvar::new(),
+        synchronizing: AtomicUsize::new(0),
     });
     let handle = new_handle(HandleKind::Stream);
     let worker = {
@@ -179,6 +183,15 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 pub(crate) fn synchronize(handle: usize) -> AclResult {
     let stream = lookup(handle)?;
     let shared = &stream.shared;
+    shared.synchronizing.fetch_add(1, Ordering::AcqRel);
+    /// Counts the wait out however it ends.
+    struct Synchronizing<'a>(&'a AtomicUsize);
+    impl Drop for Synchronizing<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _waiting = Synchronizing(&shared.synchronizing);
     let mut q = lock(&shared.queue);
     let target = q.enqueued;
     while q.completed < target {
@@ -194,6 +207,13 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
 }
 
 impl Stream {
+    /// Whether a host thread waits for this stream now (`aclrtSynchronizeStream`): a
+    /// question for the stream's own tasks, which the deadlock check asks.
+    pub(crate) fn host_waiting(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || shared.synchronizing.load(Ordering::Acquire) > 0
+    }
+
     /// Queues `task` behind everything already enqueued. A stream stopped by a failure in
     /// stop-on-failure mode refuses new tasks until synchronized, with the failure's code.
     pub(crate) fn enqueue(&self, task: Task) -> AclResult {

@@ -112,8 +112,9 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) 
         return Ok(());
     };
     let comm = comm.clone();
+    let host_waits = stream.host_waiting();
     let task = Box::new(move || {
-        run(&comm, &job, seq).map_err(|f| {
+        run(&comm, &job, seq, &host_waits).map_err(|f| {
             comm.set_async_error(f.code);
             TaskFailure {
                 code: ACL_ERROR_RT_INTERNAL_ERROR,
@@ -131,8 +132,8 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) 
 }
 
 /// Runs a checked collective on the stream thread.
-fn run(comm: &Comm, job: &Job, seq: u64) -> HcclRes {
-    let mut steps = Steps::new(comm, seq);
+fn run(comm: &Comm, job: &Job, seq: u64, host_waits: &dyn Fn() -> bool) -> HcclRes {
+    let mut steps = Steps::new(comm, seq, host_waits);
     let route = Route::of(&job.path);
     let all = steps.exchange(Arrival {
         sig: job.sig,

@@ -586,7 +586,11 @@ impl Comm {
     /// The next collective sequence number (host program order). Taken only where a
     /// collective call is entered ([`crate::abi::entry`]), as is [`Comm::next_host_seq`].
     pub(crate) fn next_collective_seq(&self) -> u64 {
-        self.coll_seq.fetch_add(1, Ordering::Relaxed)
+        let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
+        // For the deadlock check: this rank will come to the collective's steps.
+        let progress = self.group.rv.board().progress(self.rank as usize);
+        progress.coll_entered.fetch_max(seq + 1, Ordering::Release);
+        seq
     }
 
     /// The next sequence number of a collective host call (window register / deregister).

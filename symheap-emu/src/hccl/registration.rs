@@ -64,6 +64,11 @@ fn exchange<T: Wire>(comm: &Comm, seq: u64, step: u32, value: T, call: &str) -> 
                 code: HcclResult::HCCL_E_INTERNAL,
                 msg: format!("ranks made different collective calls where {call} was expected"),
             },
+            // The code a timeout would give, now instead of then.
+            RvError::Deadlock(who) => Fail {
+                code: HcclResult::HCCL_E_TCP_TRANSFER,
+                msg: format!("rank {} in {call}: {who}", comm.rank),
+            },
         })
 }
 

@@ -45,11 +45,14 @@ pub(crate) struct Steps<'a> {
     seq: u64,
     step: u32,
     timeout: Duration,
+    /// Whether a host thread of this rank waits for the stream the steps run on.
+    host_waits: &'a dyn Fn() -> bool,
 }
 
-impl Steps<'_> {
-    /// The steps of `comm`'s collective number `seq`, from the first.
-    pub(crate) fn new(comm: &Comm, seq: u64) -> Steps<'_> {
+impl<'a> Steps<'a> {
+    /// The steps of `comm`'s collective number `seq`, from the first, on a stream that
+    /// `host_waits` says a host thread waits for (for the deadlock check).
+    pub(crate) fn new(comm: &'a Comm, seq: u64, host_waits: &'a dyn Fn() -> bool) -> Steps<'a> {
         Steps {
             rv: &comm.group.rv,
             rank: comm.rank,
@@ -57,6 +60,7 @@ impl Steps<'_> {
             seq,
             step: 0,
             timeout: comm.timeout,
+            host_waits,
         }
     }
 
@@ -69,7 +73,7 @@ impl Steps<'_> {
         };
         self.step += 1;
         self.rv
-            .exchange(key, &value, self.timeout)
+            .exchange_watched(key, &value, self.timeout, self.host_waits)
             .map_err(|e| match e {
                 RvError::Timeout { missing } => Fail {
                     code: HcclResult::HCCL_E_TIMEOUT,
@@ -105,6 +109,11 @@ impl Steps<'_> {
                 RvError::Mismatch | RvError::Duplicate => Fail {
                     code: HcclResult::HCCL_E_PARA,
                     msg: "ranks ran different operations under one sequence number".into(),
+                },
+                // The code a timeout would give, now instead of then.
+                RvError::Deadlock(who) => Fail {
+                    code: HcclResult::HCCL_E_TIMEOUT,
+                    msg: format!("rank {} at step {}: {who}", self.rank, self.step - 1),
                 },
             })
     }

@@ -89,13 +89,43 @@ pub(crate) struct Board {
     n: usize,
 }
 
-// The layout: header, then one `gone` word per rank, then `BUFFERS` buffers per rank, then
-// (64-byte aligned) two mailboxes per ordered pair of ranks.
+/// Where one rank is in its communicator's steps, for the deadlock check
+/// ([`Board::deadlock`]). Keys are [`step_word`]s; 0 means none.
+#[repr(C)]
+pub(crate) struct Progress {
+    /// The window exchange this rank's host thread waits in.
+    pub(crate) host_wait: AtomicU64,
+    /// The collective step this rank's stream waits at while a host thread waits for that
+    /// stream (`aclrtSynchronizeStream`).
+    pub(crate) sync_wait: AtomicU64,
+    /// The last window exchange this rank completed.
+    pub(crate) host_done: AtomicU64,
+    /// The last collective step this rank completed.
+    pub(crate) coll_done: AtomicU64,
+    /// How many collective sequence numbers this rank has taken (queued collectives).
+    pub(crate) coll_entered: AtomicU64,
+}
+
+/// A step as one word that orders like the steps: `(seq << 24 | step) + 1`.
+pub(crate) fn step_word(seq: u64, step: u32) -> u64 {
+    ((seq << 24) | u64::from(step)) + 1
+}
+
+// The layout: header, then one `gone` word per rank, then one `Progress` per rank, then
+// `BUFFERS` buffers per rank, then (64-byte aligned) two mailboxes per ordered pair of ranks.
 const GONE_AT: usize = size_of::<Header>();
+
+fn progress_at(n: usize) -> usize {
+    GONE_AT + n * 8
+}
+
+fn buffers_at(n: usize) -> usize {
+    progress_at(n) + n * size_of::<Progress>()
+}
 
 /// Where the mailboxes of a board of `n` ranks start.
 fn mailboxes_at(n: usize) -> usize {
-    (GONE_AT + n * 8 + n * BUFFERS * size_of::<Buffer>()).next_multiple_of(64)
+    (buffers_at(n) + n * BUFFERS * size_of::<Buffer>()).next_multiple_of(64)
 }
 
 impl Board {
@@ -125,9 +155,92 @@ impl Board {
         unsafe { &*((self.space.addr() + GONE_AT + rank * 8) as *const AtomicU64) }
     }
 
+    /// Rank `rank`'s progress record.
+    pub(crate) fn progress(&self, rank: usize) -> &Progress {
+        assert!(rank < self.n);
+        let at = progress_at(self.n) + rank * size_of::<Progress>();
+        // SAFETY: in bounds (checked) and 8-byte aligned (header and gone words are multiples
+        // of 8); its fields are atomics, shared as the header's.
+        unsafe { &*((self.space.addr() + at) as *const Progress) }
+    }
+
+    /// A deadlock this rank can see: every live rank's host is blocked (in a window
+    /// exchange, or synchronizing a stream that waits at a collective step), and no step any
+    /// of them waits at can complete: none has been completed by a rank, and each misses a
+    /// live rank that is not there and has not even queued it. Then nobody can act: the
+    /// ranks would wait for the exec timeout. Returns who waits where.
+    ///
+    /// Read waits first, then completions: a rank seen waiting at a step it has since left
+    /// has completed it by then, which makes this answer no.
+    pub(crate) fn deadlock(&self) -> Option<String> {
+        let live: Vec<usize> = (0..self.n)
+            .filter(|&r| self.gone(r).load(Ordering::Acquire) == 0)
+            .collect();
+        let waits: Vec<(usize, u64, u64)> = live
+            .iter()
+            .map(|&r| {
+                let p = self.progress(r);
+                (
+                    r,
+                    p.host_wait.load(Ordering::Acquire),
+                    p.sync_wait.load(Ordering::Acquire),
+                )
+            })
+            .collect();
+        if live.len() < 2 || waits.iter().any(|&(_, h, s)| h == 0 && s == 0) {
+            return None;
+        }
+        let done = |r: usize| {
+            let p = self.progress(r);
+            let done = (
+                p.host_done.load(Ordering::Acquire),
+                p.coll_done.load(Ordering::Acquire),
+            );
+            (done, p.coll_entered.load(Ordering::Acquire))
+        };
+        let state: Vec<_> = live.iter().map(|&r| done(r)).collect();
+        let blocked = |host: bool, key: u64| {
+            let completed = state
+                .iter()
+                .any(|&((h, c), _)| if host { h >= key } else { c >= key });
+            let seq = (key - 1) >> 24;
+            let someone_missing = waits.iter().zip(&state).any(|(&(_, h, s), &(_, entered))| {
+                let here = if host { h == key } else { s == key };
+                !here && (host || entered <= seq)
+            });
+            !completed && someone_missing
+        };
+        let stuck = waits
+            .iter()
+            .all(|&(_, h, s)| (h != 0 && blocked(true, h)) || (s != 0 && blocked(false, s)));
+        if !stuck {
+            return None;
+        }
+        let at = |host: bool, key: u64| {
+            let (seq, step) = ((key - 1) >> 24, ((key - 1) & 0xff_ffff) as u32);
+            if host {
+                format!("window exchange #{seq} (step {step})")
+            } else {
+                format!("collective #{seq} (step {step})")
+            }
+        };
+        let each: Vec<String> = waits
+            .iter()
+            .map(|&(r, h, s)| match (h, s) {
+                (0, s) => format!("rank {r} in {}", at(false, s)),
+                (h, 0) => format!("rank {r} in {}", at(true, h)),
+                (h, s) => format!("rank {r} in {} and in {}", at(true, h), at(false, s)),
+            })
+            .collect();
+        Some(format!(
+            "deadlock: every rank waits, at different steps: {}",
+            each.join(", ")
+        ))
+    }
+
     fn buffer(&self, rank: usize, i: usize) -> &Buffer {
         assert!(rank < self.n && i < BUFFERS);
-        let at = GONE_AT + self.n * 8 + (rank * BUFFERS + i) * size_of::<Buffer>();
+        let at = buffers_at(self.n) + (rank * BUFFERS + i) * size_of::<Buffer>();
         // SAFETY: in bounds and 8-byte aligned (the header, gone words and buffers are
         // multiples of 8); `bytes` is only accessed through raw copies, see `post` / `read`.
         unsafe { &*((self.space.addr() + at) as *const Buffer) }
@@ -291,5 +404,79 @@ impl Board {
                 return false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering;
+
+    use super::{Board, step_word};
+    use crate::ipc::os;
+
+    fn board(n: usize) -> Board {
+        let fd = os::memfd(Board::size(n)).unwrap();
+        Board::map(fd.as_fd(), n).unwrap()
+    }
+
+    /// Ranks 0 and 1 synchronize a stream waiting at collective #6; rank 2 waits in window
+    /// exchange #3 and has queued collectives 0..6 only.
+    fn the_issues_deadlock() -> Board {
+        let b = board(3);
+        for r in [0, 1] {
+            b.progress(r)
+                .sync_wait
+                .store(step_word(6, 0), Ordering::Release);
+            b.progress(r).coll_entered.store(7, Ordering::Release);
+            b.progress(r)
+                .host_done
+                .store(step_word(2, 1), Ordering::Release);
+        }
+        b.progress(2)
+            .host_wait
+            .store(step_word(3, 0), Ordering::Release);
+        b.progress(2).coll_entered.store(6, Ordering::Release);
+        b
+    }
+
+    #[test]
+    fn a_deadlock_is_seen_and_named() {
+        let said = the_issues_deadlock().deadlock().expect("a deadlock");
+        assert!(
+            said.contains("rank 0 in collective #6 (step 0)")
+                && said.contains("rank 2 in window exchange #3 (step 0)"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn what_can_still_move_is_no_deadlock() {
+        // Rank 2 has queued collective #6: its stream will come to it.
+        let b = the_issues_deadlock();
+        b.progress(2).coll_entered.store(7, Ordering::Release);
+        assert_eq!(b.deadlock(), None);
+        // Rank 0 completed the exchange rank 2 waits in: rank 2 is about to wake.
+        let b = the_issues_deadlock();
+        b.progress(0)
+            .host_done
+            .store(step_word(3, 0), Ordering::Release);
+        assert_eq!(b.deadlock(), None);
+        // Rank 1's host thread is free: it may still come to the exchange.
+        let b = the_issues_deadlock();
+        b.progress(1).sync_wait.store(0, Ordering::Release);
+        assert_eq!(b.deadlock(), None);
+        // Every rank in the same exchange: it completes.
+        let b = board(2);
+        for r in [0, 1] {
+            b.progress(r)
+                .host_wait
+                .store(step_word(3, 0), Ordering::Release);
+        }
+        assert_eq!(b.deadlock(), None);
+        // A rank that is gone does not count (its waiters fail on that).
+        let b = the_issues_deadlock();
+        b.gone(1).store(1, Ordering::Release);
+        assert!(b.deadlock().is_some());
     }
 }

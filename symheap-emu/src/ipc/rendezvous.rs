@@ -35,9 +35,15 @@ pub(crate) enum RvError {
     HostLost,
     /// Ranks deposited values of different kinds under one key (different operations).
     Mismatch,
+    /// Every rank waits, at steps none of them can complete ([`Board::deadlock`]): who waits
+    /// where.
+    Deadlock(String),
     /// This rank already has a value under the key.
     Duplicate,
 }
+
+/// How long a step waits before it first checks for a deadlock, and then between checks.
+const DEADLOCK_CHECK: Duration = Duration::from_millis(50);
 
 /// What a rank is told when [`RvError::HostLost`] ends a step.
 pub(crate) const HOST_LOST: &str = "the rendezvous is gone: the process that called \
@@ -195,6 +201,21 @@ impl Rendezvous {
         value: &T,
         timeout: Duration,
     ) -> Result<Vec<T>, RvError> {
+        self.exchange_watched(key, value, timeout, &|| false)
+    }
+
+    /// [`exchange`](Self::exchange) for a collective step on a stream, where `host_waits`
+    /// says whether a host thread waits for that stream (so that this rank cannot act
+    /// until the step completes). A window exchange's caller is the host thread itself, and
+    /// a deadlock that every rank's waits make ([`Board::deadlock`]) fails it at once
+    /// instead of at the timeout.
+    pub(crate) fn exchange_watched<T: Wire>(
+        &self,
+        key: Key,
+        value: &T,
+        timeout: Duration,
+        host_waits: &dyn Fn() -> bool,
+    ) -> Result<Vec<T>, RvError> {
         let mut payload = Writer::default();
         let mut fds = Vec::new();
         payload.u8(T::TAG);
@@ -207,6 +228,7 @@ impl Rendezvous {
                     (seq << 24) | u64::from(step),
                     &payload.bytes,
                     deadline,
+                    host_waits,
                 )?;
                 return payloads
                     .iter()
@@ -215,13 +237,23 @@ impl Rendezvous {
             }
         }
         let step = key;
+        let word = match key {
+            Key::Host { seq, step } | Key::Collective { seq, step } => board::step_word(seq, step),
+        };
+        let progress = self.board.progress(self.rank);
+        let host_key = matches!(key, Key::Host { .. });
         let key = key.encode();
         let mut message = Writer::default();
         message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
+        if host_key {
+            progress.host_wait.store(word, Ordering::Release);
+        }
         if self.conn.send(&message.bytes, &fds).is_err() {
+            progress.host_wait.store(0, Ordering::Release);
             return Err(self.host_lost());
         }
         let mut patience = Patience::new();
+        let mut deadlock = None;
         let mut waited = || {
             patience.check(|| {
                 format!(
@@ -229,17 +261,29 @@ impl Rendezvous {
                      missing when the exec timeout ends the wait)",
                     self.rank
                 )
-            })
+            });
+            if host_key {
+                deadlock = self.board.deadlock();
+            }
+            deadlock.is_some()
         };
         let answer = match self.wait(&key, deadline, &mut waited) {
             Some(answer) => answer,
             None => self.withdraw(&key),
         };
-        match answer {
-            Answer::Complete(m) => self.values(m),
-            Answer::Failed(e) => Err(e),
-            Answer::Missing(missing) => Err(RvError::Timeout { missing }),
+        let result = match (answer, deadlock) {
+            (Answer::Complete(m), _) => self.values(m),
+            (Answer::Failed(e), _) => Err(e),
+            (Answer::Missing(_), Some(who)) => Err(RvError::Deadlock(who)),
+            (Answer::Missing(missing), None) => Err(RvError::Timeout { missing }),
+        };
+        if host_key {
+            if result.is_ok() {
+                progress.host_done.store(word, Ordering::Release);
+            }
+            progress.host_wait.store(0, Ordering::Release);
         }
+        result
     }
 
     /// The board the ranks share (collective steps, point-to-point mailboxes).
@@ -280,6 +324,7 @@ impl Rendezvous {
         step: u64,
         payload: &[u8],
         deadline: Instant,
+        host_waits: &dyn Fn() -> bool,
     ) -> Result<Vec<Vec<u8>>, RvError> {
         let buffer = (self.posts.fetch_add(1, Ordering::Relaxed) % 2) as usize;
         let board = &self.board;
@@ -291,6 +336,13 @@ impl Rendezvous {
         }
         let mut failure = None;
         let mut patience = Patience::new();
+        let progress = board.progress(self.rank);
+        let word = step + 1;
+        // Whether a host thread waits for this step (synchronizing its stream), published for
+        // the deadlock check once the step has waited a while, and then now and then. (The
+        // check itself runs in window exchanges: a deadlock needs a rank in one, since a
+        // rank that queued a collective comes to it.)
+        let mut next_check = Instant::now() + DEADLOCK_CHECK;
         let everyone = board.wait_until(
             || {
                 let missing: Vec<usize> = (0..self.n).filter(|&r| !board.has(r, step)).collect();
@@ -299,6 +351,11 @@ impl Rendezvous {
                 }
                 patience.check(|| format!("in {key} on rank {} for ranks {missing:?}", self.rank));
                 failure = self.never_coming(key, &missing);
+                if Instant::now() >= next_check {
+                    next_check = Instant::now() + DEADLOCK_CHECK;
+                    let waits = if host_waits() { word } else { 0 };
+                    progress.sync_wait.store(waits, Ordering::Release);
+                }
                 failure.is_some()
             },
             deadline,
@@ -310,8 +367,11 @@ impl Rendezvous {
             _ => None,
         };
         if let Some(values) = values {
+            progress.coll_done.store(word, Ordering::Release);
+            progress.sync_wait.store(0, Ordering::Release);
             return Ok(values);
         }
+        progress.sync_wait.store(0, Ordering::Release);
         // The ranks that never came; if every rank came, those that gave up before us.
         let others_where = |absent: &dyn Fn(usize) -> bool| -> Vec<u32> {
             (0..self.n)
@@ -344,7 +404,13 @@ impl Rendezvous {
     /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
     /// gone). While no other thread does, this one reads the connection, filing the answers
     /// for other keys.
-    fn wait(&self, key: &[u8], deadline: Instant, waited: &mut dyn FnMut()) -> Option<Answer> {
+    /// `waited` runs now and then; its `true` ends the wait as the deadline would.
+    fn wait(
+        &self,
+        key: &[u8],
+        deadline: Instant,
+        waited: &mut dyn FnMut() -> bool,
+    ) -> Option<Answer> {
         let mut st = lock(&self.state);
         loop {
             if let Some(answer) = st.answers.remove(key) {
@@ -357,9 +423,11 @@ impl Rendezvous {
             if now >= deadline {
                 return None;
             }
-            waited();
+            if waited() {
+                return None;
+            }
             // Sliced, so that `waited` runs now and then.
-            let slice = (deadline - now).min(Duration::from_secs(1));
+            let slice = (deadline - now).min(DEADLOCK_CHECK);
             if st.reading {
                 st = self
                     .cv
@@ -420,7 +488,7 @@ impl Rendezvous {
         }
         // The hub answers at once; this bound only matters if it hangs.
         let patience = deadline(Duration::from_secs(10));
-        self.wait(key, patience, &mut || {})
+        self.wait(key, patience, &mut || false)
             .unwrap_or_else(|| Answer::Failed(self.host_lost()))
     }
 
