@@ -32,6 +32,10 @@ const SPINS: usize = 20;
 struct Header {
     generation: AtomicU32,
     reuse_waiters: AtomicU32,
+    /// 2 once a rank found a deadlock and froze what it saw in every rank's progress record
+    /// (1 while it writes): every rank then tells the same.
+    deadlock: AtomicU32,
+    _pad: u32,
 }
 
 /// Marks a buffer whose rank gave up on the step it held ([`Board::withdraw`]): the value is
@@ -104,6 +108,8 @@ pub(crate) struct Progress {
     pub(crate) coll_done: AtomicU64,
     /// How many collective sequence numbers this rank has taken (queued collectives).
     pub(crate) coll_entered: AtomicU64,
+    /// `host_wait` and `sync_wait` as the rank that found a deadlock saw them.
+    frozen: [AtomicU64; 2],
 }
 
 /// A step as one word that orders like the steps: `(seq << 24 | step) + 1`.
@@ -173,6 +179,53 @@ impl Board {
     /// Read waits first, then completions: a rank seen waiting at a step it has since left
     /// has completed it by then, which makes this answer no.
     pub(crate) fn deadlock(&self) -> Option<String> {
+        if let Some(said) = self.declared_deadlock() {
+            return Some(said);
+        }
+        let waits = self.find_deadlock()?;
+        let header = self.header();
+        if header
+            .deadlock
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            for r in 0..self.n {
+                let (h, s) = waits
+                    .iter()
+                    .find(|w| w.0 == r)
+                    .map_or((0, 0), |&(_, h, s)| (h, s));
+                let frozen = &self.progress(r).frozen;
+                frozen[0].store(h, Ordering::Relaxed);
+                frozen[1].store(s, Ordering::Relaxed);
+            }
+            header.deadlock.store(2, Ordering::Release);
+            self.notify();
+        }
+        self.declared_deadlock()
+            .or_else(|| Some(describe_deadlock(&waits)))
+    }
+
+    /// The deadlock a rank found on this board, as it saw it, once one has.
+    pub(crate) fn declared_deadlock(&self) -> Option<String> {
+        if self.header().deadlock.load(Ordering::Acquire) != 2 {
+            return None;
+        }
+        let waits: Vec<(usize, u64, u64)> = (0..self.n)
+            .map(|r| {
+                let frozen = &self.progress(r).frozen;
+                (
+                    r,
+                    frozen[0].load(Ordering::Relaxed),
+                    frozen[1].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|&(_, h, s)| h != 0 || s != 0)
+            .collect();
+        Some(describe_deadlock(&waits))
+    }
+
+    /// Every live rank's `(rank, host_wait, sync_wait)` when they make a deadlock.
+    fn find_deadlock(&self) -> Option<Vec<(usize, u64, u64)>> {
         let live: Vec<usize> = (0..self.n)
             .filter(|&r| self.gone(r).load(Ordering::Acquire) == 0)
             .collect();
@@ -213,29 +266,7 @@ impl Board {
         let stuck = waits
             .iter()
             .all(|&(_, h, s)| (h != 0 && blocked(true, h)) || (s != 0 && blocked(false, s)));
-        if !stuck {
-            return None;
-        }
-        let at = |host: bool, key: u64| {
-            let (seq, step) = ((key - 1) >> 24, ((key - 1) & 0xff_ffff) as u32);
-            if host {
-                format!("window exchange #{seq} (step {step})")
-            } else {
-                format!("collective #{seq} (step {step})")
-            }
-        };
-        let each: Vec<String> = waits
-            .iter()
-            .map(|&(r, h, s)| match (h, s) {
-                (0, s) => format!("rank {r} in {}", at(false, s)),
-                (h, 0) => format!("rank {r} in {}", at(true, h)),
-                (h, s) => format!("rank {r} in {} and in {}", at(true, h), at(false, s)),
-            })
-            .collect();
-        Some(format!(
-            "deadlock: every rank waits, at different steps: {}",
-            each.join(", ")
-        ))
+        stuck.then_some(waits)
     }
 
     fn buffer(&self, rank: usize, i: usize) -> &Buffer {
@@ -407,6 +438,30 @@ impl Board {
     }
 }
 
+/// Who waits where, from `(rank, host_wait, sync_wait)`.
+fn describe_deadlock(waits: &[(usize, u64, u64)]) -> String {
+    let at = |host: bool, key: u64| {
+        let (seq, step) = ((key - 1) >> 24, ((key - 1) & 0xff_ffff) as u32);
+        if host {
+            format!("window exchange #{seq} (step {step})")
+        } else {
+            format!("collective #{seq} (step {step})")
+        }
+    };
+    let each: Vec<String> = waits
+        .iter()
+        .map(|&(r, h, s)| match (h, s) {
+            (0, s) => format!("rank {r} in {}", at(false, s)),
+            (h, 0) => format!("rank {r} in {}", at(true, h)),
+            (h, s) => format!("rank {r} in {} and in {}", at(true, h), at(false, s)),
+        })
+        .collect();
+    format!(
+        "deadlock: every rank waits, at different steps: {}",
+        each.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
@@ -441,13 +496,19 @@ mod tests {
     }
 
     #[test]
-    fn a_deadlock_is_seen_and_named() {
-        let said = the_issues_deadlock().deadlock().expect("a deadlock");
+    fn a_deadlock_is_seen_named_and_told_alike_afterwards() {
+        let b = the_issues_deadlock();
+        assert_eq!(b.declared_deadlock(), None);
+        let said = b.deadlock().expect("a deadlock");
         assert!(
             said.contains("rank 0 in collective #6 (step 0)")
                 && said.contains("rank 2 in window exchange #3 (step 0)"),
             "{said}"
         );
+        // Once found, every rank tells what the finder saw, whatever the ranks do next.
+        b.progress(2).host_wait.store(0, Ordering::Release);
+        assert_eq!(b.declared_deadlock().as_deref(), Some(said.as_str()));
+        assert_eq!(b.deadlock().as_deref(), Some(said.as_str()));
     }
 
     #[test]

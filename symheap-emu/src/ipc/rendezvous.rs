@@ -350,7 +350,12 @@ impl Rendezvous {
                     return true;
                 }
                 patience.check(|| format!("in {key} on rank {} for ranks {missing:?}", self.rank));
-                failure = self.never_coming(key, &missing);
+                // A deadlock a rank in a window exchange found names who waits where: told
+                // first, on every rank alike (its rank may be gone by now too).
+                failure = board.declared_deadlock().map(RvError::Deadlock);
+                if failure.is_none() {
+                    failure = self.never_coming(key, &missing);
+                }
                 if Instant::now() >= next_check {
                     next_check = Instant::now() + DEADLOCK_CHECK;
                     let waits = if host_waits() { word } else { 0 };
