@@ -531,10 +531,11 @@ fn rank_of_a_failing_loop() -> symheap::Result<()> {
     Ok(())
 }
 
-/// All three forms end the job in seconds (the exec timeout is 120 s), rank 2 failed, and
-/// the launcher fails. Where rank 2 exits, its peers fail because its process is gone, so it
-/// is the first to end; where it errs or panics, it destroys its communicator first and its
-/// peers fail within a millisecond of that, so which process ends first is a race.
+/// All three forms end the job in seconds (the exec timeout is 120 s), rank 2 failed (with
+/// its own status where it exits), and the launcher fails. Which process the launcher sees
+/// end first is not asserted: its peers fail within a millisecond of rank 2's destroy (or, when
+/// it exits, of its sockets closing, which the kernel does before it reports the exit), so on
+/// a loaded machine the order is a race.
 #[test]
 fn a_rank_that_errs_panics_or_exits_ends_a_4_process_job_in_seconds() {
     for form in ["error", "panic", "exit"] {
@@ -551,7 +552,6 @@ fn a_rank_that_errs_panics_or_exits_ends_a_4_process_job_in_seconds() {
             failed(&outcome)
         );
         if form == "exit" {
-            assert_eq!(outcome.first_failure, Some(2), "{}", failed(&outcome));
             assert_eq!(outcome.statuses[2].code(), Some(3), "{}", failed(&outcome));
         }
         assert!(
