@@ -273,8 +273,10 @@ impl Rendezvous {
         };
         let result = match (answer, deadlock) {
             (Answer::Complete(m), _) => self.values(m),
-            (Answer::Failed(e), _) => Err(e),
-            (Answer::Missing(_), Some(who)) => Err(RvError::Deadlock(who)),
+            // The cause, not what came of it: a peer that failed on the deadlock this rank
+            // found may have left before the hub answered the withdrawal.
+            (_, Some(who)) => Err(RvError::Deadlock(who)),
+            (Answer::Failed(e), None) => Err(e),
             (Answer::Missing(missing), None) => Err(RvError::Timeout { missing }),
         };
         if host_key {
