@@ -23,6 +23,12 @@ use symheap::{Error, Result};
 /// The root-info file's variable, which [`Comm::from_env`](symheap::Comm::from_env) reads.
 const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
 
+/// The variable naming the file in which the emulator's ranks say whom a failure blames, one
+/// line `blamed-pid reporter-pid why` each, in the order they failed: a rank's peers usually
+/// exit before it does when they fail because of it, so its exit time alone does not say it
+/// failed first.
+pub const BLAME_ENV: &str = "SYMHEAP_RUN_BLAME";
+
 /// An [`Error::Io`] saying what failed.
 fn io_error(what: impl Into<String>, source: std::io::Error) -> Error {
     Error::Io {
@@ -67,8 +73,12 @@ pub struct Outcome {
     pub pids: Vec<u32>,
     /// Each rank's exit status, in rank order.
     pub statuses: Vec<ExitStatus>,
-    /// The rank that failed first, if any did.
+    /// The rank that failed first, if any did: the first failed rank a peer blamed for its
+    /// own failure (see [`BLAME_ENV`]), or else the failed rank whose process ended first.
     pub first_failure: Option<u32>,
+    /// Why [`first_failure`](Self::first_failure) is that rank when a peer blamed it, e.g.
+    /// `rank 0 says: exited`.
+    pub blamed_by: Option<String>,
     /// Every rank's output lines, prefixed, in the order they came, when the job was run
     /// with [`Job::capture_output`]; empty otherwise (the output went to this process's own).
     pub output: String,
@@ -175,6 +185,7 @@ impl Job {
             }
         }
         let mut outcome = self.wait(ranks);
+        outcome.name_the_blamed(&std::fs::read_to_string(dir.blame()).unwrap_or_default());
         outcome.output =
             String::from_utf8_lossy(&captured.lock().unwrap_or_else(|e| e.into_inner()))
                 .into_owned();
@@ -193,6 +204,7 @@ impl Job {
             .env("SYMHEAP_WORLD_SIZE", self.ranks.to_string())
             .env("SYMHEAP_DEVICE", rank.to_string())
             .env(ROOT_INFO, dir.root_info())
+            .env(BLAME_ENV, dir.blame())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -220,7 +232,8 @@ impl Job {
 
     /// Waits for every rank, in the order they exit, killing the rest once the grace period
     /// after the first failure has passed. The first failure is the rank whose process ended
-    /// first, by the time each rank's waiter thread saw it end, not by rank number.
+    /// first, by the time each rank's waiter thread saw it end, not by rank number (until
+    /// [`Outcome::name_the_blamed`] hears better).
     fn wait(&self, mut ranks: Vec<Rank>) -> Outcome {
         let (exited, exits) = mpsc::channel();
         for (rank, r) in ranks.iter().enumerate() {
@@ -271,6 +284,7 @@ impl Job {
             pids,
             statuses,
             first_failure,
+            blamed_by: None,
             output: String::new(),
         }
     }
@@ -299,6 +313,28 @@ fn wait_for_exit(pid: u32) {
 }
 
 impl Outcome {
+    /// Takes as the first failure the first failed rank that a line of `blame` (the
+    /// [`BLAME_ENV`] file's contents) names.
+    fn name_the_blamed(&mut self, blame: &str) {
+        let rank_of = |pid: &str| {
+            let pid: u32 = pid.parse().ok()?;
+            self.pids.iter().position(|&p| p == pid)
+        };
+        for line in blame.lines() {
+            let mut words = line.splitn(3, ' ');
+            let (Some(blamed), Some(by), why) = (words.next(), words.next(), words.next()) else {
+                continue;
+            };
+            let Some(blamed) = rank_of(blamed).filter(|&r| !self.statuses[r].success()) else {
+                continue;
+            };
+            self.first_failure = Some(blamed as u32);
+            let by = rank_of(by).map_or_else(|| format!("process {by}"), |r| format!("rank {r}"));
+            self.blamed_by = Some(format!("{by} says: {}", why.unwrap_or("failed")));
+            return;
+        }
+    }
+
     /// Whether every rank exited with status 0.
     pub fn success(&self) -> bool {
         self.statuses.iter().all(ExitStatus::success)
@@ -317,12 +353,14 @@ impl Outcome {
             if status.success() {
                 continue;
             }
-            let how = if Some(rank) == self.first_failure {
-                "failed first"
-            } else {
-                "failed"
-            };
-            lines.push(format!("rank {rank} {how}: {}", describe(status)));
+            let mut line = format!("rank {rank} failed: {}", describe(status));
+            if Some(rank) == self.first_failure {
+                line = format!("rank {rank} failed first: {}", describe(status));
+                if let Some(why) = &self.blamed_by {
+                    line.push_str(&format!(" ({why})"));
+                }
+            }
+            lines.push(line);
         }
         if lines.is_empty() {
             format!("all {} ranks succeeded", self.statuses.len())
@@ -435,11 +473,19 @@ impl RunDir {
             std::env::temp_dir().join(format!("symheap-run-{}-{nanos:x}", std::process::id()));
         std::fs::create_dir(&dir)
             .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
-        Ok(RunDir(dir))
+        let run = RunDir(dir);
+        std::fs::File::create(run.blame())
+            .map_err(|e| io_error(format!("cannot create {}", run.blame().display()), e))?;
+        Ok(run)
     }
 
     fn root_info(&self) -> PathBuf {
         self.0.join("root-info")
+    }
+
+    /// The [`BLAME_ENV`] file, made empty by [`RunDir::create`].
+    fn blame(&self) -> PathBuf {
+        self.0.join("blame")
     }
 }
 
@@ -494,6 +540,34 @@ mod tests {
         );
         assert!(
             summary.contains("rank 0 failed: killed by signal 9 (SIGKILL)"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn the_blame_file_is_the_one_the_emulator_writes() {
+        assert_eq!(BLAME_ENV, symheap::emu::BLAME_ENV);
+    }
+
+    /// Rank 0 fails because of rank 1, says so in the blame file, and exits long before rank 1
+    /// does: rank 1 is named first, with what rank 0 said.
+    #[test]
+    fn a_failed_rank_its_peer_blames_is_named_first_though_it_exited_later() {
+        let outcome = sh(
+            3,
+            r#"dir="$(dirname "$SYMHEAP_ROOT_INFO")"
+               case "$SYMHEAP_RANK" in
+               1) echo $$ > "$dir/pid.tmp"; mv "$dir/pid.tmp" "$dir/pid"; sleep 0.1; exit 3 ;;
+               0) while [ ! -e "$dir/pid" ]; do :; done
+                  echo "$(cat "$dir/pid") $$ exited" >> "$SYMHEAP_RUN_BLAME"; exit 1 ;;
+               esac"#,
+        );
+        assert_eq!(outcome.first_failure, Some(1), "{}", outcome.summary());
+        assert_eq!(outcome.blamed_by.as_deref(), Some("rank 0 says: exited"));
+        let summary = outcome.summary();
+        assert!(
+            summary.starts_with("rank 1 failed first: ")
+                && summary.contains("(rank 0 says: exited)\nrank 0 failed: exit status 1"),
             "{summary}"
         );
     }

@@ -535,7 +535,11 @@ impl Transfer {
                 limit - 1
             ));
         }
-        match comm.group.rv.lost(p as usize) {
+        let lost = comm.group.rv.lost(p as usize);
+        if let Some(e) = &lost {
+            comm.group.rv.blame(e);
+        }
+        match lost {
             None => Ok(()),
             Some(RvError::HostLost) => fail(HOST_LOST.into()),
             Some(e) => fail(format!(

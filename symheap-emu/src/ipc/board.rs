@@ -207,10 +207,24 @@ impl Board {
 
     /// The deadlock a rank found on this board, as it saw it, once one has.
     pub(crate) fn declared_deadlock(&self) -> Option<String> {
+        self.frozen_waits().map(|waits| describe_deadlock(&waits))
+    }
+
+    /// The ranks at the step fewest ranks wait at in the deadlock declared on this board, if one
+    /// step is that ([`crate::ipc::blame::odd_ones_out`]).
+    pub(crate) fn deadlock_odd_ones_out(&self) -> Vec<u32> {
+        let waits = self.frozen_waits().unwrap_or_default();
+        let at: Vec<(usize, (u64, u64))> = waits.iter().map(|&(r, h, s)| (r, (h, s))).collect();
+        crate::ipc::blame::odd_ones_out(&at)
+    }
+
+    /// `(rank, host_wait, sync_wait)` of every rank that waited in the deadlock declared on
+    /// this board, once one is.
+    fn frozen_waits(&self) -> Option<Vec<(usize, u64, u64)>> {
         if self.header().deadlock.load(Ordering::Acquire) != 2 {
             return None;
         }
-        let waits: Vec<(usize, u64, u64)> = (0..self.n)
+        let waits = (0..self.n)
             .map(|r| {
                 let frozen = &self.progress(r).frozen;
                 (
@@ -221,7 +235,7 @@ impl Board {
             })
             .filter(|&(_, h, s)| h != 0 || s != 0)
             .collect();
-        Some(describe_deadlock(&waits))
+        Some(waits)
     }
 
     /// Every live rank's `(rank, host_wait, sync_wait)` when they make a deadlock.

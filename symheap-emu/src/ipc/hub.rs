@@ -35,8 +35,8 @@ pub(crate) mod to_hub {
 
 /// Hub-to-client message tags.
 pub(crate) mod to_rank {
-    /// Every rank joined: `count, ranks` of the ranks in the host's process; every rank's
-    /// staging memfd follows, in rank order, then the board's.
+    /// Every rank joined: the host's pid, then `count, pids`, every rank's process id in rank
+    /// order; every rank's staging memfd follows, in rank order, then the board's.
     pub(crate) const WELCOME: u8 = 10;
     /// `reason`: the join was refused.
     pub(crate) const REJECT: u8 = 11;
@@ -235,16 +235,12 @@ impl Hub {
             .filter_map(|m| m.staging.as_ref().map(AsFd::as_fd))
             .collect();
         fds.push(board.1.as_fd());
-        let here: Vec<u32> = self
-            .members
-            .iter()
-            .filter(|m| m.pid == std::process::id())
-            .filter_map(|m| m.rank)
-            .collect();
         let mut w = Writer::default();
-        w.u8(to_rank::WELCOME).u32(here.len() as u32);
-        for rank in here {
-            w.u32(rank);
+        w.u8(to_rank::WELCOME)
+            .u32(std::process::id())
+            .u32(self.members.len() as u32);
+        for m in &self.members {
+            w.u32(m.pid);
         }
         for m in self.remote_first() {
             let _ = m.conn.send(&w.bytes, &fds);

@@ -3,6 +3,7 @@
 //! for, and the shared board on which the ranks meet at every collective step.
 
 pub(crate) mod attendance;
+pub(crate) mod blame;
 pub(crate) mod board;
 pub(crate) mod hub;
 pub(crate) mod os;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::base::patience::Patience;
 use crate::base::registry::lock;
 use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
+use crate::ipc::blame;
 use crate::ipc::board::{self, Board};
 use crate::ipc::hub::{to_hub, to_rank};
 use crate::ipc::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
@@ -77,6 +78,10 @@ pub(crate) struct Rendezvous {
     board: Board,
     /// The ranks in the process that hosts the rendezvous.
     host_ranks: Vec<u32>,
+    /// Every rank's process id, in rank order, and the host's: whom a failure blames
+    /// ([`crate::ipc::blame`]).
+    pids: Vec<u32>,
+    host_pid: u32,
     /// Collective steps posted so far: picks the board buffer of the next one.
     posts: AtomicU64,
     state: Mutex<State>,
@@ -165,8 +170,13 @@ impl Rendezvous {
             }
             _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
         }
+        let host_pid = r.u32().unwrap_or(0);
+        let pids = ranks(&mut r);
+        if pids.len() != n as usize {
+            return Err(JoinError::Refused("a malformed answer to a join".into()));
+        }
         // The ranks that live in the process hosting the rendezvous: lost with it.
-        let host_ranks = ranks(&mut r);
+        let host_ranks = (0..n).filter(|&k| pids[k as usize] == host_pid).collect();
         let mut fds = welcome.fds;
         let board = fds.pop().map(|fd| Board::map(fd.as_fd(), n as usize));
         let Some(Ok(board)) = board else {
@@ -178,6 +188,8 @@ impl Rendezvous {
             conn,
             board,
             host_ranks,
+            pids,
+            host_pid,
             posts: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
@@ -223,13 +235,15 @@ impl Rendezvous {
         let deadline = deadline(timeout);
         if let (Key::Collective { seq, step }, true) = (key, fds.is_empty()) {
             if payload.bytes.len() <= board::MAX_VALUE && step < 1 << 24 {
-                let payloads = self.meet_on_board(
-                    key,
-                    (seq << 24) | u64::from(step),
-                    &payload.bytes,
-                    deadline,
-                    host_waits,
-                )?;
+                let payloads = self
+                    .meet_on_board(
+                        key,
+                        (seq << 24) | u64::from(step),
+                        &payload.bytes,
+                        deadline,
+                        host_waits,
+                    )
+                    .inspect_err(|e| self.blame(e))?;
                 return payloads
                     .iter()
                     .map(|p| decode(p, &mut std::iter::empty()))
@@ -285,7 +299,31 @@ impl Rendezvous {
             }
             progress.host_wait.store(0, Ordering::Release);
         }
-        result
+        result.inspect_err(|e| self.blame(e))
+    }
+
+    /// Tells the launcher (if any) whom `failure` blames ([`crate::ipc::blame`]).
+    pub(crate) fn blame(&self, failure: &RvError) {
+        let ranks = match failure {
+            RvError::Timeout { missing: ranks }
+            | RvError::Gone { ranks }
+            | RvError::Lost { ranks } => ranks.clone(),
+            RvError::Deadlock(_) => self.board.deadlock_odd_ones_out(),
+            RvError::HostLost => return blame::blame(&[self.host_pid], "host lost"),
+            RvError::Mismatch | RvError::Duplicate => return,
+        };
+        let mut pids: Vec<u32> = ranks
+            .iter()
+            .filter_map(|&r| self.pids.get(r as usize).copied())
+            .collect();
+        pids.dedup();
+        let why = match failure {
+            RvError::Timeout { .. } => "never came",
+            RvError::Gone { .. } => "destroyed its communicator",
+            RvError::Lost { .. } => "exited",
+            _ => "odd one out in a deadlock",
+        };
+        blame::blame(&pids, why);
     }
 
     /// The board the ranks share (collective steps, point-to-point mailboxes).
