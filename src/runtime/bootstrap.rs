@@ -120,7 +120,8 @@ impl Comm {
     /// rank calls [`Comm::init`].
     ///
     /// The file must be fresh for each job: rank 0 refuses to overwrite one that exists, since
-    /// another rank might already have read it (`symheap-run` makes a new one per run). On a
+    /// another rank might already have read it (`symheap-run` makes a new one per run), and
+    /// removes it once every rank has joined. On a
     /// filesystem that every node shares, the same file bootstraps several nodes on real HCCL.
     ///
     /// # Errors
@@ -151,7 +152,13 @@ impl Comm {
         } else {
             RootInfo::wait_for(&placement.root_info, root_info_wait(&config))?
         };
-        Comm::init(rt, placement.world_size, &root, placement.rank, &config)
+        let comm = Comm::init(rt, placement.world_size, &root, placement.rank, &config);
+        if placement.rank == 0 && comm.is_ok() {
+            // Every rank has joined: nobody needs the key any more. (After a failure it
+            // stays, so that ranks still to read it fail at once on a hub that is gone.)
+            let _ = std::fs::remove_file(&placement.root_info);
+        }
+        comm
     }
 }
 
@@ -165,15 +172,20 @@ fn root_info_wait(config: &CommConfig) -> Duration {
 
 impl RootInfo {
     /// Writes the root info to `path` for the other ranks ([`RootInfo::wait_for`]): to a
-    /// temporary file beside it first, then linked into place, so a reader never sees half a
-    /// file and an existing file is never replaced (another rank may have read it).
+    /// fresh private file beside it first (mode 0600, created exclusively, never through a
+    /// symbolic link), then linked into place, so a reader never sees half a file and an
+    /// existing file is never replaced (another rank may have read it). The root info carries
+    /// the key that lets a process join the job: keep `path` in a directory only this user
+    /// can write (`symheap-run` makes a private one per run).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `path` exists; [`Error::Io`] if it cannot be written.
     pub fn publish(&self, path: &Path) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let io =
             |what: &str, e| Error::io(format!("{ROOT_INFO}: cannot {what} {}", path.display()), e);
-        if path.exists() {
+        if path.symlink_metadata().is_ok() {
             return Err(Error::invalid(format!(
                 "{ROOT_INFO}: {} exists already; another rank may have read it, so each job \
                  needs a fresh path (remove it, or let symheap-run choose one)",
@@ -181,9 +193,22 @@ impl RootInfo {
             )));
         }
         let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".{}.tmp", std::process::id()));
+        tmp.push(format!(".{}.{:x}.tmp", std::process::id(), unique()));
         let tmp = PathBuf::from(tmp);
-        std::fs::write(&tmp, self.as_bytes()).map_err(|e| io("write beside", e))?;
+        // O_CREAT | O_EXCL fails on anything already there, a planted link included.
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .and_then(|mut file| file.write_all(&self.as_bytes()));
+        if let Err(e) = written {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            return Err(io("write beside", e));
+        }
         // A hard link fails if `path` exists, unlike rename: two ranks 0 cannot both publish.
         let linked = std::fs::hard_link(&tmp, path).map_err(|e| io("publish", e));
         let _ = std::fs::remove_file(&tmp);
@@ -191,29 +216,20 @@ impl RootInfo {
     }
 
     /// Waits until `path` holds a whole root info ([`RootInfo::publish`]), at most `wait`.
+    /// Only a private regular file of this user is read: a FIFO, a device, a symbolic link, a
+    /// file another user owns (one planted to send this rank to their job) or one that others
+    /// may read or write is refused at once, without blocking.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the file does not appear in time or is not a root info;
-    /// [`Error::Io`] if it cannot be read.
+    /// [`Error::InvalidArgument`] if the file does not appear in time, is not a root info or
+    /// is refused as above; [`Error::Io`] if it cannot be read.
     pub fn wait_for(path: &Path, wait: Duration) -> Result<RootInfo> {
         let deadline = Instant::now() + wait;
         loop {
-            match std::fs::read(path) {
-                Ok(bytes) if bytes.len() == HCCL_ROOT_INFO_BYTES => {
-                    return RootInfo::from_bytes(&bytes);
-                }
-                Ok(bytes) => {
-                    return Err(Error::invalid(format!(
-                        "{ROOT_INFO}: {} holds {} bytes, not a root info ({HCCL_ROOT_INFO_BYTES})",
-                        path.display(),
-                        bytes.len()
-                    )));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    let what = format!("{ROOT_INFO}: cannot read {}", path.display());
-                    return Err(Error::io(what, e));
-                }
+            match read_private(path) {
+                Ok(Some(bytes)) => return RootInfo::from_bytes(&bytes),
+                Ok(None) => {}
+                Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
                 return Err(Error::invalid(format!(
@@ -225,6 +241,70 @@ impl RootInfo {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// A number that differs between calls and runs, for a temporary file's name.
+fn unique() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(Instant::now())
+}
+
+/// The root info at `path` if it is there (`None` if not yet), after checking that it is a
+/// regular file this user owns and no one else may read or write, of a root info's size.
+fn read_private(path: &Path) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let refused = |why: String| {
+        Err(Error::invalid(format!(
+            "{ROOT_INFO}: {} {why}; refused, as it may send this rank to another job",
+            path.display()
+        )))
+    };
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let mut file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return refused("is a symbolic link".into());
+        }
+        Err(e) => {
+            let what = format!("{ROOT_INFO}: cannot read {}", path.display());
+            return Err(Error::io(what, e));
+        }
+    };
+    let io = |e| Error::io(format!("{ROOT_INFO}: cannot read {}", path.display()), e);
+    let meta = file.metadata().map_err(io)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return refused("is not a regular file".into());
+    }
+    if meta.uid() != me {
+        return refused(format!(
+            "is owned by uid {}, not by this user ({me})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return refused(format!(
+            "has mode {:o}: other users may read or change it (the key to join the job)",
+            meta.mode() & 0o777
+        ));
+    }
+    if meta.len() != HCCL_ROOT_INFO_BYTES as u64 {
+        return Err(Error::invalid(format!(
+            "{ROOT_INFO}: {} holds {} bytes, not a root info ({HCCL_ROOT_INFO_BYTES})",
+            path.display(),
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(HCCL_ROOT_INFO_BYTES);
+    file.read_to_end(&mut bytes).map_err(io)?;
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]
@@ -330,6 +410,84 @@ mod tests {
         assert!(bad.contains("holds 5 bytes"), "{bad}");
         let late = RootInfo::wait_for(&dir.join("never"), Duration::from_millis(30)).unwrap_err();
         assert!(late.to_string().contains("did not publish"), "{late}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn fresh_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("symheap-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// The published file is the owner's alone (0600, whatever the umask), and a symbolic
+    /// link planted where the temporary file used to be written is not followed.
+    #[test]
+    fn the_root_info_is_private_and_written_through_no_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = fresh_dir("root-info-private");
+        let path = dir.join("root-info");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let planted = format!("{}.{}.tmp", path.display(), std::process::id());
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let root = RootInfo::from_bytes(&[7u8; HCCL_ROOT_INFO_BYTES]).unwrap();
+        root.publish(&path).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        let read = RootInfo::wait_for(&path, Duration::from_secs(1)).unwrap();
+        assert_eq!(read.as_bytes(), root.as_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A reader refuses what is not a private regular file of this user: a FIFO (without
+    /// blocking on it), a symbolic link, a file others may read.
+    #[test]
+    fn a_reader_refuses_fifos_links_and_files_others_can_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = fresh_dir("root-info-reader");
+        let fifo = dir.join("fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let started = Instant::now();
+        let err = RootInfo::wait_for(&fifo, Duration::from_secs(5)).unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "blocked on the FIFO"
+        );
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        let file = dir.join("file");
+        std::fs::write(&file, [7u8; HCCL_ROOT_INFO_BYTES]).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = RootInfo::wait_for(&file, Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("other users"), "{err}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let err = RootInfo::wait_for(&link, Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        RootInfo::wait_for(&file, Duration::from_secs(1)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A root info another user planted is refused (it would send this rank to their hub).
+    /// Needs root, to make a file another user owns.
+    #[test]
+    fn a_reader_refuses_a_root_info_another_user_owns() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root (to make a file another user owns)");
+            return;
+        }
+        let dir = fresh_dir("root-info-foreign");
+        let file = dir.join("file");
+        std::fs::write(&file, [7u8; HCCL_ROOT_INFO_BYTES]).unwrap();
+        std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+        let err = RootInfo::wait_for(&file, Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("owned by uid 65534"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,12 +7,19 @@
 //! `[rank R] `. When a rank fails (a non-zero exit or a signal), the others get a grace period
 //! to notice and exit on their own, then are killed. Only the rank processes themselves are
 //! killed: a rank that starts processes of its own must stop them.
+//!
+//! The root info carries the key that lets a process join the job, so it lives in a directory
+//! made for the run that only this user can enter (mode 0700), removed when the run ends. The
+//! ranks die with the launcher (`PR_SET_PDEATHSIG`: with the thread that called
+//! [`Job::run`]), and [`stop_on_termination_signals`] makes a killed launcher stop its ranks
+//! and remove the directory first; only `SIGKILL` leaves the (by then empty) directory behind.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -35,6 +42,44 @@ fn io_error(what: impl Into<String>, source: std::io::Error) -> Error {
         what: what.into(),
         source: std::sync::Arc::new(source),
     }
+}
+
+/// The termination signal this process received, once [`stop_on_termination_signals`] set
+/// the handlers; 0 before.
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// How often a waiting launcher looks at [`STOPPED_BY`].
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+extern "C" fn on_termination_signal(signal: libc::c_int) {
+    // Only an atomic store: all a signal handler may safely do here.
+    STOPPED_BY.store(signal, Ordering::Relaxed);
+}
+
+/// Makes `SIGINT`, `SIGTERM` and `SIGHUP` stop a running [`Job::run`] instead of this
+/// process: the signal is passed on to every rank, the ranks get the grace period, and `run`
+/// returns (removing the run's directory). [`stopped_by`] then says which signal came. For a
+/// launcher binary (`symheap-run`), not for a library: it replaces the process's handlers.
+///
+/// # Errors
+/// [`Error::Io`] if a handler cannot be set.
+pub fn stop_on_termination_signals() -> Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let handler = on_termination_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        if unsafe { libc::signal(signal, handler) } == libc::SIG_ERR {
+            return Err(io_error(
+                format!("cannot handle signal {signal}"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The termination signal that stopped a job, after [`stop_on_termination_signals`].
+pub fn stopped_by() -> Option<i32> {
+    Some(STOPPED_BY.load(Ordering::Relaxed)).filter(|&s| s != 0)
 }
 
 /// A job to start: a program run as `ranks` processes.
@@ -194,6 +239,22 @@ impl Job {
 
     fn spawn(&self, rank: u32, dir: &RunDir, sinks: &[Sink; 2]) -> Result<Rank> {
         let mut command = Command::new(&self.program);
+        // SAFETY: getpid has no preconditions.
+        let launcher = unsafe { libc::getpid() };
+        // SAFETY: the closure runs in the child between fork and exec and calls only prctl,
+        // getppid and errno-free returns, which are async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                // The rank dies with the launcher's thread; if the launcher is already gone
+                // (the child was adopted before prctl), it must not start at all.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                    || libc::getppid() != launcher
+                {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
         for key in &self.env_removed {
             command.env_remove(key);
         }
@@ -246,11 +307,29 @@ impl Job {
         drop(exited);
         let mut first_failure = None;
         let mut kill_at: Option<Instant> = None;
+        let mut passed_on = false;
         let mut running = ranks.len();
         while running > 0 {
-            let next = match kill_at {
-                Some(at) => exits.recv_timeout(at.saturating_duration_since(Instant::now())),
-                None => exits.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            if let (Some(signal), false) = (stopped_by(), passed_on) {
+                passed_on = true;
+                for r in ranks.iter().filter(|r| r.status.is_none()) {
+                    // SAFETY: kill has no memory preconditions; the child is not reaped yet,
+                    // so its pid is still its own.
+                    unsafe { libc::kill(r.child.id() as libc::pid_t, signal) };
+                }
+                kill_at = kill_at.or(Some(Instant::now() + self.grace));
+            }
+            let poll = match kill_at {
+                Some(at) => at
+                    .saturating_duration_since(Instant::now())
+                    .min(SIGNAL_POLL),
+                None => SIGNAL_POLL,
+            };
+            let next = match exits.recv_timeout(poll) {
+                Err(RecvTimeoutError::Timeout) if kill_at.is_none_or(|at| Instant::now() < at) => {
+                    continue;
+                }
+                next => next,
             };
             match next {
                 Ok(rank) => {
@@ -461,20 +540,41 @@ fn relay(rank: u32, from: impl Read + Send + 'static, to: Sink) -> JoinHandle<()
     })
 }
 
-/// A fresh directory for one run's root-info file, removed when the run ends.
+/// A fresh private directory for one run's root-info and blame files, removed when the run
+/// ends.
 struct RunDir(PathBuf);
 
 impl RunDir {
+    /// A new directory in the temp directory that only this user can enter, with an empty
+    /// private blame file.
     fn create() -> Result<RunDir> {
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir =
-            std::env::temp_dir().join(format!("symheap-run-{}-{nanos:x}", std::process::id()));
-        std::fs::create_dir(&dir)
-            .map_err(|e| io_error(format!("cannot create {}", dir.display()), e))?;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let mut tries = 0;
+        let dir = loop {
+            let nanos = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let dir =
+                std::env::temp_dir().join(format!("symheap-run-{}-{nanos:x}", std::process::id()));
+            // `create`, not `create_all`: a directory someone made there first is not ours.
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 16 => {
+                    tries += 1;
+                }
+                Err(e) => return Err(io_error(format!("cannot create {}", dir.display()), e)),
+            }
+        };
         let run = RunDir(dir);
-        std::fs::File::create(run.blame())
+        // The mode asked for passes through the umask, which may only take bits away: set
+        // it exactly.
+        std::fs::set_permissions(&run.0, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_error(format!("cannot restrict {}", run.0.display()), e))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(run.blame())
             .map_err(|e| io_error(format!("cannot create {}", run.blame().display()), e))?;
         Ok(run)
     }
@@ -513,7 +613,9 @@ mod tests {
             3,
             r#"test "$SYMHEAP_WORLD_SIZE" = 3 && test "$SYMHEAP_DEVICE" = "$SYMHEAP_RANK" \
                && test -n "$SYMHEAP_ROOT_INFO" && test ! -e "$SYMHEAP_ROOT_INFO" \
-               && test -d "$(dirname "$SYMHEAP_ROOT_INFO")""#,
+               && test -d "$(dirname "$SYMHEAP_ROOT_INFO")" \
+               && test "$(stat -c %a "$(dirname "$SYMHEAP_ROOT_INFO")")" = 700 \
+               && test "$(stat -c %a "$SYMHEAP_RUN_BLAME")" = 600"#,
         );
         assert!(outcome.success(), "{}", outcome.summary());
         assert_eq!(outcome.first_failure, None);

@@ -6,14 +6,15 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use symheap_tools::launcher::Job;
+use symheap_tools::launcher::{self, Job};
 
 const USAGE: &str = "usage: symheap-run -n N [--grace SECS] [--] PROGRAM [ARGS...]
 
 Runs PROGRAM as N ranks, one process each, with SYMHEAP_RANK, SYMHEAP_WORLD_SIZE,
 SYMHEAP_DEVICE and SYMHEAP_ROOT_INFO set (what symheap's Comm::from_env reads). Output lines
 are prefixed with [rank R]. When a rank fails, the others are killed after the grace period
-(default 5 s) and symheap-run exits with status 1.";
+(default 5 s) and symheap-run exits with status 1. SIGINT, SIGTERM or SIGHUP is passed on
+to every rank; the ranks die with symheap-run in any case.";
 
 fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Job, String> {
     let mut ranks = None;
@@ -61,7 +62,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match job.run() {
+    if let Err(e) = launcher::stop_on_termination_signals() {
+        eprintln!("symheap-run: {e}");
+        return ExitCode::FAILURE;
+    }
+    let outcome = job.run();
+    if let Some(signal) = launcher::stopped_by() {
+        eprintln!("symheap-run: stopped by signal {signal}; the ranks were stopped too");
+        return ExitCode::from(128u8.saturating_add(signal as u8));
+    }
+    match outcome {
         Ok(outcome) if outcome.success() => ExitCode::SUCCESS,
         Ok(outcome) => {
             eprintln!("symheap-run: {}", outcome.summary());
