@@ -6,6 +6,7 @@ mod cpp_program;
 mod dlopen;
 mod fail_fast;
 mod faults;
+mod hardening;
 mod harness;
 mod heap;
 mod heap_map;

@@ -22,8 +22,13 @@ fn as_processes(ranks: u32, rank_test: &str) -> Outcome {
 
 /// The job that runs the test `rank_test` of this binary as `ranks` processes.
 fn rank_job(ranks: u32, rank_test: &str) -> Job {
+    rank_job_in("processes", ranks, rank_test)
+}
+
+/// The job that runs the test `module::rank_test` of this binary as `ranks` processes.
+pub(crate) fn rank_job_in(module: &str, ranks: u32, rank_test: &str) -> Job {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let name = format!("processes::{rank_test}");
+    let name = format!("{module}::{rank_test}");
     Job::new(ranks, exe)
         .args([name.as_str(), "--exact", "--ignored", "--nocapture"])
         .arg("--test-threads=1")
@@ -47,7 +52,7 @@ pub(crate) fn failed(outcome: &Outcome) -> String {
 }
 
 /// This process's rank: only a parent above starts these tests.
-fn placement() -> u32 {
+pub(crate) fn placement() -> u32 {
     let rank = std::env::var("SYMHEAP_RANK")
         .expect("a rank test runs as one rank of its parent test, which sets SYMHEAP_RANK");
     rank.parse().expect("SYMHEAP_RANK is a number")

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, ACL_SUCCESS, HcclResult, aclError};
 
-use crate::abi::inject;
+use crate::abi::{fork, inject};
 use crate::base::errors::{Fail, HcclRes, panic_message, set_recent};
 use crate::hccl::comm::Comm;
 
@@ -55,6 +55,9 @@ pub(crate) trait Body: Sized {
 impl<C: Code> Body for Result<(), Fail<C>> {
     type Ret = C;
     fn enter(name: &'static str, make: impl FnOnce() -> Self) -> C {
+        if let Some(why) = fork::refusal() {
+            return refused(name, why);
+        }
         if let Some(raw) = inject::take(name) {
             return injected(name, raw);
         }
@@ -108,6 +111,9 @@ pub(crate) fn collective(
 impl Body for CollectiveCall {
     type Ret = HcclResult;
     fn enter(name: &'static str, make: impl FnOnce() -> Self) -> HcclResult {
+        if let Some(why) = fork::refusal() {
+            return refused(name, why);
+        }
         let injection = inject::take(name);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let call = make();
@@ -133,6 +139,12 @@ impl Body for CollectiveCall {
             (_, outcome) => finish(name, outcome.map(|r| r.map(drop))),
         }
     }
+}
+
+/// The code of a call refused before it ran (in a `fork`ed child), with `why` recorded.
+fn refused<C: Code>(name: &str, why: &str) -> C {
+    set_recent(format!("{name}: {why}"));
+    C::PANIC
 }
 
 /// The code of an injected failure of `name`, recorded as the thread's recent error.

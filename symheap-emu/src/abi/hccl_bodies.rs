@@ -17,7 +17,7 @@ use crate::sys::{
 
 use crate::abi::args;
 use crate::abi::entry::{CollectiveCall, Sequence, collective};
-use crate::base::errors::{HcclRes, hccl_error_string};
+use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
 use crate::base::registry::lock;
 use crate::hccl::collective;
 use crate::hccl::comm;
@@ -393,10 +393,24 @@ pub(super) unsafe fn HcclRecv(a: args::HcclRecv) -> HcclRes {
     p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclRecv")
 }
 
+/// The most items one `HcclBatchSendRecv` takes: far more than any batch needs (a few per
+/// peer), and few enough that copying them costs little. A larger count is a caller's
+/// mistake (such as `UINT32_MAX` for "all"), refused before anything is read or allocated.
+const MAX_BATCH_ITEMS: u32 = 1 << 20;
+
 /// `HcclBatchSendRecv`: every item progresses at once on the stream; items of one pair run
 /// in order. `itemNum` 0 does nothing.
 pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
     non_null(a.sendRecvInfo, "sendRecvInfo")?;
+    if a.itemNum > MAX_BATCH_ITEMS {
+        return hccl_fail(
+            crate::sys::HcclResult::HCCL_E_PARA,
+            format!(
+                "itemNum {} is above the {MAX_BATCH_ITEMS} items a batch may hold",
+                a.itemNum
+            ),
+        );
+    }
     // SAFETY: non-null; the caller promises `itemNum` items.
     let raw = unsafe { std::slice::from_raw_parts(a.sendRecvInfo, a.itemNum as usize) };
     let items: Vec<p2p::Item> = raw

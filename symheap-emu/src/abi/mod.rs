@@ -6,5 +6,6 @@ pub(crate) mod acl_bodies;
 pub(crate) mod args;
 pub(crate) mod entry;
 pub(crate) mod exports;
+pub(crate) mod fork;
 pub(crate) mod hccl_bodies;
 pub(crate) mod inject;

@@ -69,6 +69,14 @@ fn exchange<T: Wire>(comm: &Comm, seq: u64, step: u32, value: T, call: &str) -> 
                 code: HcclResult::HCCL_E_TCP_TRANSFER,
                 msg: format!("rank {} in {call}: {who}", comm.rank),
             },
+            // What a call naming a destroyed communicator gets.
+            RvError::Closed => Fail {
+                code: HcclResult::HCCL_E_PARA,
+                msg: format!(
+                    "rank {}: HcclCommDestroy destroyed the communicator while {call} waited",
+                    comm.rank
+                ),
+            },
         })
 }
 
@@ -410,5 +418,87 @@ pub(crate) fn get(comm: usize, ptr: usize, size: usize) -> HcclRes<(usize, usize
             HcclResult::HCCL_E_NOT_FOUND,
             format!("[{ptr:#x}, +{size}) is not wholly inside one registered window"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::null_mut;
+    use std::time::{Duration, Instant};
+
+    use crate::sys::{HcclComm, HcclResult, HcclRootInfo};
+    use crate::testutil::{DevBuf, acl, hccl, hok, ok, recent, test_config};
+
+    /// A thread blocked registering a window (its peer never registers) is woken by another
+    /// thread's `HcclCommDestroy` of the same communicator, and fails saying so.
+    #[test]
+    fn destroying_the_communicator_wakes_a_registration_waiting_in_it() {
+        let _guard = crate::test_lock();
+        let (a, h) = (acl(), hccl());
+        let mut root = HcclRootInfo::default();
+        // SAFETY: valid out-pointer.
+        hok(unsafe { (h.HcclGetRootInfo)(&mut root) });
+        let config = test_config();
+        let comms: Vec<usize> = std::thread::scope(|s| {
+            let joins: Vec<_> = (0..2u32)
+                .map(|rank| {
+                    let (root, config) = (&root, &config);
+                    s.spawn(move || {
+                        let mut comm: HcclComm = null_mut();
+                        // SAFETY: valid pointers.
+                        unsafe {
+                            ok((a.aclrtSetDevice)(rank as i32));
+                            hok((h.HcclCommInitRootInfoConfig)(
+                                2, root, rank, config, &mut comm,
+                            ));
+                        }
+                        comm as usize
+                    })
+                })
+                .collect();
+            joins.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        // SAFETY: on this thread, for the buffer below.
+        ok(unsafe { (a.aclrtSetDevice)(0) });
+        let buf = DevBuf::new(0, crate::GRANULARITY);
+        let ptr = buf.ptr as usize;
+        let started = Instant::now();
+        let (code, said) = std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let reg = hccl().HcclCommSymWinRegister.expect("filled");
+                let mut win = null_mut();
+                // SAFETY: a live communicator (until destroyed), mapped memory, valid out-pointer.
+                let code = unsafe {
+                    reg(
+                        comms[0] as HcclComm,
+                        ptr as *mut _,
+                        buf.size as u64,
+                        &mut win,
+                        1,
+                    )
+                };
+                (code, recent())
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            // SAFETY: rank 0's live communicator.
+            hok(unsafe { (h.HcclCommDestroy)(comms[0] as HcclComm) });
+            waiter.join().unwrap()
+        });
+        assert_eq!(code, HcclResult::HCCL_E_PARA, "{said}");
+        assert!(said.contains("destroyed the communicator"), "{said}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // SAFETY: rank 1's live communicator; the device set above.
+        unsafe {
+            hok((h.HcclCommDestroy)(comms[1] as HcclComm));
+        }
+        buf.free();
+        // SAFETY: devices set above (on other threads: resetting from here is allowed).
+        unsafe {
+            ok((a.aclrtResetDevice)(0));
+        }
     }
 }

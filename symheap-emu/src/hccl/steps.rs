@@ -106,6 +106,14 @@ impl<'a> Steps<'a> {
                     code: HcclResult::HCCL_E_TIMEOUT,
                     msg: format!("rank {}: {HOST_LOST}", self.rank),
                 },
+                RvError::Closed => Fail {
+                    code: HcclResult::HCCL_E_PARA,
+                    msg: format!(
+                        "rank {}: the communicator was destroyed while step {} waited",
+                        self.rank,
+                        self.step - 1
+                    ),
+                },
                 RvError::Mismatch | RvError::Duplicate => Fail {
                     code: HcclResult::HCCL_E_PARA,
                     msg: "ranks ran different operations under one sequence number".into(),

@@ -6,15 +6,24 @@
 //! was killed) and tells the others at once.
 //!
 //! The creator need not stay inside any call, but its process must outlive the communicator:
-//! when it goes, every rank's connection closes and every later exchange fails. The hub stops
-//! listening once all ranks joined (a root info is used once) and ends when the last rank
-//! has disconnected.
+//! when it goes, every rank's connection closes and every later exchange fails. Once all
+//! ranks joined it refuses every new connection (a root info is used once), but keeps its
+//! name bound so that no other process can take it, and it ends when the last rank has
+//! disconnected.
+//!
+//! Who may join (the threat model is in the crate's docs, *Who can join a job*): only
+//! processes of this user, by the kernel's word (`SO_PEERCRED`), or of the users named in
+//! `SYMHEAP_EMU_PEER_UIDS`; only with the root info's key, compared in constant time; only as
+//! a rank below the group's size that nobody holds. Connections that have not joined are
+//! bounded in number and in time, and running out of descriptors drops them instead of
+//! spinning. A rank of another process is watched through a pidfd too, so that a `fork()`ed
+//! child holding its socket open does not keep a dead rank alive.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
 use crate::ipc::board::Board;
@@ -23,7 +32,7 @@ use crate::ipc::wire::{Conn, Listener, Reader, Writer, poll_readable};
 
 /// Client-to-hub message tags.
 pub(crate) mod to_hub {
-    /// `key, n, rank, pid` and the rank's staging memfd: join.
+    /// `key, n, rank` and the rank's staging memfd: join.
     pub(crate) const HELLO: u8 = 1;
     /// `step key, payload` and any memfds: this rank's value for a step.
     pub(crate) const DEPOSIT: u8 = 2;
@@ -60,18 +69,43 @@ pub(crate) type StepKey = Vec<u8>;
 
 struct Member {
     conn: Conn,
-    /// Set by the rank's HELLO, with its process id.
+    /// Set by the rank's HELLO.
     rank: Option<u32>,
+    /// The process at the other end, by `SO_PEERCRED`.
     pid: u32,
+    /// Readable once that process ends, for a rank of another process.
+    pidfd: Option<OwnedFd>,
+    /// When the connection was accepted: one that has not joined within [`JOIN_WITHIN`] is
+    /// dropped.
+    accepted: Instant,
     staging: Option<OwnedFd>,
     left: bool,
+    /// Why this connection may not join, told in answer to its first message: answered
+    /// then, not at once, since closing a socket with its join unread would reset the
+    /// connection and lose the answer.
+    refused: Option<String>,
 }
+
+/// The most connections that have not joined yet; the oldest goes to make room.
+const MAX_UNJOINED: usize = 64;
+/// How long a connection may stay without joining: an honest rank sends its join right after
+/// connecting.
+const JOIN_WITHIN: Duration = Duration::from_secs(5);
+/// The most ranks a group may claim (the board's size grows with it).
+const MAX_RANKS: u32 = 4096;
+/// The variable naming other users (comma-separated uids) whose processes may join.
+const PEER_UIDS_ENV: &str = "SYMHEAP_EMU_PEER_UIDS";
 
 type Deposit = (Vec<u8>, Vec<OwnedFd>);
 
 struct Hub {
     session: [u8; 16],
-    listener: Option<Listener>,
+    listener: Listener,
+    /// The users whose processes may connect: this one and [`PEER_UIDS_ENV`]'s.
+    users: Vec<u32>,
+    /// A descriptor held in reserve: given up to accept (and drop) a connection when the
+    /// process has run out of them.
+    spare: Option<OwnedFd>,
     members: Vec<Member>,
     /// The rank count, fixed by the first HELLO.
     n: Option<u32>,
@@ -91,9 +125,27 @@ struct Hub {
 /// The socket or thread could not be made.
 pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
     let listener = Listener::bind(name)?;
+    // SAFETY: geteuid has no preconditions.
+    let mut users = vec![unsafe { libc::geteuid() }];
+    if let Some(more) = std::env::var_os(PEER_UIDS_ENV) {
+        for uid in more
+            .to_string_lossy()
+            .split(',')
+            .filter(|u| !u.trim().is_empty())
+        {
+            users.push(uid.trim().parse().map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{PEER_UIDS_ENV}: {uid:?} is not a uid"),
+                )
+            })?);
+        }
+    }
     let hub = Hub {
         session,
-        listener: Some(listener),
+        listener,
+        users,
+        spare: std::fs::File::open("/dev/null").ok().map(OwnedFd::from),
         members: Vec::new(),
         n: None,
         formed: false,
@@ -107,40 +159,152 @@ pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
         .map(drop)
 }
 
+/// Where a descriptor the hub polls comes from.
+#[derive(Clone, Copy)]
+enum Source {
+    Conn(usize),
+    Pidfd(usize),
+    Listener,
+}
+
 impl Hub {
     fn run(mut self) {
-        while self.listener.is_some() || !self.members.is_empty() {
-            let mut fds: Vec<BorrowedFd<'_>> = self.members.iter().map(|m| m.conn.fd()).collect();
-            if let Some(l) = &self.listener {
-                fds.push(l.fd());
+        while !self.formed || !self.members.is_empty() {
+            self.drop_stale_unjoined();
+            let mut sources = Vec::new();
+            let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
+            for (i, m) in self.members.iter().enumerate() {
+                sources.push(Source::Conn(i));
+                fds.push(m.conn.fd());
+                if let Some(pidfd) = &m.pidfd {
+                    sources.push(Source::Pidfd(i));
+                    fds.push(pidfd.as_fd());
+                }
             }
-            let ready = match poll_readable(&fds, Duration::from_secs(1)) {
+            sources.push(Source::Listener);
+            fds.push(self.listener.fd());
+            let ready = match poll_readable(&fds, self.poll_for()) {
                 Ok(ready) => ready,
                 Err(_) => return,
             };
-            let members = self.members.len();
             drop(fds);
-            // From the last index down: removing a member keeps the lower indices valid, and
-            // an accepted one goes last. Forming the group reorders everything: poll again.
-            for &i in ready.iter().rev() {
-                if i == members {
-                    if let Some(Ok(conn)) = self.listener.as_ref().map(Listener::accept) {
-                        self.members.push(Member {
-                            conn,
-                            rank: None,
-                            pid: 0,
-                            staging: None,
-                            left: false,
-                        });
-                    }
-                    continue;
-                }
+            // From the last member down: removing one keeps the lower indices valid. Forming
+            // the group reorders everything: poll again. A new connection is accepted last,
+            // since making room for it may remove any member that has not joined.
+            let conn_ready: Vec<usize> = ready
+                .iter()
+                .filter_map(|&k| match sources[k] {
+                    Source::Conn(i) => Some(i),
+                    _ => None,
+                })
+                .collect();
+            let mut served = Vec::new();
+            let mut accept = false;
+            for &k in ready.iter().rev() {
                 let was_formed = self.formed;
-                self.serve(i);
+                match sources[k] {
+                    Source::Listener => accept = true,
+                    // A member whose process ended is lost once its connection holds
+                    // nothing more to read (a last LEAVE, say).
+                    Source::Pidfd(i) if !conn_ready.contains(&i) => {
+                        served.push(i);
+                        self.disconnect(i);
+                    }
+                    Source::Pidfd(_) => {}
+                    Source::Conn(i) if !served.contains(&i) => {
+                        served.push(i);
+                        self.serve(i);
+                    }
+                    Source::Conn(_) => {}
+                }
                 if self.formed != was_formed {
+                    accept = false;
                     break;
                 }
             }
+            if accept {
+                self.accept();
+            }
+        }
+    }
+
+    /// How long to poll: until the oldest connection that has not joined is due, at most a
+    /// second.
+    fn poll_for(&self) -> Duration {
+        let now = Instant::now();
+        self.members
+            .iter()
+            .filter(|m| m.rank.is_none())
+            .map(|m| (m.accepted + JOIN_WITHIN).saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Drops connections that have not joined within [`JOIN_WITHIN`].
+    fn drop_stale_unjoined(&mut self) {
+        let now = Instant::now();
+        self.members
+            .retain(|m| m.rank.is_some() || now.duration_since(m.accepted) < JOIN_WITHIN);
+    }
+
+    /// Accepts one connection, as a member that has yet to join (the oldest such making room
+    /// when there are [`MAX_UNJOINED`]); one from a process of a user not admitted is
+    /// refused at its first message.
+    fn accept(&mut self) {
+        let conn = match self.listener.accept() {
+            Ok(conn) => conn,
+            Err(e) => return self.out_of_descriptors(&e),
+        };
+        let (pid, refused) = match conn.peer() {
+            Ok((pid, uid)) if self.users.contains(&uid) => (pid, None),
+            Ok((pid, uid)) => (
+                pid,
+                Some(format!(
+                    "uid {uid} may not join a job of uid {} (the host may admit it with \
+                     {PEER_UIDS_ENV})",
+                    self.users[0]
+                )),
+            ),
+            Err(e) => (0, Some(format!("cannot tell who connected: {e}"))),
+        };
+        // (Once the group has formed, a join is refused when it comes, in `hello`.)
+        let unjoined: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].rank.is_none())
+            .collect();
+        if unjoined.len() >= MAX_UNJOINED {
+            self.members.remove(unjoined[0]);
+        }
+        self.members.push(Member {
+            conn,
+            rank: None,
+            pid,
+            pidfd: None,
+            accepted: Instant::now(),
+            staging: None,
+            left: false,
+            refused,
+        });
+    }
+
+    /// `accept` failed. Out of descriptors (the listener stays readable, and polling it again
+    /// would spin): drop the oldest connection that has not joined, making room for the
+    /// next accept; with none to drop, accept the pending connection on the spare descriptor
+    /// and drop it. Anything else: a short pause.
+    fn out_of_descriptors(&mut self, e: &io::Error) {
+        if !matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+            std::thread::sleep(Duration::from_millis(10));
+            return;
+        }
+        if let Some(i) = self.members.iter().position(|m| m.rank.is_none()) {
+            self.members.remove(i);
+            return;
+        }
+        self.spare = None;
+        drop(self.listener.accept());
+        self.spare = std::fs::File::open("/dev/null").ok().map(OwnedFd::from);
+        if self.spare.is_none() {
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -150,6 +314,9 @@ impl Hub {
             Ok(Some(m)) => m,
             _ => return self.disconnect(i),
         };
+        if let Some(why) = self.members[i].refused.take() {
+            return self.reject(i, &why);
+        }
         let mut r = Reader::new(&message.bytes);
         let fds = message.fds;
         match r.u8() {
@@ -177,12 +344,17 @@ impl Hub {
     fn hello(&mut self, i: usize, r: &mut Reader<'_>, mut fds: Vec<OwnedFd>) {
         #[cfg(test)]
         tests_hook::hello(&self.session);
-        let (Some(session), Some(n), Some(rank), Some(pid)) = (r.blob(), r.u32(), r.u32(), r.u32())
-        else {
+        let (Some(session), Some(n), Some(rank)) = (r.blob(), r.u32(), r.u32()) else {
             return self.reject(i, "malformed join");
         };
-        if session != self.session {
+        if !same_secret(session, &self.session) {
             return self.reject(i, "rootInfo does not match this rendezvous");
+        }
+        if !(1..=MAX_RANKS).contains(&n) {
+            return self.reject(i, &format!("nRanks {n} is not in 1..={MAX_RANKS}"));
+        }
+        if rank >= n {
+            return self.reject(i, &format!("rank {rank} is not below nRanks {n}"));
         }
         if self.formed {
             return self.reject(
@@ -202,9 +374,18 @@ impl Hub {
         let (Some(staging), true) = (fds.pop(), fds.is_empty()) else {
             return self.reject(i, "a join carries exactly one staging buffer");
         };
+        let pid = self.members[i].pid;
+        let pidfd = match pid == std::process::id() {
+            true => None,
+            false => match os::pidfd(pid) {
+                Ok(fd) => Some(fd),
+                // Already gone.
+                Err(_) => return self.reject(i, "the joining process has ended"),
+            },
+        };
         self.n = Some(n);
         self.members[i].rank = Some(rank);
-        self.members[i].pid = pid;
+        self.members[i].pidfd = pidfd;
         self.members[i].staging = Some(staging);
         if self.members.iter().filter(|m| m.rank.is_some()).count() == n as usize {
             self.form(n);
@@ -215,7 +396,6 @@ impl Hub {
     /// everyone with every rank's staging memfd and the board's.
     fn form(&mut self, n: u32) {
         self.formed = true;
-        self.listener = None;
         // Connections that never said HELLO have no place in the group.
         self.members.retain(|m| m.rank.is_some());
         self.members.sort_by_key(|m| m.rank);
@@ -340,8 +520,11 @@ impl Hub {
     /// answer it may end the process, and the hub with it, so it gets its answer last.
     fn remote_first(&self) -> impl Iterator<Item = &Member> {
         let here = std::process::id();
-        let (local, remote): (Vec<&Member>, Vec<&Member>) =
-            self.members.iter().partition(|m| m.pid == here);
+        let (local, remote): (Vec<&Member>, Vec<&Member>) = self
+            .members
+            .iter()
+            .filter(|m| m.rank.is_some())
+            .partition(|m| m.pid == here);
         remote.into_iter().chain(local)
     }
 
@@ -418,6 +601,12 @@ impl Hub {
             self.fail_if_hopeless(&key);
         }
     }
+}
+
+/// Whether `a` and `b` are equal, in a time that depends on their lengths only.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let differ = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    a.len() == b.len() && std::hint::black_box(differ) == 0
 }
 
 /// What unit tests can see of a hub: how many joins it has received.

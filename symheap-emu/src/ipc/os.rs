@@ -7,7 +7,7 @@
 use std::io;
 
 use crate::base::counters::MEMFD_NAME;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// An owned range of address space, unmapped on drop.
 ///
@@ -81,10 +81,17 @@ fn map_anonymous(len: usize, prot: libc::c_int) -> io::Result<usize> {
     Ok(ptr as usize)
 }
 
-/// Creates `len` bytes of shareable physical memory: a memfd whose pages are allocated lazily.
+/// Creates `len` bytes of shareable physical memory: a memfd whose pages are allocated lazily,
+/// sealed against shrinking, so that no process it is shared with can pull pages from under
+/// another's mapping (a SIGBUS there).
 pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
     // SAFETY: the name is a NUL-terminated static string; flags are valid.
-    let fd = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::memfd_create(
+            MEMFD_NAME.as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -96,7 +103,47 @@ pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
     if unsafe { libc::ftruncate(owned.as_raw_fd(), len) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a valid, owned descriptor.
+    if unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(owned)
+}
+
+/// Checks, before mapping `[0, end)` of `fd` shared, that nobody can make that range go away:
+/// `fd` is a memfd sealed against shrinking (as [`memfd`] makes them) at least `end` bytes
+/// long. A peer's descriptor that is not (a plain file, a pipe, a memfd it may truncate, one
+/// too small) is refused with `InvalidData`, where mapping it would risk a SIGBUS.
+fn check_shared(fd: BorrowedFd<'_>, end: usize) -> io::Result<()> {
+    // SAFETY: F_GET_SEALS reads a property of a valid descriptor.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "shared memory that is not a memfd sealed against shrinking",
+        ));
+    }
+    let size = file_size(fd)?;
+    if size < end as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("shared memory of {size} bytes where {end} are needed"),
+        ));
+    }
+    Ok(())
+}
+
+/// A descriptor that becomes readable when process `pid` ends (`pidfd_open`): unlike a
+/// socket, which a `fork()`ed child may hold open after its parent is gone.
+pub(crate) fn pidfd(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a fresh descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// The size in bytes of the file (a memfd) `fd` names.
@@ -114,6 +161,7 @@ pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Space> {
 /// Maps bytes `[offset, offset + len)` of `fd` (`offset` a page multiple) read/write and
 /// shared, where the kernel chooses.
 pub(crate) fn map_shared_at(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<Space> {
+    check_shared(fd, offset.saturating_add(len))?;
     let offset =
         libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: a fresh shared mapping at an address of the kernel's choosing touches no
@@ -170,6 +218,7 @@ pub(crate) unsafe fn map_fixed(
     fd: BorrowedFd<'_>,
     offset: usize,
 ) -> io::Result<()> {
+    check_shared(fd, offset.saturating_add(len))?;
     let offset =
         libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: the caller promises the range is ours to replace; MAP_FIXED places the shared

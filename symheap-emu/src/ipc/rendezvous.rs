@@ -21,6 +21,7 @@ use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
 use crate::ipc::blame;
 use crate::ipc::board::{self, Board};
 use crate::ipc::hub::{to_hub, to_rank};
+use crate::ipc::os;
 use crate::ipc::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
 
 /// Why a rendezvous failed.
@@ -41,6 +42,9 @@ pub(crate) enum RvError {
     Deadlock(String),
     /// This rank already has a value under the key.
     Duplicate,
+    /// This rank destroyed its communicator while the host thread waited (from another
+    /// thread).
+    Closed,
 }
 
 /// How long a step waits before it first checks for a deadlock, and then between checks.
@@ -82,8 +86,13 @@ pub(crate) struct Rendezvous {
     /// ([`crate::ipc::blame`]).
     pids: Vec<u32>,
     host_pid: u32,
+    /// Readable once the host's process ends, when it is another process: its sockets may
+    /// outlive it in a `fork()`ed child.
+    host_pidfd: Option<OwnedFd>,
     /// Collective steps posted so far: picks the board buffer of the next one.
     posts: AtomicU64,
+    /// Set by [`Rendezvous::leave`]: a host thread still waiting in an exchange gives up.
+    closed: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -131,7 +140,6 @@ impl Rendezvous {
         })?;
         let mut hello = Writer::default();
         hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
-        hello.u32(std::process::id());
         conn.send(&hello.bytes, &[staging])
             .map_err(|e| JoinError::Refused(format!("cannot reach the rendezvous: {e}")))?;
         let until = deadline(timeout);
@@ -182,6 +190,12 @@ impl Rendezvous {
         let Some(Ok(board)) = board else {
             return Err(JoinError::Refused("cannot map the rendezvous board".into()));
         };
+        let host_pidfd = match host_pid == std::process::id() {
+            true => None,
+            false => Some(os::pidfd(host_pid).map_err(|e| {
+                JoinError::Refused(format!("cannot watch the rendezvous host's process: {e}"))
+            })?),
+        };
         let rv = Rendezvous {
             n: n as usize,
             rank: rank as usize,
@@ -190,7 +204,9 @@ impl Rendezvous {
             host_ranks,
             pids,
             host_pid,
+            host_pidfd,
             posts: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
         };
@@ -200,6 +216,7 @@ impl Rendezvous {
     /// Records that this rank destroyed its communicator after taking collective sequence
     /// numbers below `next_collective`: peers waiting for it on any later key fail at once.
     pub(crate) fn leave(&self, next_collective: u64) {
+        self.closed.store(true, Ordering::Release);
         let mut w = Writer::default();
         w.u8(to_hub::LEAVE).u64(next_collective);
         let _ = self.conn.send(&w.bytes, &[]);
@@ -276,6 +293,9 @@ impl Rendezvous {
                     self.rank
                 )
             });
+            if host_key && self.closed.load(Ordering::Acquire) {
+                return true;
+            }
             if host_key {
                 deadlock = self.board.deadlock();
             }
@@ -285,8 +305,10 @@ impl Rendezvous {
             Some(answer) => answer,
             None => self.withdraw(&key),
         };
+        let closed = host_key && self.closed.load(Ordering::Acquire);
         let result = match (answer, deadlock) {
             (Answer::Complete(m), _) => self.values(m),
+            (_, None) if closed => Err(RvError::Closed),
             // The cause, not what came of it: a peer that failed on the deadlock this rank
             // found may have left before the hub answered the withdrawal.
             (_, Some(who)) => Err(RvError::Deadlock(who)),
@@ -310,7 +332,7 @@ impl Rendezvous {
             | RvError::Lost { ranks } => ranks.clone(),
             RvError::Deadlock(_) => self.board.deadlock_odd_ones_out(),
             RvError::HostLost => return blame::blame(&[self.host_pid], "host lost"),
-            RvError::Mismatch | RvError::Duplicate => return,
+            RvError::Mismatch | RvError::Duplicate | RvError::Closed => return,
         };
         let mut pids: Vec<u32> = ranks
             .iter()
@@ -342,7 +364,15 @@ impl Rendezvous {
             });
         }
         let in_host = self.host_ranks.contains(&(peer as u32));
-        (in_host && self.conn.is_closed()).then(|| self.host_lost())
+        (in_host && self.host_gone()).then(|| self.host_lost())
+    }
+
+    /// Whether the rendezvous host is gone: its connection closed, or its process ended.
+    fn host_gone(&self) -> bool {
+        let ended = self.host_pidfd.as_ref().is_some_and(|fd| {
+            poll_readable(&[fd.as_fd()], Duration::ZERO).is_ok_and(|r| !r.is_empty())
+        });
+        ended || self.conn.is_closed()
     }
 
     /// The failure of every step once the rendezvous host is gone: the ranks in its process
@@ -442,7 +472,7 @@ impl Rendezvous {
         match never_coming(key, gone) {
             Some(Absent::Died(ranks)) => Some(RvError::Lost { ranks }),
             Some(Absent::Left(ranks)) => Some(RvError::Gone { ranks }),
-            None => self.conn.is_closed().then(|| self.host_lost()),
+            None => self.host_gone().then(|| self.host_lost()),
         }
     }
 
@@ -501,11 +531,14 @@ impl Rendezvous {
     /// One answer from the hub, waiting at most `timeout`: `None` when none came,
     /// `Some(None)` when the connection closed.
     fn read_one(&self, timeout: Duration) -> Option<Option<(Vec<u8>, Answer)>> {
-        if poll_readable(&[self.conn.fd()], timeout)
-            .unwrap_or_default()
-            .is_empty()
-        {
-            return None;
+        let mut fds = vec![self.conn.fd()];
+        fds.extend(self.host_pidfd.as_ref().map(AsFd::as_fd));
+        let ready = poll_readable(&fds, timeout).unwrap_or_default();
+        if !ready.contains(&0) {
+            // Answers the host sent before its process ended are read first (it sends them
+            // before its own ranks', which may end the process); after them, the end of the
+            // process is the end of the host, though a fork()ed child may hold its socket.
+            return ready.contains(&1).then_some(None);
         }
         let message = match self.conn.recv() {
             Ok(Some(m)) => m,
@@ -612,25 +645,36 @@ fn failure(r: &mut Reader<'_>) -> RvError {
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, AsRawFd};
 
     use super::*;
+    use crate::ipc::wire::Listener;
     use crate::{ipc::hub, ipc::os};
 
     const LONG: Duration = Duration::from_secs(60);
 
-    /// `n` ranks joined to a fresh hub, each from its own thread.
-    fn group(n: u32) -> Vec<Rendezvous> {
+    /// A fresh hub: its socket name and session key.
+    fn hub() -> (String, [u8; 16]) {
         let session = os::random_bytes().unwrap();
         let name = format!(
             "symheap-rv-test-{:x}",
             u64::from_le_bytes(session[..8].try_into().unwrap())
         );
         hub::start(&name, session).unwrap();
+        (name, session)
+    }
+
+    /// `n` ranks joined to a fresh hub, each from its own thread.
+    fn group(n: u32) -> Vec<Rendezvous> {
+        let (name, session) = hub();
+        join_all(&name, session, n)
+    }
+
+    /// `n` ranks joined to the hub `name`, each from its own thread.
+    fn join_all(name: &str, session: [u8; 16], n: u32) -> Vec<Rendezvous> {
         let mut ranks: Vec<(u32, Rendezvous)> = std::thread::scope(|s| {
             let joins: Vec<_> = (0..n)
                 .map(|rank| {
-                    let name = &name;
                     s.spawn(move || {
                         let staging = os::memfd(4096).unwrap();
                         let joined = Rendezvous::join(
@@ -750,6 +794,105 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// A raw join as `rank` of `n` with `session`: the hub's answer's tag and reason.
+    fn raw_join(name: &str, session: &[u8], n: u32, rank: u32) -> (u8, String) {
+        let conn = Conn::connect(name).unwrap();
+        let staging = os::memfd(4096).unwrap();
+        let mut hello = Writer::default();
+        hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+        conn.send(&hello.bytes, &[staging.as_fd()]).unwrap();
+        let answer = conn.recv().unwrap().unwrap();
+        let mut r = Reader::new(&answer.bytes);
+        let tag = r.u8().unwrap();
+        let why = String::from_utf8_lossy(r.blob().unwrap_or_default()).into_owned();
+        (tag, why)
+    }
+
+    /// A join as rank 7 of 2 is refused (it made the hub thread panic, failing the job), and
+    /// the real ranks still form their group; so is a group of no ranks.
+    #[test]
+    fn a_join_as_a_rank_outside_the_group_is_refused() {
+        // Memfds live here for seconds: not while a test checks that none are left.
+        let _guard = crate::test_lock();
+        let (name, session) = hub();
+        let (tag, why) = raw_join(&name, &session, 2, 7);
+        assert_eq!(
+            (tag, why.as_str()),
+            (to_rank::REJECT, "rank 7 is not below nRanks 2")
+        );
+        let (tag, why) = raw_join(&name, &session, 0, 0);
+        assert_eq!(tag, to_rank::REJECT, "{why}");
+        let rvs = join_all(&name, session, 2);
+        let key = Key::Collective { seq: 0, step: 0 };
+        for got in all(&rvs, key, |r| r as u64) {
+            assert_eq!(got, Ok(vec![0, 1]));
+        }
+    }
+
+    /// Hundreds of connections that never join, some sending garbage, do not keep the ranks
+    /// out; once the group formed, the hub keeps its name (nobody else can bind it) and
+    /// refuses every new join; a connection that never joins is closed in seconds.
+    #[test]
+    fn connections_that_never_join_are_bounded_and_the_name_stays_taken() {
+        // Memfds live here for seconds: not while a test checks that none are left.
+        let _guard = crate::test_lock();
+        let (name, session) = hub();
+        let idle: Vec<Conn> = (0..300).map(|_| Conn::connect(&name).unwrap()).collect();
+        for conn in idle.iter().step_by(3) {
+            let _ = conn.send(b"\x01garbage", &[]);
+        }
+        let started = Instant::now();
+        let rvs = join_all(&name, session, 3);
+        assert_eq!(rvs.len(), 3);
+        assert!(
+            Listener::bind(&name).is_err(),
+            "the hub's name was free to take"
+        );
+        let (tag, why) = raw_join(&name, &session, 3, 0);
+        assert_eq!(tag, to_rank::REJECT, "{why}");
+        // Every idle connection is gone within the join limit, dropped for room or for time.
+        let until = Instant::now() + Duration::from_secs(20);
+        while !idle.iter().all(Conn::is_closed) {
+            assert!(Instant::now() < until, "idle connections stay open");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        drop(rvs);
+        // Before any group forms: closed for time alone.
+        let (name, _) = hub();
+        let lone = Conn::connect(&name).unwrap();
+        let until = Instant::now() + Duration::from_secs(15);
+        while !lone.is_closed() {
+            assert!(Instant::now() < until, "an idle connection stays open");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The board and the staging buffers a rank maps come from other processes: a memfd that
+    /// is not sealed against shrinking, or is smaller than the protocol says, is refused
+    /// instead of mapped (a peer truncating it would kill the mapper with SIGBUS).
+    #[test]
+    fn shared_memory_that_could_shrink_or_is_short_is_refused() {
+        // Memfds live here for seconds: not while a test checks that none are left.
+        let _guard = crate::test_lock();
+        // SAFETY: a NUL-terminated name; no flags beyond close-on-exec.
+        let raw = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0);
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let unsealed = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        // SAFETY: ftruncate on that descriptor.
+        assert_eq!(unsafe { libc::ftruncate(raw, 1 << 20) }, 0);
+        let err = os::map_shared(unsealed.as_fd(), 4096).err().unwrap();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        let empty = os::memfd(0).unwrap();
+        let err = Board::map(empty.as_fd(), 4).err().unwrap();
+        assert!(err.to_string().contains("0 bytes"), "{err}");
+        let sealed = os::memfd(4096).unwrap();
+        // SAFETY: ftruncate on a memfd this test owns: shrinking is what the seal forbids.
+        assert_ne!(unsafe { libc::ftruncate(sealed.as_raw_fd(), 0) }, 0);
+        assert!(os::map_shared(sealed.as_fd(), 4096).is_ok());
     }
 
     #[test]

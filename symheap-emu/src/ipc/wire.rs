@@ -236,6 +236,28 @@ impl Conn {
         Ok(Some(Message { bytes, fds }))
     }
 
+    /// The process id and user id of the process that made the other end (`SO_PEERCRED`:
+    /// the kernel's word, not the peer's).
+    pub(crate) fn peer(&self) -> io::Result<(u32, u32)> {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` is a ucred of `len` bytes, which SO_PEERCRED fills.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&raw mut cred).cast(),
+                &mut len,
+            )
+        })?;
+        Ok((cred.pid as u32, cred.uid))
+    }
+
     /// Whether the peer has closed the connection (without waiting, and without reading).
     pub(crate) fn is_closed(&self) -> bool {
         let mut p = libc::pollfd {
