@@ -86,8 +86,11 @@ struct Member {
     refused: Option<String>,
 }
 
-/// The most connections that have not joined yet; the oldest goes to make room.
-const MAX_UNJOINED: usize = 64;
+/// The most connections that have not joined yet from one process, and from all: the oldest
+/// (of that process, else of all) goes to make room. A flood from one process thus never
+/// pushes out another's rank that has connected but not yet sent its join.
+const MAX_UNJOINED_PER_PROCESS: usize = 16;
+const MAX_UNJOINED: usize = 256;
 /// How long a connection may stay without joining: an honest rank sends its join right after
 /// connecting.
 const JOIN_WITHIN: Duration = Duration::from_secs(5);
@@ -248,8 +251,9 @@ impl Hub {
             .retain(|m| m.rank.is_some() || now.duration_since(m.accepted) < JOIN_WITHIN);
     }
 
-    /// Accepts one connection, as a member that has yet to join (the oldest such making room
-    /// when there are [`MAX_UNJOINED`]); one from a process of a user not admitted is
+    /// Accepts one connection, as a member that has yet to join (the oldest such of its
+    /// process making room when there are [`MAX_UNJOINED_PER_PROCESS`], else the oldest of
+    /// all when there are [`MAX_UNJOINED`]); one from a process of a user not admitted is
     /// refused at its first message.
     fn accept(&mut self) {
         let conn = match self.listener.accept() {
@@ -272,7 +276,14 @@ impl Hub {
         let unjoined: Vec<usize> = (0..self.members.len())
             .filter(|&i| self.members[i].rank.is_none())
             .collect();
-        if unjoined.len() >= MAX_UNJOINED {
+        let of_this_process: Vec<usize> = unjoined
+            .iter()
+            .copied()
+            .filter(|&i| self.members[i].pid == pid)
+            .collect();
+        if of_this_process.len() >= MAX_UNJOINED_PER_PROCESS {
+            self.members.remove(of_this_process[0]);
+        } else if unjoined.len() >= MAX_UNJOINED {
             self.members.remove(unjoined[0]);
         }
         self.members.push(Member {
@@ -378,9 +389,8 @@ impl Hub {
         let pidfd = match pid == std::process::id() {
             true => None,
             false => match os::pidfd(pid) {
-                Ok(fd) => Some(fd),
-                // Already gone.
-                Err(_) => return self.reject(i, "the joining process has ended"),
+                Ok(fd) => fd,
+                Err(e) => return self.reject(i, &format!("cannot watch the joining process: {e}")),
             },
         };
         self.n = Some(n);

@@ -135,15 +135,23 @@ fn check_shared(fd: BorrowedFd<'_>, end: usize) -> io::Result<()> {
 }
 
 /// A descriptor that becomes readable when process `pid` ends (`pidfd_open`): unlike a
-/// socket, which a `fork()`ed child may hold open after its parent is gone.
-pub(crate) fn pidfd(pid: u32) -> io::Result<OwnedFd> {
+/// socket, which a `fork()`ed child may hold open after its parent is gone. `None` where the
+/// kernel (before 5.3) or a tool such as valgrind lacks the call: then only the socket tells.
+///
+/// # Errors
+/// `ESRCH` when the process is gone already.
+pub(crate) fn pidfd(pid: u32) -> io::Result<Option<OwnedFd>> {
     // SAFETY: pidfd_open takes a pid and flags and returns a fresh descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) => Ok(None),
+            _ => Err(e),
+        };
     }
     // SAFETY: a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
 }
 
 /// The size in bytes of the file (a memfd) `fd` names.

@@ -192,9 +192,9 @@ impl Rendezvous {
         };
         let host_pidfd = match host_pid == std::process::id() {
             true => None,
-            false => Some(os::pidfd(host_pid).map_err(|e| {
+            false => os::pidfd(host_pid).map_err(|e| {
                 JoinError::Refused(format!("cannot watch the rendezvous host's process: {e}"))
-            })?),
+            })?,
         };
         let rv = Rendezvous {
             n: n as usize,

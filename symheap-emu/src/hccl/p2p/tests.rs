@@ -526,3 +526,22 @@ fn a_direct_read_matches_the_window_id_as_well_as_the_slot() {
     });
     assert_clean();
 }
+
+/// `itemNum` `UINT32_MAX` (137 GB of items) is refused before anything is read or
+/// allocated; it aborted the process on the allocation.
+#[test]
+fn a_batch_of_uint32_max_items_is_refused() {
+    let _g = test_lock();
+    run_ranks(2, &small_staging(), |r| {
+        let buf = DevBuf::new(r.rank, G);
+        let mut items = [item(SEND, buf.ptr, 1, I32, 1 - r.rank)];
+        // SAFETY: the emulator must refuse the count before it reads past the one item.
+        let code = unsafe {
+            (hccl().HcclBatchSendRecv.unwrap())(items.as_mut_ptr(), u32::MAX, r.comm, r.stream)
+        };
+        assert_eq!(code, HcclResult::HCCL_E_PARA);
+        assert!(recent().contains("itemNum 4294967295"), "{}", recent());
+        buf.free();
+    });
+    assert_clean();
+}
