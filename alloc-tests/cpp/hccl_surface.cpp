@@ -391,6 +391,37 @@ void all_to_all_v(const Rank &k)
     all_to_all_v_on(k, send.dev, recv.dev);
 }
 
+// The same split through HcclAlltoAllVC: one count matrix for every rank, blocks packed.
+void all_to_all_vc(const Rank &k)
+{
+    DevBuf send(1 << 16), recv(1 << 16);
+    auto amount = [&](uint32_t from, uint32_t to) { return (uint64_t)((from + to) % k.n + 1); };
+    std::vector<uint64_t> matrix(k.n * k.n), scounts(k.n), rcounts(k.n);
+    for (uint32_t s = 0; s < k.n; s++) {
+        for (uint32_t d = 0; d < k.n; d++) matrix[s * k.n + d] = amount(s, d);
+    }
+    for (uint32_t p = 0; p < k.n; p++) {
+        scounts[p] = amount(k.r, p);
+        rcounts[p] = amount(p, k.r);
+    }
+    std::vector<uint64_t> sdispls = prefix_sums(scounts, 0), rdispls = prefix_sums(rcounts, 0);
+    std::vector<int32_t> mine(sdispls.back() + scounts.back());
+    for (uint32_t p = 0; p < k.n; p++) {
+        for (uint64_t i = 0; i < scounts[p]; i++) mine[sdispls[p] + i] = tag(k.r, p, i);
+    }
+    upload(send.dev, mine);
+    HCCL_OK(HcclAlltoAllVC(send.dev, matrix.data(), HCCL_DATA_TYPE_INT32, recv.dev,
+                           HCCL_DATA_TYPE_INT32, k.comm, k.stream));
+    ACL_OK(aclrtSynchronizeStream(k.stream));
+    std::vector<int32_t> got = download<int32_t>(recv.dev, rdispls.back() + rcounts.back());
+    for (uint32_t p = 0; p < k.n; p++) {
+        for (uint64_t i = 0; i < rcounts[p]; i++) CHECK(got[rdispls[p] + i] == tag(p, k.r, i));
+    }
+    EXPECT_HCCL(HcclAlltoAllVC(send.dev, nullptr, HCCL_DATA_TYPE_INT32, recv.dev,
+                               HCCL_DATA_TYPE_INT32, k.comm, k.stream),
+                HCCL_E_PTR);
+}
+
 // Pinned 2 MiB-page HBM on `device`, the physical memory the HCCL documents' examples map.
 aclrtPhysicalMemProp device_huge_pages(int32_t device)
 {
@@ -573,6 +604,7 @@ int one_rank_of_a_job()
     all_gather_v(k);
     reduce_scatter_v(k);
     all_to_all_v(k);
+    all_to_all_vc(k);
     all_to_all_v_in_window(k);
     rooted(k);
     point_to_point(k);

@@ -33,11 +33,13 @@ pub enum Collective {
     Send = 12,
     /// `HcclRecv`.
     Recv = 13,
+    /// `HcclAlltoAllVC`: AlltoAllV with every rank's counts in one matrix.
+    AlltoAllVC = 14,
 }
 
 impl Collective {
     /// Every operation, in discriminant order.
-    pub const ALL: [Collective; 13] = [
+    pub const ALL: [Collective; 14] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
@@ -51,6 +53,7 @@ impl Collective {
         Collective::Barrier,
         Collective::Send,
         Collective::Recv,
+        Collective::AlltoAllVC,
     ];
 
     /// The operation whose discriminant is `v`, if any.
@@ -74,6 +77,7 @@ impl Collective {
             Collective::Barrier => "HcclBarrier",
             Collective::Send => "HcclSend",
             Collective::Recv => "HcclRecv",
+            Collective::AlltoAllVC => "HcclAlltoAllVC",
         }
     }
 
@@ -100,7 +104,10 @@ impl Collective {
     pub fn is_v(self) -> bool {
         matches!(
             self,
-            Collective::AllGatherV | Collective::ReduceScatterV | Collective::AlltoAllV
+            Collective::AllGatherV
+                | Collective::ReduceScatterV
+                | Collective::AlltoAllV
+                | Collective::AlltoAllVC
         )
     }
 }
@@ -116,7 +123,7 @@ mod tests {
             assert!(c.c_name().starts_with("Hccl"));
         }
         assert_eq!(Collective::from_u8(0), None);
-        assert_eq!(Collective::from_u8(14), None);
+        assert_eq!(Collective::from_u8(15), None);
         let mut names: Vec<_> = Collective::ALL.iter().map(|c| c.c_name()).collect();
         names.sort_unstable();
         names.dedup();

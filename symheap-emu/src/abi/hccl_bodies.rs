@@ -26,8 +26,8 @@ use crate::hccl::job::{Request, Signature};
 use crate::hccl::memory_range;
 use crate::hccl::v_layout::{self, Blocks};
 use crate::sys::Collective::{
-    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, Barrier, Broadcast, Reduce,
-    ReduceScatter, ReduceScatterV, Scatter,
+    self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, AlltoAllVC, Barrier, Broadcast,
+    Reduce, ReduceScatter, ReduceScatterV, Scatter,
 };
 use crate::{hccl::p2p, hccl::registration};
 
@@ -83,16 +83,16 @@ fn request(
 }
 
 /// The body of a V collective: `make` builds the request once the communicator is known
-/// (reading the caller's arrays, `rankSize` long), then it is checked and queued as in
-/// [`queue`].
+/// (reading the caller's arrays, `rankSize` long; it gets `rankSize` and this rank), then it
+/// is checked and queued as in [`queue`].
 fn queue_vector(
     comm: HcclComm,
     stream: aclrtStream,
-    make: impl FnOnce(u32) -> HcclRes<Request> + 'static,
+    make: impl FnOnce(u32, u32) -> HcclRes<Request> + 'static,
 ) -> CollectiveCall {
     let comm = comm::lookup(comm as usize);
     collective(comm, Sequence::Stream, move |c, seq| {
-        let request = make(c.n)?;
+        let request = make(c.n, c.rank)?;
         collective::enqueue(c, seq, stream as usize, &request)
     })
 }
@@ -263,7 +263,7 @@ pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
 /// land `recvDispls[i]` elements into every rank's `recvBuf`; both arrays, `rankSize` `u64`s
 /// on the host, must be the same on every rank.
 pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n| {
+    queue_vector(a.comm, a.stream, move |n, _| {
         // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
         // here, inside the call.
         let (counts, displs) = unsafe {
@@ -282,7 +282,7 @@ pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
 /// elements at `sendDispls[j]`; `recvCount` must be `sendCounts[myRank]`, and both arrays the
 /// same on every rank.
 pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n| {
+    queue_vector(a.comm, a.stream, move |n, _| {
         // SAFETY: as in `HcclAllGatherV`.
         let (counts, displs) = unsafe {
             (
@@ -301,7 +301,7 @@ pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> Collecti
 /// receives `recvCounts[k]` elements at `rdispls[k]` from rank `k`; what `k` sends `j` must be
 /// what `j` expects from `k`. The emulator needs `sendType == recvType`.
 pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n| {
+    queue_vector(a.comm, a.stream, move |n, _| {
         // SAFETY: as in `HcclAllGatherV`.
         let arrays = unsafe {
             [
@@ -315,6 +315,21 @@ pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
         let mut req = request(AlltoAllV, a.sendBuf, a.recvBuf, 0, a.sendType);
         req.recv_dtype = a.recvType;
         req.vectors = Some(Blocks::alltoall_v(sc, sd, rc, rd));
+        Ok(req)
+    })
+}
+
+/// `HcclAlltoAllVC`: AlltoAllV whose counts are one `rankSize × rankSize` matrix of `uint64_t`
+/// that every rank passes (`sendCountMatrix[s * rankSize + d]` elements from rank `s` to rank
+/// `d`); each rank's blocks are packed in rank order in `sendBuf` and in `recvBuf` (hicann/hcomm
+/// `docs/*/api_ref/.../HcclAlltoAllVC.md`). The emulator needs `sendType == recvType`.
+pub(super) unsafe fn HcclAlltoAllVC(a: args::HcclAlltoAllVC) -> CollectiveCall {
+    queue_vector(a.comm, a.stream, move |n, rank| {
+        // SAFETY: as in `HcclAllGatherV`: the caller promises `n * n` counts.
+        let matrix = unsafe { v_layout::read(a.sendCountMatrix, n * n, "sendCountMatrix")? };
+        let mut req = request(AlltoAllVC, a.sendBuf, a.recvBuf, 0, a.sendType);
+        req.recv_dtype = a.recvType;
+        req.vectors = Some(Blocks::alltoall_vc(&matrix, n as usize, rank as usize));
         Ok(req)
     })
 }

@@ -26,6 +26,7 @@ fn may_be_symmetric(kind: Collective) -> bool {
             | Collective::AllGatherV
             | Collective::ReduceScatterV
             | Collective::AlltoAllV
+            | Collective::AlltoAllVC
     )
 }
 
@@ -307,6 +308,7 @@ impl Buffers {
             | Collective::AllGatherV
             | Collective::ReduceScatterV
             | Collective::AlltoAllV
+            | Collective::AlltoAllVC
             | Collective::Send
             | Collective::Recv => (0, 0),
         };
@@ -380,6 +382,7 @@ impl Buffers {
             | Collective::AllGatherV
             | Collective::ReduceScatterV
             | Collective::AlltoAllV
+            | Collective::AlltoAllVC
             | Collective::Send
             | Collective::Recv => false,
         };

@@ -45,6 +45,7 @@ pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usiz
             | Collective::AllGatherV
             | Collective::ReduceScatterV
             | Collective::AlltoAllV
+            | Collective::AlltoAllVC
             | Collective::Send
             | Collective::Recv => {}
         }

@@ -63,6 +63,7 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
         | Collective::AllGatherV
         | Collective::ReduceScatterV
         | Collective::AlltoAllV
+        | Collective::AlltoAllVC
         | Collective::Send
         | Collective::Recv => {}
     }

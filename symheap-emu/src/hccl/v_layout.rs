@@ -22,6 +22,8 @@ pub(crate) enum Shape {
     AllGatherV,
     ReduceScatterV,
     AlltoAllV,
+    /// `HcclAlltoAllVC`: laid out as AlltoAllV, its arrays taken from the count matrix.
+    AlltoAllVC,
 }
 
 impl Shape {
@@ -31,6 +33,7 @@ impl Shape {
             Shape::AllGatherV => Collective::AllGatherV,
             Shape::ReduceScatterV => Collective::ReduceScatterV,
             Shape::AlltoAllV => Collective::AlltoAllV,
+            Shape::AlltoAllVC => Collective::AlltoAllVC,
         };
         collective.c_name()
     }
@@ -86,6 +89,10 @@ fn names(shape: Shape) -> (Names, Names) {
     match shape {
         Shape::AllGatherV => (("sendCount", None), ("recvCounts", Some("recvDispls"))),
         Shape::ReduceScatterV => (("sendCounts", Some("sendDispls")), ("recvCount", None)),
+        Shape::AlltoAllVC => (
+            ("sendCountMatrix (its row)", None),
+            ("sendCountMatrix (its column)", None),
+        ),
         Shape::AlltoAllV => (
             ("sendCounts", Some("sdispls")),
             ("recvCounts", Some("rdispls")),
@@ -148,6 +155,30 @@ impl Blocks {
         }
     }
 
+    /// `HcclAlltoAllVC`'s, for `rank` of `n`: `matrix[s * n + d]` elements go from rank `s` to
+    /// rank `d`, each rank's blocks packed in rank order on both sides (row `rank` is what it
+    /// sends, column `rank` what it receives).
+    pub(crate) fn alltoall_vc(matrix: &[u64], n: usize, rank: usize) -> Blocks {
+        let packed = |counts: Vec<u64>| -> Vec<Block> {
+            let mut at = 0u64;
+            counts
+                .into_iter()
+                .map(|count| {
+                    let block = Block { count, displ: at };
+                    at = at.saturating_add(count);
+                    block
+                })
+                .collect()
+        };
+        let row = (0..n).map(|d| matrix[rank * n + d]).collect();
+        let column = (0..n).map(|s| matrix[s * n + rank]).collect();
+        Blocks {
+            shape: Shape::AlltoAllVC,
+            send: packed(row),
+            recv: packed(column),
+        }
+    }
+
     /// The checks of this rank's own arrays that need no peer (`HCCL_E_PARA`): AllGatherV's
     /// `recvCounts[rank]` is this rank's `sendCount`, ReduceScatterV's `recvCount` is
     /// `sendCounts[rank]`.
@@ -174,7 +205,9 @@ impl Blocks {
         match self.shape {
             Shape::AllGatherV => zero(&self.recv),
             Shape::ReduceScatterV => zero(&self.send),
-            Shape::AlltoAllV => self.send.len() == 1 && zero(&self.send) && zero(&self.recv),
+            Shape::AlltoAllV | Shape::AlltoAllVC => {
+                self.send.len() == 1 && zero(&self.send) && zero(&self.recv)
+            }
         }
     }
 
@@ -228,7 +261,7 @@ impl Blocks {
         };
         let mut words: Vec<u64> = blocks.iter().map(|b| b.count).collect();
         words.extend(blocks.iter().map(|b| b.displ));
-        if self.shape == Shape::AlltoAllV {
+        if matches!(self.shape, Shape::AlltoAllV | Shape::AlltoAllVC) {
             words.extend(self.recv.iter().map(|b| b.count));
         }
         words
@@ -306,7 +339,7 @@ pub(crate) fn exchange(steps: &mut Steps<'_>, blocks: &Blocks) -> HcclRes<Table>
     let n = all.len();
     let word = |k: usize, array: usize, j: usize| all[k][array * n + j];
     match shape {
-        Shape::AlltoAllV => check_pairs(&all)?,
+        Shape::AlltoAllV | Shape::AlltoAllVC => check_pairs(&all)?,
         _ => check_identical(shape, &all)?,
     }
     let blocks = (0..n)
@@ -322,7 +355,7 @@ pub(crate) fn exchange(steps: &mut Steps<'_>, blocks: &Blocks) -> HcclRes<Table>
                 displ: word(0, 1, j),
                 count: word(0, 0, j),
             },
-            Shape::AlltoAllV => Block {
+            Shape::AlltoAllV | Shape::AlltoAllVC => Block {
                 displ: word(k, 1, j),
                 count: word(k, 0, j),
             },

@@ -62,6 +62,11 @@ extern HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, con
                                 HcclDataType sendType, const void *recvBuf, const void *recvCounts,
                                 const void *rdispls, HcclDataType recvType, HcclComm comm,
                                 aclrtStream stream);
+/* sendCountMatrix: rankSize x rankSize uint64_t, row = sender, column = receiver; every rank's
+ * blocks are packed in rank order in sendBuf and recvBuf. */
+extern HcclResult HcclAlltoAllVC(const void *sendBuf, const void *sendCountMatrix,
+                                 HcclDataType sendType, const void *recvBuf, HcclDataType recvType,
+                                 HcclComm comm, aclrtStream stream);
 extern HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
                              HcclReduceOp op, uint32_t root, HcclComm comm, aclrtStream stream);
 extern HcclResult HcclScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,

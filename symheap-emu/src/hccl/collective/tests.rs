@@ -131,7 +131,10 @@ fn call(
             Collective::Scatter => {
                 (h.HcclScatter.unwrap())(send, recv, count, t, root, r.comm, r.stream)
             }
-            Collective::AllGatherV | Collective::ReduceScatterV | Collective::AlltoAllV => {
+            Collective::AllGatherV
+            | Collective::ReduceScatterV
+            | Collective::AlltoAllV
+            | Collective::AlltoAllVC => {
                 unreachable!("the V collectives' tests call them with their arrays")
             }
             Collective::Send | Collective::Recv => {

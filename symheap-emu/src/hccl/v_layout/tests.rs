@@ -28,9 +28,11 @@ struct Args {
     /// AlltoAllV's sendCounts / sdispls.
     counts: Vec<u64>,
     displs: Vec<u64>,
-    /// AlltoAllV's recvCounts / rdispls.
+    /// AlltoAllV's recvCounts / rdispls (for AlltoAllVC, what the matrix implies).
     recv_counts: Vec<u64>,
     recv_displs: Vec<u64>,
+    /// AlltoAllVC's sendCountMatrix.
+    matrix: Vec<u64>,
 }
 
 /// Calls V collective `kind` through the HCCL table with `a`'s arrays.
@@ -69,6 +71,9 @@ fn call_v(
                 r.comm,
                 r.stream,
             ),
+            Collective::AlltoAllVC => {
+                (h.HcclAlltoAllVC.unwrap())(send, p(&a.matrix), t, recv, t, r.comm, r.stream)
+            }
             _ => (h.HcclAlltoAllV.unwrap())(
                 send,
                 p(&a.counts),
@@ -132,6 +137,29 @@ fn args_for(kind: Collective, n: usize, me: usize, unit: u64) -> (Args, usize, u
                 ..Args::default()
             };
             (a.clone(), extent as usize, a.recv_count as usize)
+        }
+        Collective::AlltoAllVC => {
+            // Packed in rank order on both sides, as the matrix form lays them out.
+            let prefix = |counts: &[u64]| -> Vec<u64> {
+                (0..counts.len())
+                    .map(|k| counts[..k].iter().sum())
+                    .collect()
+            };
+            let counts: Vec<u64> = (0..n).map(|j| pair(me, j, unit)).collect();
+            let recv_counts: Vec<u64> = (0..n).map(|k| pair(k, me, unit)).collect();
+            let a = Args {
+                displs: prefix(&counts),
+                recv_displs: prefix(&recv_counts),
+                matrix: (0..n * n).map(|i| pair(i / n, i % n, unit)).collect(),
+                counts,
+                recv_counts,
+                ..Args::default()
+            };
+            let extents = (
+                a.counts.iter().sum::<u64>(),
+                a.recv_counts.iter().sum::<u64>(),
+            );
+            (a, extents.0 as usize, extents.1 as usize)
         }
         _ => {
             let counts: Vec<u64> = (0..n).map(|j| pair(me, j, unit)).collect();
@@ -221,10 +249,11 @@ fn check_v(
     }
 }
 
-const KINDS: [Collective; 3] = [
+const KINDS: [Collective; 4] = [
     Collective::AllGatherV,
     Collective::ReduceScatterV,
     Collective::AlltoAllV,
+    Collective::AlltoAllVC,
 ];
 
 /// Every V collective, type and op, with imbalanced counts (zeros included) and scattered
