@@ -39,7 +39,9 @@ fn the_install_layout_builds_and_runs_a_c_and_a_cpp_program_unchanged_as_4_proce
     for name in [
         "lib64/libhccl.so",
         "lib64/libascendcl.so",
+        "lib64/libhcomm.so",
         "include/acl/acl.h",
+        "include/hcomm_res.h",
         "include/hccl/hccl.h",
         "set_env.sh",
     ] {

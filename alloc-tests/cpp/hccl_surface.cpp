@@ -11,6 +11,7 @@
 // Exits 0 when every check passed; the first failed check prints itself and exits 1.
 #include <acl/acl.h>
 #include <hccl/hccl.h>
+#include <hcomm_res.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -454,6 +455,36 @@ void all_to_all_v_in_window(const Rank &k)
     ACL_OK(aclrtReleaseMemAddress(vir));
 }
 
+// The other two kinds of memory HCCL registers: HcommMemAlloc's (its documented example's
+// AllGather) and aclrtMalloc memory of whole granules, found with aclrtMemGetAddressRange.
+void windows_of_every_memory_kind(const Rank &k)
+{
+    const size_t send_bytes = 1024, recv_bytes = k.n * send_bytes;
+    void *dev = nullptr;
+    HCCL_OK((HcclResult)HcommMemAlloc(&dev, send_bytes + recv_bytes));
+    HcclCommSymWindow win = nullptr;
+    HCCL_OK(HcclCommSymWinRegister(k.comm, dev, send_bytes + recv_bytes, &win, 1));
+    std::vector<int8_t> mine(send_bytes, (int8_t)(k.r + 1));
+    upload(dev, mine);
+    char *recv = (char *)dev + send_bytes;
+    HCCL_OK(HcclAllGather(dev, recv, send_bytes, HCCL_DATA_TYPE_INT8, k.comm, k.stream));
+    ACL_OK(aclrtSynchronizeStream(k.stream));
+    std::vector<int8_t> got = download<int8_t>(recv, recv_bytes);
+    for (uint32_t p = 0; p < k.n; p++) CHECK(got[p * send_bytes] == (int8_t)(p + 1));
+    HCCL_OK(HcclCommSymWinDeregister(win));
+    HCCL_OK((HcclResult)HcommMemFree(dev));
+
+    void *m = nullptr, *base = nullptr;
+    size_t size = 0;
+    ACL_OK(aclrtMalloc(&m, 2 << 20, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_OK(aclrtMemGetAddressRange((char *)m + 100, &base, &size));
+    CHECK(base == m && size == (size_t)(2 << 20));
+    HCCL_OK(HcclCommSymWinRegister(k.comm, (char *)m + 4096, 64, &win, 1));
+    all_to_all_v_on(k, m, (char *)m + (1 << 20));
+    HCCL_OK(HcclCommSymWinDeregister(win));
+    ACL_OK(aclrtFree(m));
+}
+
 void rooted(const Rank &k)
 {
     const uint64_t count = 1000;
@@ -606,6 +637,7 @@ int one_rank_of_a_job()
     all_to_all_v(k);
     all_to_all_vc(k);
     all_to_all_v_in_window(k);
+    windows_of_every_memory_kind(k);
     rooted(k);
     point_to_point(k);
     memory_range(k);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lays out symheap's emulator as a CANN install at PREFIX, the way ASCEND_HOME_PATH looks:
-#   PREFIX/lib64/libsymheap_emu.so, and libhccl.so and libascendcl.so linking to it
-#   PREFIX/include/acl/*.h and PREFIX/include/hccl/*.h (CANN's declarations, as C and C++)
+#   PREFIX/lib64/libsymheap_emu.so, and libhccl.so, libascendcl.so and libhcomm.so linking to it
+#   PREFIX/include/acl/*.h, PREFIX/include/hccl/*.h and PREFIX/include/hcomm_res.h (CANN's
+#   declarations, as C and C++)
 #   PREFIX/set_env.sh, to source as CANN's own: ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME and
 #   LD_LIBRARY_PATH
 # so that an unmodified CANN program builds and runs as the official HCCL examples do:
@@ -34,6 +35,7 @@ install -m 0755 "$lib" "$prefix/lib64/libsymheap_emu.so"
 # One library under both names: a program that links both loads it once.
 ln -sfn libsymheap_emu.so "$prefix/lib64/libhccl.so"
 ln -sfn libsymheap_emu.so "$prefix/lib64/libascendcl.so"
+ln -sfn libsymheap_emu.so "$prefix/lib64/libhcomm.so"
 cp -R "$here/include/." "$prefix/include/"
 cat >"$prefix/set_env.sh" <<EOF
 # symheap's emulator of CANN at $prefix: source this where CANN's set_env.sh is sourced.

@@ -74,6 +74,8 @@ macro_rules! hccl_functions {
                 HcclCommUnsetMemoryRange(comm: HcclComm, baseVirPtr: *mut c_void) -> HcclResult;
                 HcclCommActivateCommMemory(comm: HcclComm, virPtr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) -> HcclResult;
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
+                HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
+                HcommMemFree(ptr: *mut c_void) -> HcclResult;
             }
         }
     };
@@ -117,6 +119,8 @@ macro_rules! acl_functions {
                 aclrtSetStreamFailureMode(stream: aclrtStream, mode: u64) -> aclError;
                 aclrtMalloc(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
                 aclrtFree(devPtr: *mut c_void) -> aclError;
+                aclrtMemGetAddressRange(ptr: *mut c_void, pbase: *mut *mut c_void, psize: *mut usize) -> aclError;
+                aclrtMemRetainAllocationHandle(virPtr: *mut c_void, handle: *mut aclrtDrvMemHandle) -> aclError;
                 aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize) -> aclError;
                 aclrtFreeHost(hostPtr: *mut c_void) -> aclError;
                 aclrtCreateEvent(event: *mut aclrtEvent) -> aclError;

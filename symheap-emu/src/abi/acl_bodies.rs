@@ -257,6 +257,48 @@ pub(super) unsafe fn aclrtFree(a: args::aclrtFree) -> AclResult {
     memory::free(a.devPtr as usize)
 }
 
+/// `aclrtMemGetAddressRange`: the allocation holding `ptr`, as its first address and size: a
+/// user mapping (`aclrtMapMem`'s range) or `aclrtMalloc` memory (the size asked for). Host
+/// memory, or a peer's memory in a symmetric heap, is not an allocation of this process.
+pub(super) unsafe fn aclrtMemGetAddressRange(a: args::aclrtMemGetAddressRange) -> AclResult {
+    non_null(a.ptr, "ptr")?;
+    non_null(a.pbase, "pbase")?;
+    non_null(a.psize, "psize")?;
+    let Some(alloc) = memory::allocation_at(a.ptr as usize) else {
+        return param(format!(
+            "{:#x} is not in device memory of this process (aclrtMalloc, or \
+             aclrtReserveMemAddress + aclrtMallocPhysical + aclrtMapMem)",
+            a.ptr as usize
+        ));
+    };
+    let (base, size) = alloc.range();
+    // SAFETY: the caller's contract; both checked non-null above.
+    unsafe {
+        put(a.pbase, base as *mut c_void, "pbase")?;
+        put(a.psize, size, "psize")
+    }
+}
+
+/// `aclrtMemRetainAllocationHandle`: the physical allocation behind `virPtr` (any address of
+/// a user mapping or of `aclrtMalloc` memory). It adds no reference: HCCL, its one user here,
+/// never releases the handle it retains (hicann/hcomm `symmetric_memory.cc`,
+/// `GetMemoryInfo`), and the handle stays valid as long as the memory does.
+pub(super) unsafe fn aclrtMemRetainAllocationHandle(
+    a: args::aclrtMemRetainAllocationHandle,
+) -> AclResult {
+    non_null(a.virPtr, "virPtr")?;
+    non_null(a.handle, "handle")?;
+    let Some(alloc) = memory::allocation_at(a.virPtr as usize) else {
+        return param(format!(
+            "{:#x} is not in device memory of this process",
+            a.virPtr as usize
+        ));
+    };
+    let handle = alloc.phys().handle;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.handle, handle as aclrtDrvMemHandle, "handle") }
+}
+
 /// `aclrtMallocHost`: `size` bytes of 64-byte aligned host memory.
 pub(super) unsafe fn aclrtMallocHost(a: args::aclrtMallocHost) -> AclResult {
     non_null(a.hostPtr, "hostPtr")?;

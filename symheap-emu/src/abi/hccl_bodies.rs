@@ -21,6 +21,7 @@ use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
 use crate::base::registry::lock;
 use crate::hccl::collective;
 use crate::hccl::comm;
+use crate::hccl::hcomm_mem;
 use crate::hccl::job::{Request, Signature};
 #[cfg(doc)]
 use crate::hccl::memory_range;
@@ -444,6 +445,23 @@ pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
         &items,
         "HcclBatchSendRecv",
     )
+}
+
+/// `HcommMemAlloc` (libhcomm; its `HcommResult` is an `int32_t` of HCCL's codes): mapped
+/// device memory for windows (see [`hcomm_mem`]).
+pub(super) unsafe fn HcommMemAlloc(a: args::HcommMemAlloc) -> HcclRes {
+    if a.ptr.is_null() {
+        // The documented code for a NULL `ptr`, unlike HCCL's usual HCCL_E_PTR.
+        return crate::base::errors::para("ptr is NULL");
+    }
+    let addr = hcomm_mem::alloc(a.size)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.ptr, addr as *mut c_void, "ptr") }
+}
+
+/// `HcommMemFree`: frees `HcommMemAlloc` memory; NULL does nothing.
+pub(super) unsafe fn HcommMemFree(a: args::HcommMemFree) -> HcclRes {
+    hcomm_mem::free(a.ptr as usize)
 }
 
 /// `HcclCommSetMemoryRange`: records `[baseVirPtr, +size)`, a reserved range, on the

@@ -74,13 +74,14 @@ impl Pins {
     }
 }
 
-/// Device memory from `aclrtMalloc`: a memfd of whole granules of its own, mapped whole where
-/// the kernel chose (outside every reservation). Unmapped when the last reference goes: the
-/// registry's until `aclrtFree`, then the pins of work still queued on it.
+/// Device memory from `aclrtMalloc`: a physical allocation of whole granules of its own
+/// (with a handle, for `aclrtMemRetainAllocationHandle`), mapped whole where the kernel chose
+/// (outside every reservation). Unmapped when the last reference goes: the registry's until
+/// `aclrtFree`, then the pins of work still queued on it.
 #[derive(Debug)]
 pub(crate) struct DeviceAlloc {
     space: os::Space,
-    _fd: OwnedFd,
+    phys: Arc<Physical>,
     /// The device it was allocated on.
     device: u32,
     /// The bytes counted against the device's memory (CANN's rounding, not the mapping's).
@@ -109,6 +110,9 @@ struct Reservation {
 
 struct PhysEntry {
     phys: Arc<Physical>,
+    /// Whether it is the memory of an `aclrtMalloc` allocation (freed with it, not with
+    /// `aclrtFreePhysical`).
+    malloc: bool,
     mappings: usize,
     /// Where the allocation is mapped for each live window registered over it (the window's
     /// user base): those mappings cannot be unmapped, nor the allocation freed.
@@ -367,6 +371,7 @@ pub(crate) fn malloc_physical(
         handle,
         PhysEntry {
             phys,
+            malloc: false,
             mappings: 0,
             windows: Vec::new(),
         },
@@ -405,6 +410,11 @@ pub(crate) fn free_physical(handle: usize) -> AclResult {
             format!("{handle:#x} is not a live physical allocation"),
         );
     };
+    if e.malloc {
+        return param(format!(
+            "{handle:#x} is the handle of aclrtMalloc memory: free that with aclrtFree"
+        ));
+    }
     if e.mappings > 0 {
         return param(format!(
             "physical allocation {handle:#x} is still mapped {} time(s): unmap it first",
@@ -576,9 +586,24 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
     let fd = os::memfd(len).map_err(fail)?;
     let space = os::map_shared(fd.as_fd(), len).map_err(fail)?;
     let base = space.addr();
+    let phys = Arc::new(Physical {
+        handle: new_handle(HandleKind::Physical),
+        fd,
+        size: len,
+        device,
+    });
+    st.physicals.insert(
+        phys.handle,
+        PhysEntry {
+            phys: phys.clone(),
+            malloc: true,
+            mappings: 0,
+            windows: Vec::new(),
+        },
+    );
     let alloc = Arc::new(DeviceAlloc {
         space,
-        _fd: fd,
+        phys,
         device,
         counted: counted as u64,
     });
@@ -601,11 +626,23 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
 /// until that work is done, so it never touches unmapped memory.
 pub(crate) fn free(addr: usize) -> AclResult {
     let mut st = state();
-    let Some(alloc) = st.mallocs.remove(&addr) else {
+    let Some(alloc) = st.mallocs.get(&addr).cloned() else {
         return param(format!(
             "{addr:#x} is not the start of a live aclrtMalloc allocation"
         ));
     };
+    let windows = st
+        .physicals
+        .get(&alloc.phys.handle)
+        .map_or(0, |e| e.windows.len());
+    if windows > 0 {
+        return param(format!(
+            "the aclrtMalloc memory at {addr:#x} is registered in {windows} symmetric \
+             window(s): deregister first"
+        ));
+    }
+    st.mallocs.remove(&addr);
+    st.physicals.remove(&alloc.phys.handle);
     st.regions.remove(&addr);
     st.used[alloc.device as usize] -= alloc.counted;
     drop(st);
@@ -635,6 +672,54 @@ pub(crate) fn pin_range(addr: usize, len: usize) -> Result<Pins, String> {
 pub(crate) fn check_mapped(addr: usize, len: usize) -> Result<(), String> {
     // The pins are dropped here, after `pin_range` released the lock.
     pin_range(addr, len).map(drop)
+}
+
+/// The device allocation behind an address, as `aclrtMemGetAddressRange` and
+/// `aclrtMemRetainAllocationHandle` see it.
+#[derive(Debug, Clone)]
+pub(crate) enum Allocation {
+    /// A user mapping of (part of) a physical allocation (`aclrtMapMem`).
+    Mapped(Arc<Mapping>),
+    /// `aclrtMalloc` memory: `size` bytes from `base`, over whole granules of `phys`.
+    Malloc {
+        base: usize,
+        size: usize,
+        phys: Arc<Physical>,
+    },
+}
+
+impl Allocation {
+    /// The first address and the size: the mapping's, or the allocation as asked for.
+    pub(crate) fn range(&self) -> (usize, usize) {
+        match self {
+            Allocation::Mapped(m) => (m.base, m.size),
+            Allocation::Malloc { base, size, .. } => (*base, *size),
+        }
+    }
+
+    /// The physical allocation behind it.
+    pub(crate) fn phys(&self) -> &Arc<Physical> {
+        match self {
+            Allocation::Mapped(m) => &m.phys,
+            Allocation::Malloc { phys, .. } => phys,
+        }
+    }
+}
+
+/// The allocation containing `addr`: a user mapping or `aclrtMalloc` memory (not host
+/// memory, nor a peer's memory in a symmetric heap).
+pub(crate) fn allocation_at(addr: usize) -> Option<Allocation> {
+    let st = state();
+    let (base, region) = st.region_at(addr)?;
+    match &region.owner {
+        Owner::User(m) => Some(Allocation::Mapped(m.clone())),
+        Owner::Malloc(alloc) => Some(Allocation::Malloc {
+            base,
+            size: region.end - base,
+            phys: alloc.phys.clone(),
+        }),
+        Owner::Window(_) => None,
+    }
 }
 
 /// The user mapping containing `addr`.

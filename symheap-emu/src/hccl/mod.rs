@@ -4,6 +4,7 @@
 
 pub(crate) mod collective;
 pub(crate) mod comm;
+pub(crate) mod hcomm_mem;
 pub(crate) mod job;
 pub(crate) mod memory_range;
 pub(crate) mod p2p;

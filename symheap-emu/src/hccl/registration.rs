@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 
 use crate::sys::HcclResult;
 
-use crate::acl::memory::{self, Mapping, Physical};
+use crate::GRANULARITY;
+use crate::acl::memory::{self, Allocation, Physical};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, para};
 use crate::base::registry::lock;
@@ -165,55 +166,68 @@ impl RegVote {
 
 /// The local checks of `HcclCommSymWinRegister`, in the reference's order.
 fn prepare(comm: &Comm, addr: usize, size: u64) -> HcclRes<Prep> {
-    let m = whole_mapping(addr, size)?;
+    let (base, phys) = whole_allocation(addr, size)?;
     let existing = lock(&comm.windows)
         .iter()
-        .find(|w| w.phys == m.phys.handle)
+        .find(|w| w.phys == phys.handle)
         .cloned();
     if let Some(w) = existing {
-        if w.user_base != m.base {
+        if w.user_base != base {
             return para(format!(
                 "this physical allocation is already registered at {:#x}, not {:#x}",
-                w.user_base, m.base
+                w.user_base, base
             ));
         }
         return Ok(Prep::Existing(w));
     }
-    let (heap, slot) = reserve_slot(comm, m.phys.size)?;
+    let (heap, slot) = reserve_slot(comm, phys.size)?;
     Ok(Prep::New {
         heap,
         slot,
-        phys: m.phys.clone(),
-        user_base: m.base,
+        phys,
+        user_base: base,
     })
 }
 
-/// The user mapping holding `[addr, addr + size)`, which must map its whole physical
-/// allocation at one address: a window covers the whole allocation.
-fn whole_mapping(addr: usize, size: u64) -> HcclRes<Arc<Mapping>> {
-    let Some(m) = memory::mapping_at(addr) else {
+/// The allocation holding `[addr, addr + size)`, found as HCCL finds it
+/// (`aclrtMemGetAddressRange`, then `aclrtMemRetainAllocationHandle` on its base; hicann/hcomm
+/// `symmetric_memory.cc`, `GetMemoryInfo`): its first address and physical allocation. A
+/// window covers the whole allocation, so its size must be a granularity multiple (HCCL's
+/// check), and a user mapping must map all of its physical allocation at one address (the
+/// emulator's need: it maps that allocation into every peer's heap).
+fn whole_allocation(addr: usize, size: u64) -> HcclRes<(usize, Arc<Physical>)> {
+    let Some(alloc) = memory::allocation_at(addr) else {
         return para(format!(
-            "addr {addr:#x} is not in memory mapped with aclrtReserveMemAddress + \
-             aclrtMallocPhysical + aclrtMapMem"
+            "addr {addr:#x} is not in device memory from aclrtMalloc or from \
+             aclrtReserveMemAddress + aclrtMallocPhysical + aclrtMapMem"
         ));
     };
-    let end = (m.base + m.size) as u64;
+    let (base, len) = alloc.range();
+    let end = (base + len) as u64;
     if (addr as u64).checked_add(size).is_none_or(|e| e > end) {
         return para(format!(
-            "[{addr:#x}, +{size}) runs past the end of its mapping at {end:#x}"
+            "[{addr:#x}, +{size}) runs past the end of its allocation at {end:#x}"
         ));
     }
-    if m.offset != 0 || m.size != m.phys.size {
+    if len % GRANULARITY != 0 {
         return para(format!(
-            "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
-             window covers the whole allocation, so map all of it at one address",
-            m.base,
-            m.offset,
-            m.offset + m.size,
-            m.phys.size
+            "the allocation at {base:#x} is {len} bytes, not a multiple of the {GRANULARITY}-byte \
+             granularity (a window covers the whole allocation)"
         ));
     }
-    Ok(m)
+    if let Allocation::Mapped(m) = &alloc {
+        if m.offset != 0 || m.size != m.phys.size {
+            return para(format!(
+                "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
+                 window covers the whole allocation, so map all of it at one address",
+                m.base,
+                m.offset,
+                m.offset + m.size,
+                m.phys.size
+            ));
+        }
+    }
+    Ok((base, alloc.phys().clone()))
 }
 
 /// A free slot of `size` bytes in `comm`'s heap (reserved on first use).

@@ -318,7 +318,7 @@ mod tests {
             assert_eq!(reg(r, buf.ptr, 0, 1).0, PARA);
             assert_eq!(reg(r, buf.ptr, 64, 0).0, PARA);
             assert_eq!(reg(r, host.as_mut_ptr().cast(), 64, 1).0, PARA);
-            assert!(recent().contains("not in memory mapped"));
+            assert!(recent().contains("not in device memory"), "{}", recent());
             assert_eq!(
                 reg(r, buf.at(G), G as u64 + 1, 1).0,
                 PARA,
@@ -575,6 +575,105 @@ mod tests {
             codes[1],
             (HcclResult::HCCL_E_TCP_TRANSFER, HcclResult::HCCL_SUCCESS)
         );
+        assert_clean();
+    }
+
+    /// `aclrtMalloc` memory is an allocation HCCL can register when its size is a
+    /// granularity multiple (`aclrtMemGetAddressRange` and `aclrtMemRetainAllocationHandle`
+    /// find it, as HCCL's `GetMemoryInfo` does); collectives on it take the symmetric path,
+    /// and it cannot be freed while registered. Its handle is not one `aclrtFreePhysical`
+    /// takes.
+    #[test]
+    fn aclrt_malloc_memory_of_whole_granules_is_a_window() {
+        let _g = test_lock();
+        let before = counters().symmetric_collectives;
+        run_ranks(2, &test_config(), |r| {
+            let (a, h) = (acl(), hccl());
+            let mut p = null_mut();
+            // SAFETY: valid out-pointer.
+            ok(unsafe {
+                (a.aclrtMalloc.unwrap())(
+                    &mut p,
+                    2 * G,
+                    aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST,
+                )
+            });
+            let (mut base, mut size, mut handle) = (null_mut(), 0usize, null_mut());
+            // SAFETY: valid out-pointers; the emulator validates the address.
+            unsafe {
+                let range = a.aclrtMemGetAddressRange.unwrap();
+                ok(range(p.wrapping_byte_add(12345), &mut base, &mut size));
+                ok((a.aclrtMemRetainAllocationHandle.unwrap())(
+                    p.wrapping_byte_add(7),
+                    &mut handle,
+                ));
+                assert_eq!((base, size), (p, 2 * G));
+                assert_eq!((a.aclrtFreePhysical)(handle), ACL_ERROR_RT_PARAM_INVALID);
+                assert!(
+                    recent().contains("free that with aclrtFree"),
+                    "{}",
+                    recent()
+                );
+            }
+            let (code, win) = reg(r, p.wrapping_byte_add(4096), 1024, 1);
+            hok(code);
+            assert_eq!(get(r, p.wrapping_byte_add(4096), 64), Ok((win, 4096)));
+            let values = [1.0f32 + r.rank as f32; 256];
+            // SAFETY: host and device ranges of 1 KiB; the emulator validates the device side.
+            unsafe {
+                ok((a.aclrtMemcpy)(
+                    p,
+                    1024,
+                    values.as_ptr().cast(),
+                    1024,
+                    crate::sys::aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
+                ));
+                hok((h.HcclAllReduce)(
+                    p,
+                    p.wrapping_byte_add(G),
+                    256,
+                    HcclDataType::HCCL_DATA_TYPE_FP32,
+                    HcclReduceOp::HCCL_REDUCE_SUM,
+                    r.comm,
+                    r.stream,
+                ));
+            }
+            ok(r.sync());
+            let mut got = [0f32; 256];
+            // SAFETY: as above.
+            ok(unsafe {
+                (a.aclrtMemcpy)(
+                    got.as_mut_ptr().cast(),
+                    1024,
+                    p.wrapping_byte_add(G),
+                    1024,
+                    crate::sys::aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
+                )
+            });
+            assert!(got.iter().all(|&x| x == 3.0), "{:?}", &got[..4]);
+            // SAFETY: a live aclrtMalloc allocation.
+            let freed = unsafe { (a.aclrtFree.unwrap())(p) };
+            assert_eq!(freed, ACL_ERROR_RT_PARAM_INVALID);
+            assert!(recent().contains("deregister first"), "{}", recent());
+            deregister(win);
+            // SAFETY: as above, now unregistered.
+            ok(unsafe { (a.aclrtFree.unwrap())(p) });
+            // Not whole granules: refused as HCCL refuses it.
+            let mut q = null_mut();
+            // SAFETY: valid out-pointer.
+            ok(unsafe {
+                (a.aclrtMalloc.unwrap())(
+                    &mut q,
+                    G + 4096,
+                    aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST,
+                )
+            });
+            assert_eq!(reg(r, q, 64, 1).0, PARA);
+            assert!(recent().contains("not a multiple of the"), "{}", recent());
+            // SAFETY: a live aclrtMalloc allocation.
+            ok(unsafe { (a.aclrtFree.unwrap())(q) });
+        });
+        assert_eq!(counters().symmetric_collectives - before, 2);
         assert_clean();
     }
 
