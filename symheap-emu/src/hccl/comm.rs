@@ -14,6 +14,7 @@ use crate::acl::device;
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
 use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::hccl::expansion::{self, Expansion};
 use crate::hccl::memory_range::Ranges;
 use crate::hccl::window::{SymHeap, Window, forget_window};
 use crate::ipc::hub;
@@ -81,6 +82,8 @@ pub(crate) struct Comm {
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
     pub(crate) stride: usize,
+    /// How its collectives are expanded: only AI CPU expansion uses windows.
+    pub(crate) expansion: Expansion,
     coll_seq: AtomicU64,
     host_seq: AtomicU64,
     /// The symmetric heap, reserved at the first window registration.
@@ -270,6 +273,7 @@ struct Settings {
     buffer_mb: u32,
     /// The symmetric heap's per-rank stride in bytes.
     stride: usize,
+    expansion: Expansion,
 }
 
 /// Caps every communicator's per-rank symmetric-heap stride, in GiB: for tools whose address
@@ -300,6 +304,7 @@ fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
         timeout: exec_timeout(config)?,
         buffer_mb,
         stride,
+        expansion: expansion::of(config.hcclOpExpansionMode)?,
     })
 }
 
@@ -367,6 +372,7 @@ fn init_cancellable(
             name: comm_name(config).unwrap_or(root.name.into_bytes()),
             timeout: settings.timeout,
             stride: settings.stride,
+            expansion: settings.expansion,
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
             heap: Mutex::new(None),

@@ -10,6 +10,7 @@ use crate::acl::memory::{self, Pins};
 use crate::base::errors::{HcclRes, hccl_non_null, para};
 use crate::base::reduce::{DType, Op};
 use crate::hccl::comm::Comm;
+use crate::hccl::expansion::Expansion;
 use crate::hccl::v_layout::Blocks;
 use crate::hccl::window::Window;
 
@@ -397,10 +398,11 @@ impl Buffers {
     }
 }
 
-/// The symmetric path when `kind` may use windows and both buffers lie in windows of `comm`
-/// (what HCCL finds with `HcclCommSymWinGet`), the staged path otherwise.
+/// The symmetric path when `kind` may use windows, `comm` expands on the AI CPU and both
+/// buffers lie in windows of `comm` (what HCCL finds with `HcclCommSymWinGet`), the staged
+/// path otherwise.
 fn choose_path(comm: &Comm, kind: Collective, bufs: &Buffers, in_place: bool) -> Path {
-    if !may_be_symmetric(kind) {
+    if !may_be_symmetric(kind) || comm.expansion != Expansion::AiCpu {
         return Path::Staged;
     }
     let (Some((iw, ioff)), Some((ow, ooff))) = (

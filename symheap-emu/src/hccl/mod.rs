@@ -4,6 +4,7 @@
 
 pub(crate) mod collective;
 pub(crate) mod comm;
+pub(crate) mod expansion;
 pub(crate) mod hcomm_mem;
 pub(crate) mod job;
 pub(crate) mod memory_range;
