@@ -95,6 +95,15 @@ impl Coll {
         )
     }
 
+    /// Whether HCCL reads windows for it (`IsSupportSymmetricMemory`): the others stage even
+    /// on window memory.
+    fn may_be_symmetric(self) -> bool {
+        matches!(
+            self,
+            Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::AlltoAll
+        )
+    }
+
     /// Whether HCCL allows the output to be the input.
     fn has_in_place(self) -> bool {
         self == Coll::AllReduce
@@ -604,10 +613,10 @@ fn print_header<T: Num>(args: &Args, comm: &Comm, stream: &Stream, scratch: &Buf
         "# symheap coll_perf: {} on {n} emulated ranks as {}, {} memory",
         args.coll.name(),
         if args.procs { "processes" } else { "threads" },
-        if args.registered {
-            "window (symmetric path)"
-        } else {
-            "plain (staging path)"
+        match (args.registered, args.coll.may_be_symmetric()) {
+            (true, true) => "window (symmetric path)",
+            (true, false) => "window (staging path: HCCL uses no windows for it)",
+            (false, _) => "plain (staging path)",
         }
     );
     println!("#");

@@ -164,14 +164,10 @@ fn run(comm: &Comm, job: &Job, seq: u64, host_waits: &dyn Fn() -> bool) -> HcclR
                 _ => staged::run(&mut steps, job, &staging, cap)?,
             }
         }
+        // Never a V collective ([`Path`] is chosen by `may_be_symmetric`).
         Path::Symmetric { input, output } => {
             counters::inc(Counter::SymmetricCollectives);
-            match (&job.vectors, &table) {
-                (Some(blocks), Some(table)) => {
-                    symmetric::run_vector(&steps, job, blocks, table, input);
-                }
-                _ => symmetric::run(&steps, job, input, output),
-            }
+            symmetric::run(&steps, job, input, output);
         }
     }
     steps.barrier()

@@ -14,9 +14,9 @@ use crate::hccl::expansion::Expansion;
 use crate::hccl::v_layout::Blocks;
 use crate::hccl::window::Window;
 
-/// HCCL looks both buffers up with `HcclCommSymWinGet` for AllReduce, AllGather,
-/// ReduceScatter and AlltoAll, and the emulator lets their V forms do the same; rooted
-/// collectives always stage.
+/// HCCL takes the symmetric path for AllReduce, AllGather, ReduceScatter and AlltoAll only
+/// (hicann/hcomm `hccl_communicator_host.cc`, `IsSupportSymmetricMemory`): the V forms, the
+/// rooted collectives and Barrier always stage.
 fn may_be_symmetric(kind: Collective) -> bool {
     matches!(
         kind,
@@ -24,10 +24,6 @@ fn may_be_symmetric(kind: Collective) -> bool {
             | Collective::AllGather
             | Collective::ReduceScatter
             | Collective::AlltoAll
-            | Collective::AllGatherV
-            | Collective::ReduceScatterV
-            | Collective::AlltoAllV
-            | Collective::AlltoAllVC
     )
 }
 

@@ -7,7 +7,6 @@ use crate::base::primitives::{copy, part};
 use crate::base::reduce::reduce;
 use crate::hccl::job::{Job, SymBuf};
 use crate::hccl::steps::Steps;
-use crate::hccl::v_layout::{Blocks, Table};
 use crate::sys::Collective;
 
 /// Runs `job`, whose input is `input` and output `output` on every rank, between the
@@ -54,8 +53,8 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
                 unsafe { copy(job.recv + k as usize * c * es, from, c * es) };
             }
         }
-        // Never routed here: HCCL does not use windows for the rooted ones and Barrier, the
-        // V collectives go through `run_vector`, and point-to-point calls never make a job.
+        // Never routed here: HCCL uses no windows for the rooted ones, Barrier and the V
+        // collectives, and point-to-point calls never make a job.
         Collective::Broadcast
         | Collective::Barrier
         | Collective::Reduce
@@ -66,50 +65,5 @@ pub(crate) fn run(steps: &Steps<'_>, job: &Job, input: &SymBuf, output: &SymBuf)
         | Collective::AlltoAllVC
         | Collective::Send
         | Collective::Recv => {}
-    }
-}
-
-/// Runs V collective `job` (this rank's `blocks`, every rank's `table`), whose input is
-/// `input` on every rank: this rank reads what each rank sends it straight out of that rank's
-/// `sendBuf` (at that rank's displacement) and copies it into its own block for that rank, or
-/// for ReduceScatterV reduces every rank's block into its `recvBuf`. Nothing is written
-/// outside this rank's own blocks.
-pub(crate) fn run_vector(
-    steps: &Steps<'_>,
-    job: &Job,
-    blocks: &Blocks,
-    table: &Table,
-    input: &SymBuf,
-) {
-    let (r, n, es) = (steps.rank, steps.n, job.es);
-    let src = |k: u32| {
-        let base = if k == r { job.send } else { input.peer(k) };
-        base + table.block(k, r).displ as usize * es
-    };
-    // SAFETY (both blocks below): as in `run`; in addition, the block rank k sends this rank
-    // lies inside rank k's checked, pinned `sendBuf` blocks (k checked its own arrays, and the
-    // table is made of them), at the same window offsets as this rank's, and what this rank
-    // writes is one of its own checked receive blocks (the table's count for it is this rank's
-    // own count, compared at the exchange). Send and receive blocks never overlap on any rank,
-    // so no rank writes bytes another reads.
-    // Empty blocks are skipped before any address is made: their displacements may be
-    // anything that does not overflow on their own rank (in a peer's mapping they could).
-    if job.sig.kind == Collective::ReduceScatterV {
-        let len = blocks.recv[r as usize].count as usize;
-        if len > 0 {
-            let srcs: Vec<usize> = (0..n).map(src).collect();
-            // SAFETY: see above.
-            unsafe { reduce(job.dtype, job.op, &[job.recv], &srcs, len) };
-        }
-        return;
-    }
-    for k in 0..n {
-        let len = table.block(k, r).count as usize * es;
-        if len == 0 {
-            continue;
-        }
-        let dst = job.recv + blocks.recv[k as usize].displ as usize * es;
-        // SAFETY: see above.
-        unsafe { copy(dst, src(k), len) };
     }
 }
