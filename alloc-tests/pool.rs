@@ -742,12 +742,13 @@ fn pooled_collectives_take_the_symmetric_path() {
     })
     .unwrap();
     let after = emu::testing::counters();
-    // Per rank: the warm-up and ten AllReduces, all zero-copy.
+    // Per rank: the warm-up and ten AllReduces, all zero-copy; the agreement on the window's
+    // memory before it was registered (an AllGather of plain memory) staged.
     assert_eq!(
         after.symmetric_collectives - before.symmetric_collectives,
         2 * 11
     );
-    assert_eq!(after.staged_collectives, before.staged_collectives);
+    assert_eq!(after.staged_collectives - before.staged_collectives, 2);
     session.assert_clean();
 }
 
@@ -856,8 +857,9 @@ fn a_failed_warm_up_of_a_new_window_poisons_the_pool_and_leaks_nothing() {
     let session = EmuSession::start();
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
-        // Growing waits for the pool's stream, then for the new window's warm-up: fail that.
-        emu::testing::inject_failure("aclrtSynchronizeStream", 2, ACL_ERROR_RT_INTERNAL_ERROR);
+        // Growing waits for the pool's stream, then for the agreement on the new window's
+        // memory, then for its warm-up: fail that.
+        emu::testing::inject_failure("aclrtSynchronizeStream", 3, ACL_ERROR_RT_INTERNAL_ERROR);
         let err = pool.alloc(3 << 20, 0).unwrap_err();
         assert!(err.to_string().contains("aclrtSynchronizeStream"), "{err}");
         let again = pool.alloc(512, 0);
@@ -866,8 +868,8 @@ fn a_failed_warm_up_of_a_new_window_poisons_the_pool_and_leaks_nothing() {
         drop(pool);
         let errors = rt.take_drop_errors();
         assert!(errors.is_empty(), "{errors:?}");
-        // The first window's warm-up, in SymPool::new.
-        emu::testing::inject_failure("aclrtSynchronizeStream", 1, ACL_ERROR_RT_INTERNAL_ERROR);
+        // The first window's warm-up, in SymPool::new (after the agreement).
+        emu::testing::inject_failure("aclrtSynchronizeStream", 2, ACL_ERROR_RT_INTERNAL_ERROR);
         let err = SymPool::new(comm, PoolConfig::new(2 << 20)).unwrap_err();
         assert!(err.to_string().contains("aclrtSynchronizeStream"), "{err}");
         let errors = rt.take_drop_errors();

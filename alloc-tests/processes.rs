@@ -393,9 +393,16 @@ fn a_killed_rank_0_which_hosts_the_rendezvous_fails_its_peers_within_2_seconds()
 #[ignore = "one rank of a multi-process test"]
 fn rank_killed_in_a_registration() {
     let _ = placement();
-    let (_rt, comm) = join();
-    die_or_fail_fast(&comm, victim(), || Window::allocate(&comm, 1).map(drop));
-    let err = Window::allocate(&comm, 1).unwrap_err();
+    let (rt, comm) = join();
+    // `Window::register` itself (`Window::allocate` agrees on the memory first, a collective
+    // of its own): the peers wait in the registration's exchange.
+    let register = || {
+        let size = rt.round_to_granularity(1, comm.device())?;
+        let mapping = std::sync::Arc::new(symheap::Mapping::allocate(&rt, size, comm.device())?);
+        Window::register(&comm, &mapping).map(drop)
+    };
+    die_or_fail_fast(&comm, victim(), register);
+    let err = register().unwrap_err();
     assert!(
         matches!(
             err,
@@ -576,4 +583,49 @@ fn a_rank_that_errs_panics_or_exits_ends_a_4_process_job_in_seconds() {
             outcome.summary()
         );
     }
+}
+
+/// Every rank grows its pool; rank 1's physical allocation for the new segment fails
+/// (injected). No rank registers: rank 1 returns its own error, the others one naming rank 1,
+/// all at once (the exec timeout is 60 s), and every pool still works afterwards.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_whose_growth_fails() -> symheap::Result<()> {
+    let rank = placement();
+    let (_rt, comm) = join();
+    let pool = SymPool::new(&comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
+    if rank == 1 {
+        symheap::emu::testing::inject_failure(
+            "aclrtMallocPhysical",
+            1,
+            symheap::sys::ACL_ERROR_RT_MEMORY_ALLOCATION,
+        );
+    }
+    let started = Instant::now();
+    let err = SymVec::<u8>::zeroed(&pool, 3 << 20).unwrap_err();
+    symheap::emu::testing::clear_injected_failures();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = err.to_string();
+    match rank {
+        1 => assert!(text.contains("aclrtMallocPhysical"), "{text}"),
+        _ => assert!(
+            matches!(err, Error::Asymmetric(_)) && text.contains("rank(s) [1] could not"),
+            "{text}"
+        ),
+    }
+    // Nothing was registered, so nothing is poisoned: the pools go on.
+    let mut v = SymVec::from_host(&pool, &[1.0f32; 64])?;
+    pool.all_reduce_in_place(&mut v, symheap::ReduceOp::Sum)?;
+    assert_eq!(v.to_host()?, vec![comm.size() as f32; 64]);
+    assert_eq!(pool.stats().windows, 1);
+    Ok(())
+}
+
+#[test]
+fn a_rank_whose_growth_fails_fails_every_rank_at_once_and_nothing_is_lost() {
+    assert_success(&as_processes(3, "rank_whose_growth_fails"));
 }

@@ -51,7 +51,9 @@ impl Segment {
         }
         let heap = Heap::new(size, block_granularity)?;
         let rt = comm.runtime();
-        let mapping = Mapping::allocate_aligned(rt, size, alignment, comm.device())?;
+        // No rank registers unless every rank has its memory (see `Comm::agree`).
+        let mapping = Mapping::allocate_aligned(rt, size, alignment, comm.device());
+        let mapping = comm.agree("allocate their memory for a new segment", mapping)?;
         let window = Window::register(comm, &Arc::new(mapping))?;
         let base = window.ptr();
         // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns

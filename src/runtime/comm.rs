@@ -125,6 +125,8 @@ struct CommInner {
     /// Memory of windows whose deregistration failed: still registered, so it may only be
     /// unmapped and freed after `HcclCommDestroy` has deregistered it.
     orphans: Mutex<Vec<Arc<Mapping>>>,
+    /// The scratch memory of [`Comm::agree`], made at its first use.
+    agreement: Mutex<Option<Arc<Mapping>>>,
 }
 
 // SAFETY: an HcclComm is an opaque handle that may be passed between threads.
@@ -168,6 +170,7 @@ impl Comm {
                 device,
                 calls: Mutex::new(()),
                 orphans: Mutex::new(Vec::new()),
+                agreement: Mutex::new(None),
             }),
         };
         let (mut got_rank, mut got_size) = (0u32, 0u32);
@@ -230,6 +233,11 @@ impl Comm {
     #[cfg_attr(not(feature = "emulator"), allow(dead_code))]
     pub(crate) fn handles(&self) -> usize {
         Arc::strong_count(&self.inner)
+    }
+
+    /// Where [`Comm::agree`] keeps its scratch memory.
+    pub(super) fn agreement_slot(&self) -> &Mutex<Option<Arc<Mapping>>> {
+        &self.inner.agreement
     }
 
     /// Keeps the memory of a window whose deregistration failed until the communicator is

@@ -6,6 +6,7 @@
 //! (`symheap::emu`, behind the default `emulator` feature). Nothing here knows which:
 //! everything above this module works the same on both.
 
+mod agreement;
 pub(crate) mod bootstrap;
 mod collective;
 mod comm;

@@ -80,7 +80,9 @@ impl Window {
     /// one call, undone in the right order on drop. Collective, as [`Window::register`].
     ///
     /// # Errors
-    /// As [`Mapping::allocate`] and [`Window::register`]; what was done is undone.
+    /// As [`Mapping::allocate`] and [`Window::register`]; what was done is undone. When some
+    /// rank cannot allocate its memory, no rank registers: that rank returns its own error
+    /// and the others [`Error::Asymmetric`](crate::Error::Asymmetric) naming it, at once.
     ///
     /// # Examples
     /// ```
@@ -100,7 +102,10 @@ impl Window {
     pub fn allocate(comm: &Comm, bytes: u64) -> Result<Window> {
         let rt = comm.runtime();
         let size = rt.round_to_granularity(bytes, comm.device())?;
-        let mapping = Arc::new(Mapping::allocate(rt, size, comm.device())?);
+        // Every rank learns whether every rank has its memory before anyone registers: a
+        // rank that has none would leave its peers waiting in the registration.
+        let mapping = Mapping::allocate(rt, size, comm.device());
+        let mapping = Arc::new(comm.agree("allocate their memory for the window", mapping)?);
         Window::register(comm, &mapping)
     }
 

@@ -1,0 +1,71 @@
+//! Agreeing on a local step before a collective one. A rank whose own part of a window fails
+//! (its reservation, physical memory or mapping) would otherwise not call
+//! `HcclCommSymWinRegister`, and its peers would wait there for the exec timeout (HCCL's
+//! registration returns early on a bad argument, too). So before registering, every rank
+//! gathers every rank's verdict with one small AllGather, and all of them give up at once if
+//! any rank failed.
+
+use std::sync::Arc;
+
+use super::{Comm, Mapping, Stream};
+use crate::sys::HcclDataType;
+use crate::{Error, Result};
+
+impl Comm {
+    /// Every rank's `mine`, agreed: `mine`'s value if every rank succeeded; this rank's own
+    /// error if it failed; on the others, [`Error::Asymmetric`] naming the ranks that failed
+    /// and `what` they failed to do. Collective: every rank calls it at the same point.
+    ///
+    /// # Errors
+    /// As above; also the runtime's error if the agreement itself cannot run (its scratch
+    /// memory, made once per communicator, or the AllGather).
+    pub(crate) fn agree<T>(&self, what: &str, mine: Result<T>) -> Result<T> {
+        let failed = self.failed_ranks(mine.is_ok())?;
+        match (mine, failed.is_empty()) {
+            (Ok(value), true) => Ok(value),
+            (Err(e), _) => Err(e),
+            (Ok(_), false) => Err(Error::Asymmetric(format!(
+                "rank(s) {failed:?} could not {what}; nothing was registered on any rank"
+            ))),
+        }
+    }
+
+    /// The ranks whose verdict was "failed", gathered from every rank.
+    fn failed_ranks(&self, ok: bool) -> Result<Vec<u32>> {
+        let scratch = self.agreement_scratch()?;
+        let n = u64::from(self.size());
+        let rt = self.runtime();
+        let stream = Stream::new(rt)?;
+        let (send, recv) = (scratch.ptr(), scratch.ptr().byte_add(64));
+        let mut verdicts = vec![0u8; n as usize];
+        // SAFETY: the scratch is this communicator's own, a granule long (64 + n bytes fit),
+        // and only agreements touch it, one at a time (collective calls are made in the same
+        // order on every rank, and this one waits for its stream before returning).
+        unsafe {
+            rt.copy_to_device(send, &[u8::from(!ok)])?;
+            self.all_gather(send, recv, 1, HcclDataType::HCCL_DATA_TYPE_UINT8, &stream)?;
+            self.synchronize(&stream)?;
+            rt.copy_to_host(&mut verdicts, recv)?;
+        }
+        Ok((0..n as u32)
+            .filter(|&r| verdicts[r as usize] != 0)
+            .collect())
+    }
+
+    /// The device memory agreements run in: one granule, made at the first agreement and
+    /// kept with the communicator.
+    fn agreement_scratch(&self) -> Result<Arc<Mapping>> {
+        let mut slot = self
+            .agreement_slot()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(scratch) = &*slot {
+            return Ok(Arc::clone(scratch));
+        }
+        let rt = self.runtime();
+        let size = rt.round_to_granularity(64 + u64::from(self.size()), self.device())?;
+        let scratch = Arc::new(Mapping::allocate(rt, size, self.device())?);
+        *slot = Some(Arc::clone(&scratch));
+        Ok(scratch)
+    }
+}
