@@ -945,3 +945,73 @@ fn out_of_memory_names_the_configured_maximum() {
     );
     session.assert_clean();
 }
+
+/// The pool's own record of every collective's path agrees with what the emulator did, for
+/// every kind the pool runs, in AI CPU expansion (the default) and in host expansion; and
+/// `SymPool::path` predicts it.
+#[test]
+fn the_pool_knows_the_path_of_every_collective_and_the_emulator_agrees() {
+    use symheap::sys::Collective;
+    use symheap::{CommConfig, Path, Runtime, Staged};
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    for (mode, symmetric) in [(0, true), (1, false)] {
+        let config = CommConfig::new()
+            .exec_timeout_secs(30)
+            .op_expansion_mode(mode);
+        let before = emu::testing::counters();
+        let stats = emu::launch_with(&rt, 2, &config, |comm| {
+            let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+            let mut a = SymVec::from_host(&pool, &[1.0f32; 8])?;
+            let mut b = SymVec::<f32>::zeroed(&pool, 16)?;
+            let fast = match symmetric {
+                true => Path::Symmetric,
+                false => Path::Staged(Staged::Expansion),
+            };
+            assert_eq!(pool.path(Collective::AllReduce, &a, &a), fast);
+            assert_eq!(
+                pool.path(Collective::AlltoAllV, &a, &b),
+                Path::Staged(Staged::Kind)
+            );
+            pool.all_reduce_in_place(&mut a, ReduceOp::Sum)?;
+            pool.all_gather(&a, &mut b)?;
+            pool.reduce_scatter(&b, &mut a, ReduceOp::Sum)?;
+            let c = SymVec::from_host(&pool, &[2.0f32; 8])?;
+            pool.all_to_all(&c, &mut a)?;
+            pool.broadcast(&mut a, 0)?;
+            pool.reduce(&c, &mut a, ReduceOp::Max, 1)?;
+            pool.all_gather_v(&a, &mut b, &[8, 8], &[0, 8])?;
+            pool.synchronize()?;
+            Ok(pool.stats())
+        })
+        .unwrap();
+        let after = emu::testing::counters();
+        let (mut pool_symmetric, mut pool_staged) = (0, 0);
+        for s in &stats {
+            let (sym, staged) = s.symmetric_and_staged();
+            assert_eq!(
+                (sym, staged),
+                if symmetric { (4, 3) } else { (0, 7) },
+                "mode {mode}: {s}"
+            );
+            (pool_symmetric, pool_staged) = (pool_symmetric + sym, pool_staged + staged);
+            let text = s.to_string();
+            assert!(
+                text.contains("x HcclBroadcast: staged (HCCL uses windows only for"),
+                "{text}"
+            );
+        }
+        // Besides the pool's collectives, per rank: its window's warm-up AllGather (symmetric
+        // where the mode allows) and the agreement before registering it (always staged).
+        let warm_ups = if symmetric { (2, 2) } else { (0, 4) };
+        assert_eq!(
+            (
+                after.symmetric_collectives - before.symmetric_collectives,
+                after.staged_collectives - before.staged_collectives
+            ),
+            (pool_symmetric + warm_ups.0, pool_staged + warm_ups.1),
+            "mode {mode}: the emulator's paths"
+        );
+    }
+    session.assert_clean();
+}

@@ -6,6 +6,7 @@ mod collectives;
 pub mod emu;
 mod error;
 pub mod heap;
+mod path;
 mod pool;
 mod runtime;
 mod sym_box;
@@ -20,8 +21,10 @@ pub use allocator::SymAllocator;
 pub use allocator_api2;
 pub use collectives::packed_displacements;
 pub use error::{Error, OutOfMemory, Result};
+pub use path::{Path, Staged};
 pub use pool::{
-    PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock, SymPool, TagStats, WindowMap,
+    CollectiveStats, PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock, SymPool,
+    TagStats, WindowMap,
 };
 pub use runtime::{
     Backend, Comm, CommConfig, DevicePtr, Element, Mapping, Origin, PhysicalMemory, Placement,

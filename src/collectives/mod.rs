@@ -14,7 +14,7 @@ use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState};
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
 use crate::sys::Collective;
-use crate::{Error, Result, SymBlock, SymPool, SymVec};
+use crate::{Error, Path, Result, SymBlock, SymPool, SymVec};
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
@@ -338,6 +338,20 @@ impl PoolShared {
         }
         if call.count == Some(0) {
             return Ok(());
+        }
+        // Every pooled buffer lies in one of the pool's windows (the caller checked that
+        // each belongs to this pool).
+        let path = self.predict(call.kind, true);
+        if state.record_path(call.kind, path) {
+            if let Path::Staged(why) = path {
+                tracing::warn!(
+                    rank = self.comm.rank(),
+                    kind = call.kind.c_name(),
+                    "symheap: a collective on pooled memory stages through the HCCL buffer: {} \
+                     (warned once per reason; PoolStats::collectives counts them all)",
+                    why.describe()
+                );
+            }
         }
         self.run_locked(&state, call.kind, call.count, call.buffers, enqueue)
     }

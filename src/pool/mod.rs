@@ -17,6 +17,7 @@
 
 mod block;
 mod config;
+mod paths;
 mod private;
 mod segment;
 mod snapshot;
@@ -37,7 +38,7 @@ use crate::{Error, OutOfMemory, Result};
 pub use block::SymBlock;
 pub use config::PoolConfig;
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
-pub use stats::{PoolStats, TagStats};
+pub use stats::{CollectiveStats, PoolStats, TagStats};
 
 use private::PrivateRegion;
 use segment::Segment;
@@ -116,6 +117,8 @@ pub(crate) struct PoolState {
     tags: Tags,
     /// A rolling hash of every collective called, in order (see [`PoolState::op_hash`]).
     collectives: u64,
+    /// Collectives by kind and the path they took.
+    paths: paths::PathCounts,
 }
 
 /// A heap block and the key of the segment whose heap made it: the one shape in which the
@@ -211,6 +214,7 @@ impl SymPool {
             registrations: 1,
             tags: Tags::default(),
             collectives: 0,
+            paths: paths::PathCounts::default(),
         };
         let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
@@ -656,6 +660,7 @@ impl PoolState {
             registrations: self.registrations,
             pending_frees: self.pending.len(),
             tags: self.tags.stats(),
+            collectives: self.paths.stats(),
             private_allocated: self.private.as_ref().map_or(0, PrivateRegion::allocated),
             private_reserved: self.private.as_ref().map_or(0, PrivateRegion::size),
         }
@@ -751,6 +756,11 @@ impl PoolState {
     /// Folds a collective call into the record of collectives.
     pub(crate) fn record_collective(&mut self, call: u64) {
         self.collectives = fold_words([self.collectives, call]);
+    }
+
+    /// Counts a `kind` collective on `path`; `true` for the first that staged for its reason.
+    pub(crate) fn record_path(&mut self, kind: crate::sys::Collective, path: crate::Path) -> bool {
+        self.paths.record(kind, path)
     }
 }
 

@@ -46,6 +46,40 @@ pub struct PoolStats {
     /// Live blocks and bytes by tag ([`SymPool::alloc_tagged`](super::SymPool::alloc_tagged);
     /// "" for untagged allocations), in the order the tags first appeared.
     pub tags: Vec<TagStats>,
+    /// Collectives this pool has run, by kind and the path each took
+    /// ([`SymPool::path`](super::SymPool::path)); point-to-point calls are not collectives.
+    pub collectives: Vec<CollectiveStats>,
+}
+
+/// How many collectives of one kind took one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct CollectiveStats {
+    /// The C function, e.g. `"HcclAllReduce"`.
+    pub kind: String,
+    /// The path they took.
+    pub path: crate::Path,
+    /// How many.
+    pub count: u64,
+}
+
+impl PoolStats {
+    /// How many collectives took `path` (any kind).
+    pub fn collectives_on(&self, path: crate::Path) -> u64 {
+        self.collectives
+            .iter()
+            .filter(|c| c.path == path)
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// How many collectives took the symmetric path, and how many staged.
+    pub fn symmetric_and_staged(&self) -> (u64, u64) {
+        let symmetric = self.collectives_on(crate::Path::Symmetric);
+        let all: u64 = self.collectives.iter().map(|c| c.count).sum();
+        (symmetric, all - symmetric)
+    }
 }
 
 /// The live allocations that carry one tag.

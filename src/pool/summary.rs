@@ -42,7 +42,20 @@ impl fmt::Display for PoolStats {
             f,
             "calls      {} allocations, {} frees ({} pending), {} out of memory",
             self.alloc_count, self.free_count, self.pending_frees, self.oom_count
-        )
+        )?;
+        let (symmetric, staged) = self.symmetric_and_staged();
+        write!(
+            f,
+            "\ncollectives {symmetric} symmetric (zero-copy), {staged} staged"
+        )?;
+        for c in self
+            .collectives
+            .iter()
+            .filter(|c| c.path != crate::Path::Symmetric)
+        {
+            write!(f, "\n           {} x {}: {}", c.count, c.kind, c.path)?;
+        }
+        Ok(())
     }
 }
 

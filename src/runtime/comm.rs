@@ -127,6 +127,8 @@ struct CommInner {
     orphans: Mutex<Vec<Arc<Mapping>>>,
     /// The scratch memory of [`Comm::agree`], made at its first use.
     agreement: Mutex<Option<Arc<Mapping>>>,
+    /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
+    ai_cpu: bool,
 }
 
 // SAFETY: an HcclComm is an opaque handle that may be passed between threads.
@@ -171,6 +173,10 @@ impl Comm {
                 calls: Mutex::new(()),
                 orphans: Mutex::new(Vec::new()),
                 agreement: Mutex::new(None),
+                ai_cpu: crate::path::expands_on_ai_cpu(
+                    config.as_raw().hcclOpExpansionMode,
+                    std::env::var("HCCL_OP_EXPANSION_MODE").ok().as_deref(),
+                ),
             }),
         };
         let (mut got_rank, mut got_size) = (0u32, 0u32);
@@ -233,6 +239,12 @@ impl Comm {
     #[cfg_attr(not(feature = "emulator"), allow(dead_code))]
     pub(crate) fn handles(&self) -> usize {
         Arc::strong_count(&self.inner)
+    }
+
+    /// Whether the communicator expands collectives on the AI CPU (its config's
+    /// `hcclOpExpansionMode`, else `HCCL_OP_EXPANSION_MODE`): only then does HCCL use windows.
+    pub fn expands_on_ai_cpu(&self) -> bool {
+        self.inner.ai_cpu
     }
 
     /// Where [`Comm::agree`] keeps its scratch memory.

@@ -1,0 +1,91 @@
+//! How many collectives of each kind took each path ([`Path`]): kept by the pool, shown in
+//! its stats and summary, and a warning at the first fallback of each reason.
+
+use std::collections::BTreeMap;
+
+use super::SymPool;
+use super::stats::CollectiveStats;
+use crate::path::{self, Path, Staged};
+use crate::sys::Collective;
+use crate::{Element, SymVec};
+
+/// Collectives by kind and path.
+#[derive(Default)]
+pub(crate) struct PathCounts {
+    counts: BTreeMap<(u8, Path), u64>,
+    /// The reasons already warned about.
+    warned: Vec<Staged>,
+}
+
+impl PathCounts {
+    /// Counts one `kind` collective on `path`; `true` for the first that staged for its
+    /// reason (the caller warns).
+    pub(crate) fn record(&mut self, kind: Collective, path: Path) -> bool {
+        *self.counts.entry((kind as u8, path)).or_default() += 1;
+        match path {
+            Path::Staged(why) if !self.warned.contains(&why) => {
+                self.warned.push(why);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The counts, by kind (in `Collective`'s order) and path.
+    pub(crate) fn stats(&self) -> Vec<CollectiveStats> {
+        self.counts
+            .iter()
+            .filter_map(|(&(kind, path), &count)| {
+                Some(CollectiveStats {
+                    kind: Collective::from_u8(kind)?.c_name().into(),
+                    path,
+                    count,
+                })
+            })
+            .collect()
+    }
+}
+
+impl SymPool {
+    /// The path a `kind` collective from `input` to `output` takes: [`Path::Symmetric`]
+    /// when HCCL reads the pool's windows directly, else why it stages, by HCCL's rules
+    /// (the same on real hardware and on the emulator): the kind (AllReduce, AllGather,
+    /// ReduceScatter and AlltoAll only), a one-rank communicator, the expansion mode (AI
+    /// CPU only), and both buffers in windows of this pool's communicator.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::sys::Collective;
+    /// use symheap::{Path, PoolConfig, Staged, SymPool, SymVec, emu};
+    ///
+    /// emu::launch(2, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let (a, b) = (SymVec::<f32>::zeroed(&pool, 8)?, SymVec::<f32>::zeroed(&pool, 16)?);
+    ///     assert_eq!(pool.path(Collective::AllGather, &a, &b), Path::Symmetric);
+    ///     let staged = pool.path(Collective::AllGatherV, &a, &b);
+    ///     assert_eq!(staged, Path::Staged(Staged::Kind));
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    pub fn path<T: Element, U: Element>(
+        &self,
+        kind: Collective,
+        input: &SymVec<T>,
+        output: &SymVec<U>,
+    ) -> Path {
+        let ours = [input.alloc(), output.alloc()]
+            .iter()
+            .all(|b| b.belongs_to(self.shared()));
+        self.shared().predict(kind, ours)
+    }
+}
+
+impl super::PoolShared {
+    /// The path of a `kind` collective whose buffers are (`in_windows`) or are not all in
+    /// this pool's windows.
+    pub(crate) fn predict(&self, kind: Collective, in_windows: bool) -> Path {
+        let comm = self.comm();
+        path::predict(kind, comm.expands_on_ai_cpu(), comm.size(), in_windows)
+    }
+}
