@@ -12,6 +12,7 @@ mod heap;
 mod heap_map;
 mod inspect;
 mod moe;
+mod paths;
 mod pool;
 mod pool_vector;
 mod processes;

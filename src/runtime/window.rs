@@ -221,4 +221,38 @@ impl Comm {
         })?;
         Ok((WindowHandle::from_raw(raw), offset as u64))
     }
+
+    /// The path a `kind` collective from `[input, +input_len)` to `[output, +output_len)`
+    /// takes on this communicator, by HCCL's rules (`IsSupportSymmetricMemory`): the kind,
+    /// more than one rank, AI CPU expansion, and each buffer wholly inside one of this
+    /// communicator's windows, found with `HcclCommSymWinGet` as HCCL finds them.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on libraries without symmetric
+    /// windows; the library's error for a lookup that fails other than "not found".
+    pub fn path(
+        &self,
+        kind: crate::sys::Collective,
+        input: DevicePtr,
+        input_len: u64,
+        output: DevicePtr,
+        output_len: u64,
+    ) -> Result<crate::Path> {
+        let windowed = |ptr, len| match self.window_get(ptr, len) {
+            Ok(_) => Ok(true),
+            Err(crate::Error::Hccl { code, .. })
+                if code == crate::sys::HcclResult::HCCL_E_NOT_FOUND =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        };
+        let in_windows = windowed(input, input_len)? && windowed(output, output_len)?;
+        Ok(crate::path::predict(
+            kind,
+            self.expands_on_ai_cpu(),
+            self.size(),
+            in_windows,
+        ))
+    }
 }
