@@ -48,6 +48,8 @@ pub struct PoolStats {
     pub tags: Vec<TagStats>,
     /// Collectives this pool has run, by kind and the path each took
     /// ([`SymPool::path`](super::SymPool::path)); point-to-point calls are not collectives.
+    /// (Empty when read from a snapshot written before it existed.)
+    #[cfg_attr(feature = "serde", serde(default))]
     pub collectives: Vec<CollectiveStats>,
 }
 

@@ -14,7 +14,8 @@
 //!   size, allocation number and rank (an SVG `<title>`), and outlines the regions at the same
 //!   offset in the other lanes;
 //! - per rank, the pool's accounting (allocated, reserved, peak, largest free region,
-//!   fragmentation, ...) and its live bytes per tag.
+//!   fragmentation, collectives on the symmetric and the staged path, ...) and its live
+//!   bytes per tag.
 //!
 //! Widths are not to scale: each stretch between two region boundaries (of any lane) gets a
 //! width that grows with the logarithm of its size, so that a 512-byte block next to a
@@ -489,14 +490,14 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
         "<section class=\"summary\">\n<h2>Per rank</h2>\n<table>\n<tr><th>rank</th>\
          <th>op hash</th><th>allocated</th><th>peak</th><th>reserved</th><th>free</th>\
          <th>largest free</th><th>fragmentation</th><th>pending frees</th><th>windows</th>\
-         <th>allocs / frees / OOMs</th></tr>\n",
+         <th>allocs / frees / OOMs</th><th>collectives symmetric / staged</th></tr>\n",
     );
     for s in ranks {
         let st = &s.stats;
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td class=\"mono\">{:#018x}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{} / {} / {}</td></tr>",
+             <td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{} / {}</td></tr>",
             s.rank,
             s.op_hash,
             human(st.allocated),
@@ -509,7 +510,9 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             st.windows,
             st.alloc_count,
             st.free_count,
-            st.oom_count
+            st.oom_count,
+            st.symmetric_and_staged().0,
+            st.symmetric_and_staged().1
         );
     }
     out.push_str("</table>\n<h2>Live memory by tag</h2>\n<table>\n<tr><th>tag</th>");
