@@ -121,8 +121,8 @@ impl Comm {
     ///
     /// The file must be fresh for each job: rank 0 refuses to overwrite one that exists, since
     /// another rank might already have read it (`symheap-run` makes a new one per run), and
-    /// removes it once every rank has joined. On a
-    /// filesystem that every node shares, the same file bootstraps several nodes on real HCCL.
+    /// removes it once every rank has joined. On a filesystem that every node shares, the
+    /// same file bootstraps several nodes on real HCCL.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the variables that are missing, malformed or
