@@ -70,14 +70,7 @@ impl fmt::Display for Path {
 /// (`ai_cpu`) or does not use windows, with both buffers in its windows (`in_windows`).
 /// HCCL's checks, in its order.
 pub(crate) fn predict(kind: Collective, ai_cpu: bool, ranks: u32, in_windows: bool) -> Path {
-    let windowed = matches!(
-        kind,
-        Collective::AllReduce
-            | Collective::AllGather
-            | Collective::ReduceScatter
-            | Collective::AlltoAll
-    );
-    if !windowed {
+    if !kind.may_use_windows() {
         Path::Staged(Staged::Kind)
     } else if ranks == 1 {
         Path::Staged(Staged::SingleRank)

@@ -359,29 +359,56 @@ void reduce_scatter_v(const Rank &k)
 }
 
 // Rank r sends (r + p) % n + 1 elements to rank p: an imbalanced split, as MoE dispatch makes.
-void all_to_all_v_on(const Rank &k, void *send, void *recv)
+uint64_t split_amount(const Rank &k, uint32_t from, uint32_t to)
 {
-    auto amount = [&](uint32_t from, uint32_t to) { return (uint64_t)((from + to) % k.n + 1); };
-    std::vector<uint64_t> scounts(k.n), rcounts(k.n);
+    return (uint64_t)((from + to) % k.n + 1);
+}
+
+// One rank's side of the split: counts and displacements (receive blocks packed).
+struct Split {
+    std::vector<uint64_t> scounts, sdispls, rcounts, rdispls;
+};
+
+// This rank's side of the split, its send blocks `send_gap` elements apart, tagged and uploaded
+// to `send`.
+Split upload_split(const Rank &k, void *send, uint64_t send_gap)
+{
+    Split s;
+    s.scounts.resize(k.n);
+    s.rcounts.resize(k.n);
     for (uint32_t p = 0; p < k.n; p++) {
-        scounts[p] = amount(k.r, p);
-        rcounts[p] = amount(p, k.r);
+        s.scounts[p] = split_amount(k, k.r, p);
+        s.rcounts[p] = split_amount(k, p, k.r);
     }
-    std::vector<uint64_t> sdispls = prefix_sums(scounts, 1), rdispls = prefix_sums(rcounts, 0);
-    std::vector<int32_t> mine(sdispls.back() + scounts.back());
+    s.sdispls = prefix_sums(s.scounts, send_gap);
+    s.rdispls = prefix_sums(s.rcounts, 0);
+    std::vector<int32_t> mine(s.sdispls.back() + s.scounts.back());
     for (uint32_t p = 0; p < k.n; p++) {
-        for (uint64_t i = 0; i < scounts[p]; i++) mine[sdispls[p] + i] = tag(k.r, p, i);
+        for (uint64_t i = 0; i < s.scounts[p]; i++) mine[s.sdispls[p] + i] = tag(k.r, p, i);
     }
     upload(send, mine);
-    HCCL_OK(HcclAlltoAllV(send, scounts.data(), sdispls.data(), HCCL_DATA_TYPE_INT32, recv,
-                          rcounts.data(), rdispls.data(), HCCL_DATA_TYPE_INT32, k.comm, k.stream));
-    ACL_OK(aclrtSynchronizeStream(k.stream));
-    std::vector<int32_t> got = download<int32_t>(recv, rdispls.back() + rcounts.back());
+    return s;
+}
+
+// Checks that `recv` holds, at this rank's receive blocks, what every rank sent it.
+void check_split(const Rank &k, const Split &s, const void *recv)
+{
+    std::vector<int32_t> got = download<int32_t>(recv, s.rdispls.back() + s.rcounts.back());
     for (uint32_t p = 0; p < k.n; p++) {
-        for (uint64_t i = 0; i < rcounts[p]; i++) CHECK(got[rdispls[p] + i] == tag(p, k.r, i));
+        for (uint64_t i = 0; i < s.rcounts[p]; i++) CHECK(got[s.rdispls[p] + i] == tag(p, k.r, i));
     }
-    EXPECT_HCCL(HcclAlltoAllV(send, nullptr, sdispls.data(), HCCL_DATA_TYPE_INT32, recv,
-                              rcounts.data(), rdispls.data(), HCCL_DATA_TYPE_INT32, k.comm,
+}
+
+void all_to_all_v_on(const Rank &k, void *send, void *recv)
+{
+    Split s = upload_split(k, send, 1);
+    HCCL_OK(HcclAlltoAllV(send, s.scounts.data(), s.sdispls.data(), HCCL_DATA_TYPE_INT32, recv,
+                          s.rcounts.data(), s.rdispls.data(), HCCL_DATA_TYPE_INT32, k.comm,
+                          k.stream));
+    ACL_OK(aclrtSynchronizeStream(k.stream));
+    check_split(k, s, recv);
+    EXPECT_HCCL(HcclAlltoAllV(send, nullptr, s.sdispls.data(), HCCL_DATA_TYPE_INT32, recv,
+                              s.rcounts.data(), s.rdispls.data(), HCCL_DATA_TYPE_INT32, k.comm,
                               k.stream),
                 HCCL_E_PTR);
 }
@@ -396,28 +423,15 @@ void all_to_all_v(const Rank &k)
 void all_to_all_vc(const Rank &k)
 {
     DevBuf send(1 << 16), recv(1 << 16);
-    auto amount = [&](uint32_t from, uint32_t to) { return (uint64_t)((from + to) % k.n + 1); };
-    std::vector<uint64_t> matrix(k.n * k.n), scounts(k.n), rcounts(k.n);
-    for (uint32_t s = 0; s < k.n; s++) {
-        for (uint32_t d = 0; d < k.n; d++) matrix[s * k.n + d] = amount(s, d);
+    std::vector<uint64_t> matrix(k.n * k.n);
+    for (uint32_t from = 0; from < k.n; from++) {
+        for (uint32_t to = 0; to < k.n; to++) matrix[from * k.n + to] = split_amount(k, from, to);
     }
-    for (uint32_t p = 0; p < k.n; p++) {
-        scounts[p] = amount(k.r, p);
-        rcounts[p] = amount(p, k.r);
-    }
-    std::vector<uint64_t> sdispls = prefix_sums(scounts, 0), rdispls = prefix_sums(rcounts, 0);
-    std::vector<int32_t> mine(sdispls.back() + scounts.back());
-    for (uint32_t p = 0; p < k.n; p++) {
-        for (uint64_t i = 0; i < scounts[p]; i++) mine[sdispls[p] + i] = tag(k.r, p, i);
-    }
-    upload(send.dev, mine);
+    Split s = upload_split(k, send.dev, 0);
     HCCL_OK(HcclAlltoAllVC(send.dev, matrix.data(), HCCL_DATA_TYPE_INT32, recv.dev,
                            HCCL_DATA_TYPE_INT32, k.comm, k.stream));
     ACL_OK(aclrtSynchronizeStream(k.stream));
-    std::vector<int32_t> got = download<int32_t>(recv.dev, rdispls.back() + rcounts.back());
-    for (uint32_t p = 0; p < k.n; p++) {
-        for (uint64_t i = 0; i < rcounts[p]; i++) CHECK(got[rdispls[p] + i] == tag(p, k.r, i));
-    }
+    check_split(k, s, recv.dev);
     EXPECT_HCCL(HcclAlltoAllVC(send.dev, nullptr, HCCL_DATA_TYPE_INT32, recv.dev,
                                HCCL_DATA_TYPE_INT32, k.comm, k.stream),
                 HCCL_E_PTR);

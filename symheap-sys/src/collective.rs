@@ -92,6 +92,19 @@ impl Collective {
         )
     }
 
+    /// Whether HCCL may run it on symmetric windows: AllReduce, AllGather, ReduceScatter and
+    /// AlltoAll only (hicann/hcomm `hccl_communicator_host.cc`, `IsSupportSymmetricMemory`);
+    /// the V forms, the rooted collectives and Barrier always stage.
+    pub fn may_use_windows(self) -> bool {
+        matches!(
+            self,
+            Collective::AllReduce
+                | Collective::AllGather
+                | Collective::ReduceScatter
+                | Collective::AlltoAll
+        )
+    }
+
     /// Whether the call names a root rank.
     pub fn rooted(self) -> bool {
         matches!(

@@ -494,6 +494,7 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
     );
     for s in ranks {
         let st = &s.stats;
+        let (symmetric, staged) = st.symmetric_and_staged();
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td class=\"mono\">{:#018x}</td><td>{}</td><td>{}</td><td>{}</td>\
@@ -511,8 +512,8 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             st.alloc_count,
             st.free_count,
             st.oom_count,
-            st.symmetric_and_staged().0,
-            st.symmetric_and_staged().1
+            symmetric,
+            staged
         );
     }
     out.push_str("</table>\n<h2>Live memory by tag</h2>\n<table>\n<tr><th>tag</th>");

@@ -164,7 +164,7 @@ fn run(comm: &Comm, job: &Job, seq: u64, host_waits: &dyn Fn() -> bool) -> HcclR
                 _ => staged::run(&mut steps, job, &staging, cap)?,
             }
         }
-        // Never a V collective ([`Path`] is chosen by `may_be_symmetric`).
+        // Never a V collective (`choose_path` asks `Collective::may_use_windows`).
         Path::Symmetric { input, output } => {
             counters::inc(Counter::SymmetricCollectives);
             symmetric::run(&steps, job, input, output);

@@ -14,19 +14,6 @@ use crate::hccl::expansion::Expansion;
 use crate::hccl::v_layout::Blocks;
 use crate::hccl::window::Window;
 
-/// HCCL takes the symmetric path for AllReduce, AllGather, ReduceScatter and AlltoAll only
-/// (hicann/hcomm `hccl_communicator_host.cc`, `IsSupportSymmetricMemory`): the V forms, the
-/// rooted collectives and Barrier always stage.
-fn may_be_symmetric(kind: Collective) -> bool {
-    matches!(
-        kind,
-        Collective::AllReduce
-            | Collective::AllGather
-            | Collective::ReduceScatter
-            | Collective::AlltoAll
-    )
-}
-
 /// A collective call as the C entry point received it.
 pub(crate) struct Request {
     pub(crate) sig: Signature,
@@ -398,7 +385,7 @@ impl Buffers {
 /// buffers lie in windows of `comm` (what HCCL finds with `HcclCommSymWinGet`), the staged
 /// path otherwise.
 fn choose_path(comm: &Comm, kind: Collective, bufs: &Buffers, in_place: bool) -> Path {
-    if !may_be_symmetric(kind) || comm.expansion != Expansion::AiCpu {
+    if !kind.may_use_windows() || comm.expansion != Expansion::AiCpu {
         return Path::Staged;
     }
     let (Some((iw, ioff)), Some((ow, ooff))) = (

@@ -326,11 +326,14 @@ impl Rendezvous {
 
     /// Tells the launcher (if any) whom `failure` blames ([`crate::ipc::blame`]).
     pub(crate) fn blame(&self, failure: &RvError) {
-        let ranks = match failure {
-            RvError::Timeout { missing: ranks }
-            | RvError::Gone { ranks }
-            | RvError::Lost { ranks } => ranks.clone(),
-            RvError::Deadlock(_) => self.board.deadlock_odd_ones_out(),
+        let (ranks, why) = match failure {
+            RvError::Timeout { missing } => (missing.clone(), "never came"),
+            RvError::Gone { ranks } => (ranks.clone(), "destroyed its communicator"),
+            RvError::Lost { ranks } => (ranks.clone(), "exited"),
+            RvError::Deadlock(_) => (
+                self.board.deadlock_odd_ones_out(),
+                "odd one out in a deadlock",
+            ),
             RvError::HostLost => return blame::blame(&[self.host_pid], "host lost"),
             RvError::Mismatch | RvError::Duplicate | RvError::Closed => return,
         };
@@ -339,12 +342,6 @@ impl Rendezvous {
             .filter_map(|&r| self.pids.get(r as usize).copied())
             .collect();
         pids.dedup();
-        let why = match failure {
-            RvError::Timeout { .. } => "never came",
-            RvError::Gone { .. } => "destroyed its communicator",
-            RvError::Lost { .. } => "exited",
-            _ => "odd one out in a deadlock",
-        };
         blame::blame(&pids, why);
     }
 
