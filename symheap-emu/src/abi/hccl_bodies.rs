@@ -25,6 +25,7 @@ use crate::hccl::hcomm_mem;
 use crate::hccl::job::{Request, Signature};
 #[cfg(doc)]
 use crate::hccl::memory_range;
+use crate::hccl::sub_comm;
 use crate::hccl::v_layout::{self, Blocks};
 use crate::sys::Collective::{
     self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, AlltoAllVC, Barrier, Broadcast,
@@ -382,6 +383,46 @@ pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
         a.commName.add(len).write(0);
     }
     Ok(())
+}
+
+/// `HcclCreateSubCommConfig`: splits a sub-communicator of `rankNum` ranks off the global
+/// communicator `*comm`, rank `i` of it being global rank `rankIds[i]`; only its members meet
+/// (see [`sub_comm`]). A rank outside passes `rankIds = NULL` and `subCommId = 0xFFFFFFFF`,
+/// and gets `HCCL_SUCCESS` with `*subComm` untouched.
+pub(super) unsafe fn HcclCreateSubCommConfig(a: args::HcclCreateSubCommConfig) -> HcclRes {
+    let member = sub_comm::check_call(
+        !a.subComm.is_null(),
+        a.rankIds.is_null(),
+        a.subCommId,
+        a.rankNum,
+        a.subCommRankId,
+    )?;
+    if !member {
+        return Ok(());
+    }
+    non_null(a.config, "config")?;
+    non_null(a.comm, "comm")?;
+    // SAFETY: non-null; the caller promises a readable `HcclComm`.
+    let global = comm::lookup(unsafe { a.comm.read() } as usize)?;
+    if a.rankNum > global.n {
+        return crate::base::errors::para(format!(
+            "rankNum {} exceeds the global communicator's {} ranks",
+            a.rankNum, global.n
+        ));
+    }
+    // SAFETY: non-null; the caller promises `rankNum` ids (at most the global size, checked).
+    let rank_ids = unsafe { std::slice::from_raw_parts(a.rankIds, a.rankNum as usize) }.to_vec();
+    // SAFETY: non-null; the caller promises a config struct of its stated size.
+    let config = unsafe { comm::read_config(a.config) }?;
+    let request = sub_comm::Request {
+        rank_ids,
+        sub_comm_id: a.subCommId,
+        sub_rank: a.subCommRankId,
+        config,
+    };
+    let handle = sub_comm::create(&global, &request)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.subComm, handle as HcclComm, "subComm") }
 }
 
 /// `HcclSend`: sends `count` elements to `destRank`; the task completes once that rank's

@@ -76,8 +76,15 @@ pub(crate) struct Comm {
     pub(crate) rank: u32,
     pub(crate) n: u32,
     /// What `HcclGetCommName` answers: the config's `hcclCommName` bytes as given, or the
-    /// rendezvous name (the same on every rank).
+    /// rendezvous name (the same on every rank); a sub-communicator's default is
+    /// `{global name}_sub_{subCommId}`.
     pub(crate) name: Vec<u8>,
+    /// The rendezvous this communicator's ranks met at (its hub's socket name and session
+    /// key): a global communicator's sub-communicators meet at names and keys made from them.
+    pub(crate) meeting: Meeting,
+    /// For a sub-communicator, the global communicator it was split from (`None` for a
+    /// global one, which alone may be split).
+    pub(crate) parent: Option<usize>,
     /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
@@ -102,10 +109,12 @@ static COMMS: Registry<Comm> = Registry::new();
 
 static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
 
-/// What a root info names: the hub's abstract socket and the session key it expects.
-struct Root {
-    name: String,
-    session: [u8; 16],
+/// Where a group's ranks meet: the hub's abstract socket and the session key it expects
+/// (what a root info names).
+#[derive(Clone)]
+pub(crate) struct Meeting {
+    pub(crate) name: String,
+    pub(crate) session: [u8; 16],
 }
 
 /// `HcclGetRootInfo`: starts the hub of a fresh rendezvous in this process and names it in
@@ -141,13 +150,13 @@ pub(crate) fn get_root_info() -> HcclRes<HcclRootInfo> {
 }
 
 /// The rendezvous a root info names, if it is the emulator's.
-fn parse_root(info: &HcclRootInfo) -> Option<Root> {
+fn parse_root(info: &HcclRootInfo) -> Option<Meeting> {
     let bytes: Vec<u8> = info.internal.iter().map(|&c| c as u8).collect();
     let rest = bytes.strip_prefix(&ROOT_MAGIC[..])?;
     let (session, rest) = rest.split_at(16);
     let (&len, rest) = rest.split_first()?;
     let name = std::str::from_utf8(rest.get(..len as usize)?).ok()?;
-    Some(Root {
+    Some(Meeting {
         name: name.to_owned(),
         session: session.try_into().ok()?,
     })
@@ -224,7 +233,7 @@ fn hccl_exec_timeout(value: &str) -> HcclRes<Duration> {
 ///
 /// # Errors
 /// `HCCL_E_PARA` for an `HCCL_CONNECT_TIMEOUT` that CANN would refuse.
-fn connect_timeout(exec: Duration) -> HcclRes<Duration> {
+pub(crate) fn connect_timeout(exec: Duration) -> HcclRes<Duration> {
     match std::env::var(HCCL_CONNECT_TIMEOUT_ENV) {
         Ok(value) => hccl_connect_timeout(&value),
         Err(_) => Ok(join_timeout(exec)),
@@ -266,14 +275,15 @@ fn join_timeout(exec: Duration) -> Duration {
 }
 
 /// The fields of a config the emulator uses.
-struct Settings {
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settings {
     /// How long a rendezvous waits for peers.
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The staging buffer's size in MiB.
-    buffer_mb: u32,
+    pub(crate) buffer_mb: u32,
     /// The symmetric heap's per-rank stride in bytes.
-    stride: usize,
-    expansion: Expansion,
+    pub(crate) stride: usize,
+    pub(crate) expansion: Expansion,
 }
 
 /// Caps every communicator's per-rank symmetric-heap stride, in GiB: for tools whose address
@@ -281,7 +291,7 @@ struct Settings {
 const SYM_HEAP_CAP_ENV: &str = "SYMHEAP_EMU_SYM_HEAP_GIB";
 
 /// What `config` asks for, on a communicator of `n` ranks.
-fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
+pub(crate) fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
     let buffer_mb = match config.hcclBufferSize {
         0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
         mb => mb,
@@ -340,6 +350,37 @@ fn init_cancellable(
     let Some(root) = parse_root(root) else {
         return para("rootInfo was not made by HcclGetRootInfo");
     };
+    let name = comm_name(config).unwrap_or_else(|| root.name.clone().into_bytes());
+    let member = Member {
+        n,
+        rank,
+        name,
+        parent: None,
+    };
+    form(&member, &settings, root.clone(), |staging, timeout| {
+        join(&root, n, rank, staging, timeout, cancel)
+    })
+}
+
+/// Who a rank is in the group it forms: its rank of `n`, the group's name, and the global
+/// communicator a sub-communicator was split from.
+pub(crate) struct Member {
+    pub(crate) n: u32,
+    pub(crate) rank: u32,
+    pub(crate) name: Vec<u8>,
+    pub(crate) parent: Option<usize>,
+}
+
+/// Makes this rank's staging memfd, meets the group at `meeting` through `join` (given the
+/// memfd and how long to wait for the others), maps every rank's staging buffer and
+/// registers the communicator: its handle.
+pub(crate) fn form(
+    member: &Member,
+    settings: &Settings,
+    meeting: Meeting,
+    join: impl FnOnce(BorrowedFd<'_>, Duration) -> HcclRes<(Rendezvous, Vec<OwnedFd>)>,
+) -> HcclRes<usize> {
+    let &Member { n, rank, .. } = member;
     // Made before joining, so a failure here leaves the peers' group untouched.
     let buffer_mb = settings.buffer_mb;
     let memory_error = |e: std::io::Error| Fail {
@@ -350,7 +391,7 @@ fn init_cancellable(
     // The staging buffer, then the point-to-point area of the same size.
     let staging = os::memfd(2 * buffer).map_err(memory_error)?;
     let timeout = connect_timeout(settings.timeout)?;
-    let (rv, stagings) = join(&root, n, rank, staging.as_fd(), timeout, cancel)?;
+    let (rv, stagings) = join(staging.as_fd(), timeout)?;
     check_buffer_sizes(&stagings, 2 * buffer)?;
     let map = |offset| {
         stagings
@@ -369,7 +410,9 @@ fn init_cancellable(
             group,
             rank,
             n,
-            name: comm_name(config).unwrap_or(root.name.into_bytes()),
+            name: member.name.clone(),
+            meeting,
+            parent: member.parent,
             timeout: settings.timeout,
             stride: settings.stride,
             expansion: settings.expansion,
@@ -520,7 +563,7 @@ fn init_ranks(
 
 /// The config's `hcclCommName` (up to its NUL, at most 127 bytes, unchanged: not
 /// necessarily UTF-8), if not empty.
-fn comm_name(config: &HcclCommConfig) -> Option<Vec<u8>> {
+pub(crate) fn comm_name(config: &HcclCommConfig) -> Option<Vec<u8>> {
     let bytes: Vec<u8> = config
         .hcclCommName
         .iter()
@@ -534,18 +577,30 @@ fn comm_name(config: &HcclCommConfig) -> Option<Vec<u8>> {
 /// Joins `root` as `rank` of `n`, sharing this rank's `staging` memfd, and waits up to
 /// `timeout` for the other ranks: the rendezvous and every rank's staging memfd.
 fn join(
-    root: &Root,
+    root: &Meeting,
     n: u32,
     rank: u32,
     staging: BorrowedFd<'_>,
     timeout: Duration,
     cancel: &AtomicBool,
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
-    match Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout, cancel) {
-        Err(JoinError::Cancelled) => para(CANCELLED),
-        Ok(joined) => Ok(joined),
-        Err(JoinError::Refused(why)) => para(why),
-        Err(JoinError::Timeout { missing }) => hccl_fail(
+    let joined = Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout, cancel);
+    joined.or_else(|e| join_failed(e, rank, timeout))
+}
+
+/// A failed join in HCCL's codes.
+pub(crate) fn join_failed<T>(e: JoinError, rank: u32, timeout: Duration) -> HcclRes<T> {
+    match e {
+        JoinError::Cancelled => para(CANCELLED),
+        JoinError::Unreachable(e) => para(format!(
+            "rootInfo names a rendezvous that cannot be reached ({e}): the process that called \
+             HcclGetRootInfo is gone, or the rootInfo is stale"
+        )),
+        JoinError::Refused(why) => para(why),
+        JoinError::Formed => {
+            para("rootInfo was already used by a communicator whose ranks all joined")
+        }
+        JoinError::Timeout { missing } => hccl_fail(
             HcclResult::HCCL_E_TIMEOUT,
             format!(
                 "rank {rank} waited {:.1} s for ranks {missing:?} to join",
@@ -578,6 +633,7 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
     let board = comm.group.rv.board();
     board.leave_pairs(comm.rank as usize, &messages.sent, &messages.received);
     drop(messages);
+    crate::hccl::sub_comm::forget(&comm);
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);

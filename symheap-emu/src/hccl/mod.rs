@@ -12,6 +12,7 @@ pub(crate) mod p2p;
 pub(crate) mod registration;
 pub(crate) mod staged;
 pub(crate) mod steps;
+pub(crate) mod sub_comm;
 pub(crate) mod symmetric;
 pub(crate) mod v_layout;
 pub(crate) mod window;

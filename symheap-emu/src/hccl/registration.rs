@@ -27,7 +27,13 @@ const DEREGISTER: &str = "HcclCommSymWinDeregister";
 
 /// Step `step` of `comm`'s `seq`-th collective host call, the C function `call`: every rank's
 /// `value`, in rank order, or the failure in HCCL's codes.
-fn exchange<T: Wire>(comm: &Comm, seq: u64, step: u32, value: T, call: &str) -> HcclRes<Vec<T>> {
+pub(crate) fn exchange<T: Wire>(
+    comm: &Comm,
+    seq: u64,
+    step: u32,
+    value: T,
+    call: &str,
+) -> HcclRes<Vec<T>> {
     let key = Key::Host { seq, step };
     comm.group
         .rv

@@ -49,6 +49,8 @@ pub(crate) mod to_rank {
     pub(crate) const WELCOME: u8 = 10;
     /// `reason`: the join was refused.
     pub(crate) const REJECT: u8 = 11;
+    /// The join was refused because the group has formed: its ranks all joined.
+    pub(crate) const FORMED: u8 = 15;
     /// `step key`, then per rank `payload, memfd count`; the memfds follow in rank order.
     pub(crate) const COMPLETE: u8 = 12;
     /// `step key, why, count, ranks`: the step cannot complete, because these ranks will
@@ -368,10 +370,11 @@ impl Hub {
             return self.reject(i, &format!("rank {rank} is not below nRanks {n}"));
         }
         if self.formed {
-            return self.reject(
-                i,
-                "rootInfo was already used by a communicator whose ranks all joined",
-            );
+            let mut w = Writer::default();
+            w.u8(to_rank::FORMED);
+            let _ = self.members[i].conn.send(&w.bytes, &[]);
+            self.members.remove(i);
+            return;
         }
         if let Some(have) = self.n.filter(|&have| have != n) {
             return self.reject(

@@ -99,8 +99,12 @@ pub(crate) struct Rendezvous {
 
 /// Why a join failed.
 pub(crate) enum JoinError {
-    /// The hub refused, or cannot be reached: the reason.
+    /// Nothing listens at the hub's name (or it cannot be connected to).
+    Unreachable(std::io::Error),
+    /// The hub refused: the reason.
     Refused(String),
+    /// The hub's group formed already: every rank has joined.
+    Formed,
     /// Not every rank joined within the timeout; these had not.
     Timeout { missing: Vec<u32> },
     /// The caller's cancel flag was raised while waiting (another rank of the same
@@ -132,12 +136,7 @@ impl Rendezvous {
         timeout: Duration,
         cancel: &AtomicBool,
     ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
-        let conn = Conn::connect(name).map_err(|e| {
-            JoinError::Refused(format!(
-                "rootInfo names a rendezvous that cannot be reached ({e}): the process that \
-                 called HcclGetRootInfo is gone, or the rootInfo is stale"
-            ))
-        })?;
+        let conn = Conn::connect(name).map_err(JoinError::Unreachable)?;
         let mut hello = Writer::default();
         hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
         conn.send(&hello.bytes, &[staging])
@@ -170,6 +169,7 @@ impl Rendezvous {
         let mut r = Reader::new(&welcome.bytes);
         match r.u8() {
             Some(to_rank::WELCOME) if welcome.fds.len() == n as usize + 1 => {}
+            Some(to_rank::FORMED) => return Err(JoinError::Formed),
             Some(to_rank::REJECT) => {
                 let why = r.blob().unwrap_or_default();
                 return Err(JoinError::Refused(
@@ -848,7 +848,7 @@ mod tests {
             "the hub's name was free to take"
         );
         let (tag, why) = raw_join(&name, &session, 3, 0);
-        assert_eq!(tag, to_rank::REJECT, "{why}");
+        assert_eq!(tag, to_rank::FORMED, "{why}");
         // Every idle connection is gone within the join limit, dropped for room or for time.
         let until = Instant::now() + Duration::from_secs(20);
         while !idle.iter().all(Conn::is_closed) {

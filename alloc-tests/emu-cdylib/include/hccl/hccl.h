@@ -44,6 +44,9 @@ extern HcclResult HcclCommDestroy(HcclComm comm);
 extern HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize);
 extern HcclResult HcclGetRankId(HcclComm comm, uint32_t *rank);
 extern HcclResult HcclGetCommName(HcclComm comm, char *commName);
+extern HcclResult HcclCreateSubCommConfig(HcclComm *comm, uint32_t rankNum, uint32_t *rankIds,
+                                          uint64_t subCommId, uint32_t subCommRankId,
+                                          HcclCommConfig *config, HcclComm *subComm);
 extern const char *HcclGetErrorString(HcclResult code);
 
 extern HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,

@@ -1,0 +1,365 @@
+//! `HcclCreateSubCommConfig`: a sub-communicator split from a global one, as hicann/hcomm
+//! documents it (`docs/zh/api_ref/comm_mgr_c/HcclCreateSubCommConfig.md`) and implements its
+//! checks (`src/legacy/ascend910/framework/op_base/src/op_base.cc`,
+//! `topoinfo_ranktable_partition.cc`, and the world-group rule of `op_base_v2.cc`).
+//!
+//! The call exchanges nothing through the global communicator: only the members meet, at a
+//! rendezvous whose name and key are made from the global communicator's and the
+//! sub-communicator's name. Whichever member comes first hosts it (the others find its name
+//! bound); then the members compare their calls and fail alike on any difference.
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::sys::{HcclCommConfig, HcclResult};
+
+use crate::acl::device;
+use crate::base::errors::{HcclRes, hccl_fail, para};
+use crate::base::registry::lock;
+use crate::hccl::comm::{self, Comm, Meeting, Member, Settings};
+use crate::hccl::registration;
+use crate::ipc::hub;
+use crate::ipc::rendezvous::{JoinError, Rendezvous, deadline};
+use crate::ipc::wire::{Reader, Wire, Writer};
+
+/// The `subCommId` of a rank that takes no part (with `rankIds == NULL`).
+pub(crate) const NOT_A_MEMBER: u64 = 0xFFFF_FFFF;
+
+/// What one rank passed to `HcclCreateSubCommConfig`, its pointers read.
+pub(crate) struct Request {
+    pub(crate) rank_ids: Vec<u32>,
+    pub(crate) sub_comm_id: u64,
+    pub(crate) sub_rank: u32,
+    pub(crate) config: HcclCommConfig,
+}
+
+/// The live sub-communicator names of each global communicator in this process: a name is
+/// unique per global communicator (HCCL keeps one map per device context).
+static NAMES: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
+
+/// `HcclCreateSubCommConfig` for a member, after the checks that need no communicator: the
+/// checks that do, then the members' rendezvous. The new communicator's handle.
+pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<usize> {
+    if global.parent.is_some() {
+        // As `HcclCreateSubCommConfigV2` answers a communicator that is not the world group.
+        return hccl_fail(
+            HcclResult::HCCL_E_INTERNAL,
+            "a sub-communicator cannot be split again: split from the global communicator",
+        );
+    }
+    let n = req.rank_ids.len() as u32;
+    check_rank_ids(global, &req.rank_ids, req.sub_rank)?;
+    let settings = comm::settings(&req.config, n)?;
+    let name = comm::comm_name(&req.config).unwrap_or_else(|| {
+        let mut name = global.name.clone();
+        name.extend_from_slice(format!("_sub_{}", req.sub_comm_id).as_bytes());
+        name
+    });
+    if name == global.name {
+        return hccl_fail(
+            HcclResult::HCCL_E_INTERNAL,
+            "the sub-communicator's name is the global communicator's",
+        );
+    }
+    let name_claim = claim(global.handle, &name)?;
+    let meeting = meeting_of(&global.meeting, &name);
+    let member = Member {
+        n,
+        rank: req.sub_rank,
+        name: name.clone(),
+        parent: Some(global.handle),
+    };
+    let handle = comm::form(&member, &settings, meeting.clone(), |staging, timeout| {
+        host_or_join(&meeting, n, req.sub_rank, staging, timeout)
+    })?;
+    let compared = comm::lookup(handle).and_then(|sub| compare_calls(&sub, req, &settings));
+    if let Err(e) = compared {
+        let _ = comm::destroy(handle);
+        return Err(e);
+    }
+    name_claim.keep();
+    Ok(handle)
+}
+
+/// Forgets a destroyed sub-communicator's name, so that it may be made again.
+pub(crate) fn forget(c: &Comm) {
+    if let Some(parent) = c.parent {
+        lock(&NAMES).retain(|(p, name)| !(*p == parent && *name == c.name));
+    }
+}
+
+/// `rankIds` as HCCL checks them (`GenerateSubRankTable`): no rank twice, each a rank of the
+/// global communicator. And, where HCCL trusts the caller, `rankIds[subCommRankId]` must be
+/// this rank: a rank that named another's index would take its place.
+fn check_rank_ids(global: &Comm, ids: &[u32], sub_rank: u32) -> HcclRes {
+    for (i, &id) in ids.iter().enumerate() {
+        if ids[..i].contains(&id) {
+            return para(format!("rankIds: rank {id} appears twice"));
+        }
+        if id >= global.n {
+            return para(format!(
+                "rankIds[{i}] = {id} is not a rank of the global communicator of {} ranks",
+                global.n
+            ));
+        }
+    }
+    let mine = ids[sub_rank as usize];
+    if mine != global.rank {
+        return para(format!(
+            "rankIds[subCommRankId = {sub_rank}] is {mine}, but this is rank {} of the global \
+             communicator: subCommRankId must be this rank's index in rankIds",
+            global.rank
+        ));
+    }
+    Ok(())
+}
+
+/// A name claimed for a sub-communicator being made: released when the making fails.
+struct Claim {
+    parent: usize,
+    name: Vec<u8>,
+    kept: bool,
+}
+
+impl Claim {
+    /// The sub-communicator was made: its destroy releases the name ([`forget`]).
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.kept {
+            lock(&NAMES).retain(|(p, name)| !(*p == self.parent && *name == self.name));
+        }
+    }
+}
+
+/// Claims `name` among the live sub-communicators of `parent` (`HCCL_E_PARA` when taken, as
+/// HCCL answers a name already in its group map).
+fn claim(parent: usize, name: &[u8]) -> HcclRes<Claim> {
+    let mut names = lock(&NAMES);
+    if names.iter().any(|(p, n)| *p == parent && n == name) {
+        return para(format!(
+            "the sub-communicator name {:?} is in use: destroy it first, or pass another \
+             subCommId (or hcclCommName)",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    names.push((parent, name.to_vec()));
+    Ok(Claim {
+        parent,
+        name: name.to_vec(),
+        kept: false,
+    })
+}
+
+/// 64-bit FNV-1a of `bytes`, from `seed`: stable across processes and builds.
+fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(seed, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Where the members of sub-communicator `name` of the group that met at `global` meet: a
+/// socket name made from both, and the global key mixed with the name (only the global
+/// group's members know the key, so only they can join).
+fn meeting_of(global: &Meeting, name: &[u8]) -> Meeting {
+    let id = fnv1a(0xcbf2_9ce4_8422_2325, name);
+    let mut session = global.session;
+    let mix = [id.to_le_bytes(), fnv1a(id, &global.session).to_le_bytes()].concat();
+    for (s, m) in session.iter_mut().zip(mix) {
+        *s ^= m;
+    }
+    Meeting {
+        name: format!("{}-sub-{id:016x}", global.name),
+        session,
+    }
+}
+
+/// How long a member waits between tries when the hub's name is bound but not yet listening,
+/// or was just released.
+const RETRY: Duration = Duration::from_millis(2);
+
+/// Hosts the members' rendezvous if no member has yet (binding its name), then joins it.
+fn host_or_join(
+    meeting: &Meeting,
+    n: u32,
+    rank: u32,
+    staging: BorrowedFd<'_>,
+    timeout: Duration,
+) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
+    let until = deadline(timeout);
+    let never = AtomicBool::new(false);
+    loop {
+        match hub::start(&meeting.name, meeting.session) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                return hccl_fail(
+                    HcclResult::HCCL_E_SYSCALL,
+                    format!("cannot start the sub-communicator's rendezvous: {e}"),
+                );
+            }
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let joined = Rendezvous::join(
+            &meeting.name,
+            &meeting.session,
+            n,
+            rank,
+            staging,
+            left,
+            &never,
+        );
+        match joined {
+            // Bound but not listening yet, or its last member just left: try again. A
+            // formed group of the same name is one whose members are destroying it (their
+            // queued work may hold it a while) or one still in use: wait for it to go.
+            Err(JoinError::Unreachable(_) | JoinError::Formed) if !left.is_zero() => {
+                std::thread::sleep(RETRY)
+            }
+            Err(JoinError::Formed) => {
+                return para(format!(
+                    "rank {rank} waited {:.1} s for a sub-communicator of the same name to be \
+                     destroyed on every member: pass another subCommId (or hcclCommName)",
+                    timeout.as_secs_f64()
+                ));
+            }
+            Err(JoinError::Refused(why)) => {
+                return para(format!(
+                    "the sub-communicator's rendezvous refused rank {rank}: {why}"
+                ));
+            }
+            Err(e) => return comm::join_failed(e, rank, timeout),
+            Ok(joined) => return Ok(joined),
+        }
+    }
+}
+
+/// What the members compare: their `rankIds` and the config fields the emulator uses (the
+/// hub already compared `rankNum`, the staging buffers' sizes compare `hcclBufferSize`).
+#[derive(PartialEq, Eq)]
+struct Call {
+    rank_ids: Vec<u32>,
+    sub_comm_id: u64,
+    timeout_ms: u64,
+    stride: u64,
+    expansion: u64,
+}
+
+impl Wire for Call {
+    const TAG: u8 = 40;
+    fn put<'a>(&'a self, w: &mut Writer, _: &mut Vec<BorrowedFd<'a>>) {
+        w.u32(self.rank_ids.len() as u32);
+        for &id in &self.rank_ids {
+            w.u32(id);
+        }
+        w.u64(self.sub_comm_id)
+            .u64(self.timeout_ms)
+            .u64(self.stride)
+            .u64(self.expansion);
+    }
+    fn get(r: &mut Reader<'_>, _: &mut dyn Iterator<Item = OwnedFd>) -> Option<Self> {
+        let len = r.u32()?;
+        let rank_ids = (0..len).map(|_| r.u32()).collect::<Option<_>>()?;
+        Some(Call {
+            rank_ids,
+            sub_comm_id: r.u64()?,
+            timeout_ms: r.u64()?,
+            stride: r.u64()?,
+            expansion: r.u64()?,
+        })
+    }
+}
+
+/// The members' first step: every member's call, compared with sub-rank 0's. Any difference
+/// fails every member alike, naming the first rank that differs and what.
+fn compare_calls(sub: &Arc<Comm>, req: &Request, settings: &Settings) -> HcclRes {
+    let mine = Call {
+        rank_ids: req.rank_ids.clone(),
+        // With an `hcclCommName`, HCCL does not look at `subCommId`.
+        sub_comm_id: match comm::comm_name(&req.config) {
+            Some(_) => 0,
+            None => req.sub_comm_id,
+        },
+        timeout_ms: settings.timeout.as_millis() as u64,
+        stride: settings.stride as u64,
+        expansion: settings.expansion as u64,
+    };
+    let seq = sub.next_host_seq();
+    let all = registration::exchange(sub, seq, 0, mine, "HcclCreateSubCommConfig")?;
+    let first = &all[0];
+    let Some((k, other)) = all.iter().enumerate().find(|(_, c)| *c != first) else {
+        return Ok(());
+    };
+    let what = if other.rank_ids != first.rank_ids {
+        format!("rankIds {:?}, rank 0 {:?}", other.rank_ids, first.rank_ids)
+    } else if other.sub_comm_id != first.sub_comm_id {
+        format!(
+            "subCommId {}, rank 0 {}",
+            other.sub_comm_id, first.sub_comm_id
+        )
+    } else if other.timeout_ms != first.timeout_ms {
+        format!(
+            "an exec timeout of {} ms, rank 0 {} ms",
+            other.timeout_ms, first.timeout_ms
+        )
+    } else if other.stride != first.stride {
+        format!(
+            "hcclSymWinMaxMemSizePerRank {} GiB, rank 0 {} GiB",
+            other.stride >> 30,
+            first.stride >> 30
+        )
+    } else {
+        "another hcclOpExpansionMode than rank 0".to_owned()
+    };
+    para(format!(
+        "HcclCreateSubCommConfig: sub-communicator rank {k} passed {what}: every member must pass \
+         the same rankNum, rankIds, subCommId and config"
+    ))
+}
+
+/// The checks of `HcclCreateSubCommConfig` before the global communicator is looked at, in
+/// HCCL's order: the device, `subComm`, the non-member form (`Ok(false)`: nothing to do),
+/// `rankIds` and `subCommId` both valid, `rankNum`, `subCommRankId`.
+pub(crate) fn check_call(
+    has_out: bool,
+    rank_ids_null: bool,
+    sub_comm_id: u64,
+    rank_num: u32,
+    sub_rank: u32,
+) -> HcclRes<bool> {
+    if let Err(e) = device::current() {
+        return hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg);
+    }
+    if !has_out {
+        return hccl_fail(HcclResult::HCCL_E_PTR, "subComm is NULL");
+    }
+    match (rank_ids_null, sub_comm_id == NOT_A_MEMBER) {
+        (true, true) => return Ok(false),
+        (false, false) => {}
+        _ => {
+            return para(format!(
+                "rankIds is {} but subCommId is {sub_comm_id:#x}: a member passes both, a rank \
+                 outside passes rankIds = NULL and subCommId = 0xFFFFFFFF",
+                if rank_ids_null { "NULL" } else { "not NULL" }
+            ));
+        }
+    }
+    if rank_num == 0 {
+        return para("rankNum is 0");
+    }
+    if sub_rank >= rank_num {
+        return para(format!(
+            "subCommRankId {sub_rank} is not below rankNum {rank_num}"
+        ));
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;
