@@ -23,12 +23,12 @@ pub use collectives::packed_displacements;
 pub use error::{Error, OutOfMemory, Result};
 pub use path::{Path, Staged};
 pub use pool::{
-    CollectiveStats, PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock, SymPool,
-    TagStats, WindowMap,
+    CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock,
+    SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
-    Backend, Comm, CommConfig, DevicePtr, Element, Mapping, Origin, PhysicalMemory, Placement,
-    ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window, WindowHandle,
+    Backend, Comm, CommConfig, DevicePtr, Element, Mapping, Origin, ParallelGroups, PhysicalMemory,
+    Placement, ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window, WindowHandle,
 };
 pub use sym_box::SymBox;
 pub use sym_vec::SymVec;

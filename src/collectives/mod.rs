@@ -11,7 +11,7 @@ mod v_collectives;
 pub use v_collectives::packed_displacements;
 
 use crate::heap::fold_words;
-use crate::pool::{PoolShared, PoolState};
+use crate::pool::{PoolShared, PoolState, Target, predict};
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
 use crate::sys::Collective;
 use crate::{Error, Path, Result, SymBlock, SymPool, SymVec};
@@ -70,7 +70,7 @@ impl SymPool {
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
             // them alive, and the pool defers their reuse until the stream has run.
             unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE, op, stream) }
@@ -96,7 +96,7 @@ impl SymPool {
             args: &[],
             buffers: &[data.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
             unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE, op, stream) }
         })
@@ -124,7 +124,7 @@ impl SymPool {
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
             unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE, stream) }
         })
@@ -157,7 +157,7 @@ impl SymPool {
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
             unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE, op, stream) }
         })
@@ -188,7 +188,7 @@ impl SymPool {
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
             unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE, stream) }
         })
@@ -226,7 +226,7 @@ impl SymPool {
             args: &[u64::from(root)],
             buffers: &[data.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
             unsafe { comm.broadcast(ptr, count, T::DATA_TYPE, root, stream) }
         })
@@ -276,14 +276,15 @@ impl SymPool {
             args: &[u64::from(root)],
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
             unsafe { comm.reduce(send, recv, count, T::DATA_TYPE, op, root, stream) }
         })
     }
 
+    /// The size of the communicator this handle's collectives run on.
     pub(crate) fn ranks(&self) -> usize {
-        self.shared.comm().size() as usize
+        self.target().comm.size() as usize
     }
 
     /// [`Error::InvalidArgument`] unless `rank` is a rank of the communicator.
@@ -327,12 +328,18 @@ impl PoolShared {
     /// A zero-element collective is skipped on every rank alike (but recorded).
     pub(crate) fn enqueue(
         &self,
+        target: Target<'_>,
         call: Call<'_>,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         let mut state = self.lock();
         self.check_usable()?;
-        state.record_collective(call.hash());
+        // A collective on an attached group also records which one.
+        let hash = match target.index {
+            0 => call.hash(),
+            group => fold_words([call.hash(), group as u64]),
+        };
+        state.record_collective(hash);
         if self.config.is_strict_symmetry() {
             self.verify_locked(&mut state)?;
         }
@@ -341,11 +348,12 @@ impl PoolShared {
         }
         // Every pooled buffer lies in one of the pool's windows (the caller checked that
         // each belongs to this pool).
-        let path = self.predict(call.kind, true);
-        if state.record_path(call.kind, path) {
+        let path = predict(target.comm, call.kind, true);
+        if state.record_path(target.index, call.kind, path) {
             if let Path::Staged(why) = path {
                 tracing::warn!(
                     rank = self.comm.rank(),
+                    group = target.index,
                     kind = call.kind.c_name(),
                     "symheap: a collective on pooled memory stages through the HCCL buffer: {} \
                      (warned once per reason; PoolStats::collectives counts them all)",
@@ -353,7 +361,14 @@ impl PoolShared {
                 );
             }
         }
-        self.run_locked(&state, call.kind, call.count, call.buffers, enqueue)
+        self.run_locked(
+            &state,
+            target.comm,
+            call.kind,
+            call.count,
+            call.buffers,
+            enqueue,
+        )
     }
 
     /// A point-to-point call: like [`enqueue`](Self::enqueue) but neither recorded in the op
@@ -362,6 +377,7 @@ impl PoolShared {
     /// has the same count.
     pub(crate) fn enqueue_pair(
         &self,
+        target: Target<'_>,
         kind: Collective,
         count: u64,
         buffer: &SymBlock,
@@ -372,20 +388,21 @@ impl PoolShared {
         if count == 0 {
             return Ok(());
         }
-        self.run_locked(&state, kind, Some(count), &[buffer], enqueue)
+        self.run_locked(&state, target.comm, kind, Some(count), &[buffer], enqueue)
     }
 
     /// Enqueues with the state lock held (`_locked` proves it) and marks the buffers used.
     fn run_locked(
         &self,
         _locked: &PoolState,
+        comm: &Comm,
         kind: Collective,
         count: Option<u64>,
         buffers: &[&SymBlock],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         tracing::debug!(rank = self.comm.rank(), ?kind, count, "symheap: collective");
-        enqueue(&self.comm, &self.stream)?;
+        enqueue(comm, &self.stream)?;
         for alloc in buffers {
             alloc.mark_used();
         }

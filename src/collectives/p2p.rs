@@ -58,12 +58,17 @@ impl SymPool {
         self.check_peer("send", data.alloc(), peer)?;
         self.shared.comm().runtime().require("HcclSend")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
-        self.shared
-            .enqueue_pair(Collective::Send, count, data.alloc(), |comm, stream| {
+        self.shared.enqueue_pair(
+            self.target(),
+            Collective::Send,
+            count,
+            data.alloc(),
+            |comm, stream| {
                 // SAFETY: a live pool block of `count` elements; the borrow keeps it alive,
                 // and the pool defers its reuse until the stream has run.
                 unsafe { comm.send(ptr, count, T::DATA_TYPE, peer, stream) }
-            })
+            },
+        )
     }
 
     /// Receives rank `peer`'s matching [`send`](Self::send) into `data` (`HcclRecv`): as many
@@ -78,11 +83,16 @@ impl SymPool {
         self.check_peer("recv", data.alloc(), peer)?;
         self.shared.comm().runtime().require("HcclRecv")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
-        self.shared
-            .enqueue_pair(Collective::Recv, count, data.alloc(), |comm, stream| {
+        self.shared.enqueue_pair(
+            self.target(),
+            Collective::Recv,
+            count,
+            data.alloc(),
+            |comm, stream| {
                 // SAFETY: as for `send`; the `&mut` borrow excludes every other use.
                 unsafe { comm.recv(ptr, count, T::DATA_TYPE, peer, stream) }
-            })
+            },
+        )
     }
 
     /// The buffer is this pool's and `peer` another rank: a rank's transfer to itself would
@@ -90,7 +100,7 @@ impl SymPool {
     fn check_peer(&self, what: &str, alloc: &crate::SymBlock, peer: u32) -> Result<()> {
         self.check_owned(what, &[alloc])?;
         self.check_rank(what, "peer", peer)?;
-        if peer == self.shared.comm().rank() {
+        if peer == self.target().comm.rank() {
             return Err(Error::invalid(format!(
                 "{what}: peer {peer} is this rank; a transfer needs another rank"
             )));

@@ -193,7 +193,7 @@ impl SymPool {
             len: output.len(),
         };
         let (rc, rd) = recv.check(WHAT, ranks, true)?;
-        let me = self.shared.comm().rank() as usize;
+        let me = self.target().comm.rank() as usize;
         if send_counts[me] != recv_counts[me] {
             return Err(Error::invalid(format!(
                 "{WHAT}: rank {me} sends itself {} elements but receives {} from itself",
@@ -210,7 +210,7 @@ impl SymPool {
             args: &[],
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: every region lies inside its pool block (checked above); the borrows
             // keep both alive, and the pool defers their reuse until the stream has run.
             unsafe { comm.all_to_all_v(sendp, &sc, &sd, recvp, &rc, &rd, T::DATA_TYPE, stream) }
@@ -265,7 +265,7 @@ impl SymPool {
             len: output.len(),
         };
         let (rc, rd) = recv.check(WHAT, self.ranks(), true)?;
-        let me = self.shared.comm().rank() as usize;
+        let me = self.target().comm.rank() as usize;
         check_holds(
             WHAT,
             "input",
@@ -285,7 +285,7 @@ impl SymPool {
             args: &args,
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the input holds `count` elements.
             unsafe { comm.all_gather_v(sendp, count, recvp, &rc, &rd, T::DATA_TYPE, stream) }
         })
@@ -342,7 +342,7 @@ impl SymPool {
             len: input.len(),
         };
         let (sc, sd) = send.check(WHAT, self.ranks(), false)?;
-        let me = self.shared.comm().rank() as usize;
+        let me = self.target().comm.rank() as usize;
         check_holds(
             WHAT,
             "output",
@@ -362,7 +362,7 @@ impl SymPool {
             args: &args,
             buffers: &[input.alloc(), output.alloc()],
         };
-        self.shared.enqueue(call, |comm, stream| {
+        self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the output holds `count` elements.
             unsafe {
                 comm.reduce_scatter_v(sendp, &sc, &sd, recvp, count, T::DATA_TYPE, op, stream)

@@ -17,6 +17,7 @@
 
 mod block;
 mod config;
+mod groups;
 mod paths;
 mod private;
 mod segment;
@@ -38,8 +39,10 @@ use crate::{Error, OutOfMemory, Result};
 pub use block::SymBlock;
 pub use config::PoolConfig;
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
-pub use stats::{CollectiveStats, PoolStats, TagStats};
+pub use stats::{CollectiveStats, CommStats, PoolStats, TagStats};
 
+pub(crate) use groups::Target;
+pub(crate) use paths::predict;
 use private::PrivateRegion;
 use segment::Segment;
 use tags::{BlockInfo, POOL_TAG, Tags};
@@ -82,6 +85,9 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 #[derive(Clone)]
 pub struct SymPool {
     pub(crate) shared: Arc<PoolShared>,
+    /// The attached group this handle's collectives run on ([`SymPool::on_group`]); `None`
+    /// for the pool's own communicator.
+    on: Option<groups::Attached>,
 }
 
 pub(crate) struct PoolShared {
@@ -117,8 +123,13 @@ pub(crate) struct PoolState {
     tags: Tags,
     /// A rolling hash of every collective called, in order (see [`PoolState::op_hash`]).
     collectives: u64,
-    /// Collectives by kind and the path they took.
+    /// Collectives by communicator, kind and the path they took.
     paths: paths::PathCounts,
+    /// The sub-communicators every segment is also registered in ([`SymPool::attach`]).
+    groups: Vec<groups::Attached>,
+    /// The pool's own communicator (for its stats), and the names of it and of each group.
+    own: Comm,
+    names: Vec<String>,
 }
 
 /// A heap block and the key of the segment whose heap made it: the one shape in which the
@@ -195,6 +206,7 @@ impl SymPool {
         let size = round_up(config.capacity_bytes(), device_granularity)?;
         let first = Segment::create(
             comm,
+            &[],
             &stream,
             size,
             config.granularity_bytes(),
@@ -215,6 +227,9 @@ impl SymPool {
             tags: Tags::default(),
             collectives: 0,
             paths: paths::PathCounts::default(),
+            groups: Vec::new(),
+            own: comm.clone(),
+            names: vec![comm.name().unwrap_or_default()],
         };
         let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;
@@ -242,7 +257,7 @@ impl SymPool {
             max_bytes = shared.config.max_capacity_bytes(),
             "symheap: pool created"
         );
-        Ok(SymPool { shared })
+        Ok(SymPool { shared, on: None })
     }
 
     /// The communicator.
@@ -304,13 +319,14 @@ impl SymPool {
 
     /// The window holding `[ptr, ptr + len)` and the offset of `ptr` in it, through
     /// `HcclCommSymWinGet`. For every live allocation this is exactly its own
-    /// `(window(), offset())`.
+    /// `(window(), offset())`; on a handle of an attached group ([`on_group`](Self::on_group))
+    /// it is the group's window over the same memory, at the same offset.
     ///
     /// # Errors
     /// HCCL's `HCCL_E_NOT_FOUND` when the range is not inside one window (HCCL also says so on
     /// every one-rank communicator).
     pub fn window_get(&self, ptr: DevicePtr, len: u64) -> Result<(WindowHandle, u64)> {
-        self.shared.comm.window_get(ptr, len)
+        self.target().comm.window_get(ptr, len)
     }
 
     /// Waits for the pool's stream (and every stream recorded on a pending block), then
@@ -539,14 +555,19 @@ impl PoolShared {
         // The new window's warm-up waits for the pool's stream: see its earlier work's
         // failures here, where they poison the pool, not as a failure of the growth.
         self.wait_or_poison([&self.stream])?;
+        let groups: Vec<Comm> = state.groups.iter().map(|g| g.comm.clone()).collect();
         let segment = Segment::create(
             &self.comm,
+            &groups,
             &self.stream,
             grow_by,
             self.config.granularity_bytes(),
             self.device_granularity,
         )?;
         state.registrations += 1;
+        for g in &mut state.groups {
+            g.registrations += 1;
+        }
         let key = state.segments.insert(segment);
         tracing::info!(
             rank = self.comm.rank(),
@@ -657,13 +678,44 @@ impl PoolState {
                 1.0 - largest_free as f64 / free as f64
             },
             windows: self.segments.len(),
-            registrations: self.registrations,
+            registrations: self.registrations
+                + self.groups.iter().map(|g| g.registrations).sum::<u64>(),
             pending_frees: self.pending.len(),
             tags: self.tags.stats(),
             collectives: self.paths.stats(),
+            communicators: self.communicators(),
             private_allocated: self.private.as_ref().map_or(0, PrivateRegion::allocated),
             private_reserved: self.private.as_ref().map_or(0, PrivateRegion::size),
         }
+    }
+
+    /// The pool's communicator, then each attached group, with their registrations and paths.
+    fn communicators(&self) -> Vec<stats::CommStats> {
+        let paths = self.paths.stats();
+        let own = (&self.own, self.registrations);
+        let groups = self.groups.iter().map(|g| (&g.comm, g.registrations));
+        std::iter::once(own)
+            .chain(groups)
+            .zip(&self.names)
+            .enumerate()
+            .map(|(i, ((comm, registrations), name))| {
+                let on = |symmetric: bool| {
+                    let mine = paths.iter().filter(|c| c.comm == i);
+                    mine.filter(|c| (c.path == crate::Path::Symmetric) == symmetric)
+                        .map(|c| c.count)
+                        .sum()
+                };
+                stats::CommStats {
+                    name: name.clone(),
+                    rank: comm.rank(),
+                    ranks: comm.size(),
+                    windows: self.segments.len(),
+                    registrations,
+                    symmetric: on(true),
+                    staged: on(false),
+                }
+            })
+            .collect()
     }
 
     /// Counts a new block under `tag` and remembers its tag and allocation number (the
@@ -759,8 +811,13 @@ impl PoolState {
     }
 
     /// Counts a `kind` collective on `path`; `true` for the first that staged for its reason.
-    pub(crate) fn record_path(&mut self, kind: crate::sys::Collective, path: crate::Path) -> bool {
-        self.paths.record(kind, path)
+    pub(crate) fn record_path(
+        &mut self,
+        comm: usize,
+        kind: crate::sys::Collective,
+        path: crate::Path,
+    ) -> bool {
+        self.paths.record(comm, kind, path)
     }
 }
 

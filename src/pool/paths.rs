@@ -6,13 +6,15 @@ use std::collections::BTreeMap;
 use super::SymPool;
 use super::stats::CollectiveStats;
 use crate::path::{self, Path, Staged};
+use crate::runtime::Comm;
 use crate::sys::Collective;
 use crate::{Element, SymVec};
 
 /// Collectives by kind and path.
 #[derive(Default)]
 pub(crate) struct PathCounts {
-    counts: BTreeMap<(u8, Path), u64>,
+    /// By communicator (0: the pool's own; k: the k-th attached group), kind and path.
+    counts: BTreeMap<(usize, u8, Path), u64>,
     /// The reasons already warned about.
     warned: Vec<Staged>,
 }
@@ -20,8 +22,8 @@ pub(crate) struct PathCounts {
 impl PathCounts {
     /// Counts one `kind` collective on `path`; `true` for the first that staged for its
     /// reason (the caller warns).
-    pub(crate) fn record(&mut self, kind: Collective, path: Path) -> bool {
-        *self.counts.entry((kind as u8, path)).or_default() += 1;
+    pub(crate) fn record(&mut self, comm: usize, kind: Collective, path: Path) -> bool {
+        *self.counts.entry((comm, kind as u8, path)).or_default() += 1;
         match path {
             Path::Staged(why) if !self.warned.contains(&why) => {
                 self.warned.push(why);
@@ -31,12 +33,13 @@ impl PathCounts {
         }
     }
 
-    /// The counts, by kind (in `Collective`'s order) and path.
+    /// The counts, by communicator, kind (in `Collective`'s order) and path.
     pub(crate) fn stats(&self) -> Vec<CollectiveStats> {
         self.counts
             .iter()
-            .filter_map(|(&(kind, path), &count)| {
+            .filter_map(|(&(comm, kind, path), &count)| {
                 Some(CollectiveStats {
+                    comm,
                     kind: Collective::from_u8(kind)?.c_name().into(),
                     path,
                     count,
@@ -77,15 +80,12 @@ impl SymPool {
         let ours = [input.alloc(), output.alloc()]
             .iter()
             .all(|b| b.belongs_to(self.shared()));
-        self.shared().predict(kind, ours)
+        predict(self.target().comm, kind, ours)
     }
 }
 
-impl super::PoolShared {
-    /// The path of a `kind` collective whose buffers are (`in_windows`) or are not all in
-    /// this pool's windows.
-    pub(crate) fn predict(&self, kind: Collective, in_windows: bool) -> Path {
-        let comm = self.comm();
-        path::predict(kind, comm.expands_on_ai_cpu(), comm.size(), in_windows)
-    }
+/// The path of a `kind` collective on `comm` whose buffers are (`in_windows`) or are not
+/// all in windows of `comm`.
+pub(crate) fn predict(comm: &Comm, kind: Collective, in_windows: bool) -> Path {
+    path::predict(kind, comm.expands_on_ai_cpu(), comm.size(), in_windows)
 }

@@ -20,6 +20,9 @@ pub(super) struct Segment {
     pub(super) base: DevicePtr,
     pub(super) handle: WindowHandle,
     pub(super) size: u64,
+    /// The same memory's windows in the pool's attached groups, in attach order (declared
+    /// before `window`, so they are deregistered first, in that order, on every rank).
+    pub(super) attached: Vec<Window>,
     /// Owns the mapping, so the memory outlives its registration.
     window: Window,
 }
@@ -37,6 +40,7 @@ impl Segment {
     /// pool is poisoned and its `Drop` waits again before releasing the segment.
     pub(super) fn create(
         comm: &Comm,
+        groups: &[Comm],
         stream: &Stream,
         size: u64,
         block_granularity: u64,
@@ -56,37 +60,68 @@ impl Segment {
         let mapping = comm.agree("allocate their memory for a new segment", mapping)?;
         let window = Window::register(comm, &Arc::new(mapping))?;
         let base = window.ptr();
-        // The warm-up gathers 8 bytes from every rank into the segment's start: nothing owns
-        // that memory yet, and the offsets are the same on every rank.
-        // SAFETY: both ranges lie inside the fresh segment (checked above); the caller waits
-        // for the stream before any block of the segment is handed out.
-        unsafe {
-            comm.all_gather(
-                base,
-                base.byte_add(WARM_UP_OUTPUT),
-                8,
-                u8::DATA_TYPE,
-                stream,
-            )?
-        };
-        Ok(Segment {
+        let mut segment = Segment {
             heap,
             infos: Vec::new(),
             base,
             handle: window.handle(),
             size,
+            attached: Vec::new(),
             window,
-        })
+        };
+        // Every registration is agreed before any warm-up is queued: a failure then drops
+        // (deregisters) windows that no queued work uses.
+        let registered = groups.iter().map(|g| segment.register_in(g)).collect();
+        segment.attached =
+            comm.agree("register a new segment in every attached group", registered)?;
+        // Groups are no larger than the world: their warm-ups fit where the world's does.
+        warm_up(comm, base, stream)?;
+        for g in groups {
+            warm_up(g, base, stream)?;
+        }
+        Ok(segment)
+    }
+
+    /// Registers the segment's memory in `group` too (collective within the group): the new
+    /// window, whose offsets are the segment's.
+    pub(super) fn register_in(&self, group: &Comm) -> Result<Window> {
+        Window::register(group, self.window.mapping())
     }
 
     /// Leaves the window to `HcclCommDestroy` ([`Window::leave_to_destroy`]): no collective
     /// step.
     pub(super) fn leave_to_destroy(self) {
+        for w in self.attached {
+            w.leave_to_destroy();
+        }
         self.window.leave_to_destroy();
     }
 
-    /// Deregisters the window (collective) and releases the memory, reporting errors.
+    /// Deregisters the windows (collective, in each group and then in the pool's
+    /// communicator) and releases the memory, reporting the first error.
     pub(super) fn release(self) -> Result<()> {
-        self.window.deregister()
+        let mut result = Ok(());
+        for w in self.attached {
+            result = result.and(w.deregister());
+        }
+        result.and(self.window.deregister())
+    }
+}
+
+/// The warm-up collective of a fresh window at `base` on `comm`: it gathers 8 bytes from
+/// every rank into the segment's start, which nothing owns yet (at the same offsets on every
+/// rank). HCCL defers part of a registration's work to the first collective on the window.
+fn warm_up(comm: &Comm, base: DevicePtr, stream: &Stream) -> Result<()> {
+    // SAFETY: both ranges lie inside the fresh segment (its size was checked against the
+    // world's, which no group exceeds); the caller waits for the stream before any block of
+    // the segment is handed out.
+    unsafe {
+        comm.all_gather(
+            base,
+            base.byte_add(WARM_UP_OUTPUT),
+            8,
+            u8::DATA_TYPE,
+            stream,
+        )
     }
 }

@@ -33,7 +33,8 @@ pub struct PoolStats {
     pub fragmentation: f64,
     /// Registered windows (one per segment).
     pub windows: usize,
-    /// Calls of `HcclCommSymWinRegister` this pool has made.
+    /// Calls of `HcclCommSymWinRegister` this pool has made, in every communicator
+    /// ([`communicators`](Self::communicators) has them one by one).
     pub registrations: u64,
     /// Bytes in live blocks of the adapter's rank-private region (not in `allocated`).
     pub private_allocated: u64,
@@ -51,6 +52,32 @@ pub struct PoolStats {
     /// (Empty when read from a snapshot written before it existed.)
     #[cfg_attr(feature = "serde", serde(default))]
     pub collectives: Vec<CollectiveStats>,
+    /// The communicators the pool's windows are registered in: its own first, then the
+    /// attached groups in attach order ([`SymPool::attach`](super::SymPool::attach)). (Empty
+    /// when read from a snapshot written before it existed.)
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub communicators: Vec<CommStats>,
+}
+
+/// One communicator the pool's memory is registered in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct CommStats {
+    /// Its name (`HcclGetCommName`; empty when the library cannot say).
+    pub name: String,
+    /// This rank in it.
+    pub rank: u32,
+    /// Its size.
+    pub ranks: u32,
+    /// The pool's windows registered in it (one per segment).
+    pub windows: usize,
+    /// The `HcclCommSymWinRegister` calls the pool has made in it.
+    pub registrations: u64,
+    /// Collectives on it that took the symmetric path.
+    pub symmetric: u64,
+    /// Collectives on it that staged.
+    pub staged: u64,
 }
 
 /// How many collectives of one kind took one path.
@@ -58,6 +85,10 @@ pub struct PoolStats {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct CollectiveStats {
+    /// The communicator they ran on, as an index into [`PoolStats::communicators`] (0: the
+    /// pool's own).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub comm: usize,
     /// The C function, e.g. `"HcclAllReduce"`.
     pub kind: String,
     /// The path they took.

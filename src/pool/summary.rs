@@ -55,6 +55,24 @@ impl fmt::Display for PoolStats {
         {
             write!(f, "\n           {} x {}: {}", c.count, c.kind, c.path)?;
         }
+        // One line per communicator once groups are attached.
+        if self.communicators.len() > 1 {
+            for (i, c) in self.communicators.iter().enumerate() {
+                write!(
+                    f,
+                    "\n{:<11}{} (rank {} of {}): {} window(s), {} registration(s), \
+                     {} symmetric, {} staged",
+                    if i == 0 { "comms" } else { "" },
+                    if c.name.is_empty() { "?" } else { &c.name },
+                    c.rank,
+                    c.ranks,
+                    c.windows,
+                    c.registrations,
+                    c.symmetric,
+                    c.staged
+                )?;
+            }
+        }
         Ok(())
     }
 }

@@ -129,6 +129,12 @@ struct CommInner {
     agreement: Mutex<Option<Arc<Mapping>>>,
     /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
     ai_cpu: bool,
+    /// The settings it was made with: a split's default.
+    config: CommConfig,
+    /// For a sub-communicator, the communicator it was split from and the ranks there of its
+    /// members, in sub-rank order. Holding the parent destroys sub-communicators first, the
+    /// order HCCL asks for.
+    parent: Option<(Comm, Vec<u32>)>,
 }
 
 // SAFETY: an HcclComm is an opaque handle that may be passed between threads.
@@ -163,12 +169,25 @@ impl Comm {
             (rt.hccl().HcclCommInitRootInfoConfig)(nranks, &root.0, rank, config.as_raw(), &mut raw)
         };
         rt.hccl_check("HcclCommInitRootInfoConfig", code)?;
+        Comm::wrap(rt, raw, (rank, nranks), device, config, None)
+    }
+
+    /// Owns the fresh communicator `raw`, which must be `rank` of `size`, and checks that
+    /// the library agrees.
+    fn wrap(
+        rt: &Runtime,
+        raw: HcclComm,
+        (rank, size): (u32, u32),
+        device: u32,
+        config: &CommConfig,
+        parent: Option<(Comm, Vec<u32>)>,
+    ) -> Result<Comm> {
         let comm = Comm {
             inner: Arc::new(CommInner {
                 rt: rt.clone(),
                 raw,
                 rank,
-                size: nranks,
+                size,
                 device,
                 calls: Mutex::new(()),
                 orphans: Mutex::new(Vec::new()),
@@ -177,6 +196,8 @@ impl Comm {
                     config.as_raw().hcclOpExpansionMode,
                     std::env::var("HCCL_OP_EXPANSION_MODE").ok().as_deref(),
                 ),
+                config: config.clone(),
+                parent,
             }),
         };
         let (mut got_rank, mut got_size) = (0u32, 0u32);
@@ -186,12 +207,127 @@ impl Comm {
         // SAFETY: as above.
         let code = unsafe { (rt.hccl().HcclGetRankSize)(raw, &mut got_size) };
         rt.hccl_check("HcclGetRankSize", code)?;
-        if (got_rank, got_size) != (rank, nranks) {
+        if (got_rank, got_size) != (rank, size) {
             return Err(Error::Asymmetric(format!(
-                "asked for rank {rank} of {nranks}, the library says {got_rank} of {got_size}"
+                "asked for rank {rank} of {size}, the library says {got_rank} of {got_size}"
             )));
         }
         Ok(comm)
+    }
+
+    /// Splits off the sub-communicator of the ranks `ranks` of this one
+    /// (`HcclCreateSubCommConfig`): `ranks[i]` becomes its rank `i`, and this rank must be
+    /// among them. Only the members call it, each with the same `ranks`, `id` and `config`
+    /// (ranks outside make no call); `id` names it (`{name}_sub_{id}`, unless the config
+    /// sets a name) and must differ between the live sub-communicators of this one. It
+    /// blocks until every member has called.
+    ///
+    /// The sub-communicator keeps this one alive, so it is always destroyed first.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{CommConfig, emu};
+    ///
+    /// let sizes = emu::launch(4, |world| {
+    ///     // Two pairs: {0, 1} and {2, 3}.
+    ///     let first = world.rank() & !1;
+    ///     let pair = world.split(&[first, first + 1], u64::from(first), &CommConfig::new())?;
+    ///     assert_eq!(pair.rank(), world.rank() % 2);
+    ///     assert_eq!(pair.global_ranks(), vec![first, first + 1]);
+    ///     Ok(pair.size())
+    /// })?;
+    /// assert_eq!(sizes, [2; 4]);
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when this is a sub-communicator itself (HCCL splits only
+    /// global ones), when `ranks` is empty, repeats a rank, names one this communicator does
+    /// not have or leaves this rank out, or when `id` is `0xFFFFFFFF` (HCCL's "not a member");
+    /// [`Error::Unsupported`] if the library lacks the call; the library's error otherwise
+    /// (members whose calls differ all fail alike).
+    pub fn split(&self, ranks: &[u32], id: u64, config: &CommConfig) -> Result<Comm> {
+        if self.inner.parent.is_some() {
+            return Err(Error::invalid(
+                "split: only a global communicator can be split, not a sub-communicator",
+            ));
+        }
+        let index = check_members(ranks, self.rank(), self.size())?;
+        if id == 0xFFFF_FFFF {
+            return Err(Error::invalid(
+                "split: id 0xFFFFFFFF means \"not a member\" to HCCL",
+            ));
+        }
+        let rt = self.runtime();
+        let create =
+            Runtime::optional("HcclCreateSubCommConfig", rt.hccl().HcclCreateSubCommConfig)?;
+        let mut ids = ranks.to_vec();
+        let mut raw_config = *config.as_raw();
+        let mut parent = self.as_raw();
+        let mut raw = std::ptr::null_mut();
+        let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: every pointer is valid for the call: the parent handle, `ids.len()` rank
+        // ids, a config of its own size, and the out-pointer.
+        let code = unsafe {
+            create(
+                &mut parent,
+                ids.len() as u32,
+                ids.as_mut_ptr(),
+                id,
+                index,
+                &mut raw_config,
+                &mut raw,
+            )
+        };
+        drop(_serial);
+        rt.hccl_check("HcclCreateSubCommConfig", code)?;
+        let parent = Some((self.clone(), ranks.to_vec()));
+        let size = ranks.len() as u32;
+        Comm::wrap(rt, raw, (index, size), self.device(), config, parent)
+    }
+
+    /// The communicator this one was split from ([`Comm::split`]), `None` for a global one.
+    pub fn parent(&self) -> Option<&Comm> {
+        self.inner.parent.as_ref().map(|(p, _)| p)
+    }
+
+    /// The ranks of the members in the global communicator, in this communicator's rank
+    /// order (`0..size` for a global one).
+    pub fn global_ranks(&self) -> Vec<u32> {
+        match &self.inner.parent {
+            Some((_, ranks)) => ranks.clone(),
+            None => (0..self.size()).collect(),
+        }
+    }
+
+    /// The settings the communicator was made with.
+    pub fn config(&self) -> &CommConfig {
+        &self.inner.config
+    }
+
+    /// Whether `other` is a handle on this very communicator.
+    pub fn same_as(&self, other: &Comm) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The communicator's name (`HcclGetCommName`): the same on every rank.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] if the library lacks the call; the library's error.
+    pub fn name(&self) -> Result<String> {
+        let rt = self.runtime();
+        let get = Runtime::optional("HcclGetCommName", rt.hccl().HcclGetCommName)?;
+        let mut name = [0 as std::ffi::c_char; crate::sys::COMM_NAME_MAX_LENGTH];
+        self.hccl_call("HcclGetCommName", |_, comm| {
+            // SAFETY: a live communicator and room for the longest name.
+            unsafe { get(comm, name.as_mut_ptr()) }
+        })?;
+        let bytes: Vec<u8> = name
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&b| b != 0)
+            .collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// This rank.
@@ -308,6 +444,29 @@ impl Comm {
             _ => Err(stream_err),
         }
     }
+}
+
+/// The index of `me` in `ranks`, which must be distinct ranks below `size`.
+fn check_members(ranks: &[u32], me: u32, size: u32) -> Result<u32> {
+    if ranks.is_empty() {
+        return Err(Error::invalid("split: no ranks"));
+    }
+    for (i, &r) in ranks.iter().enumerate() {
+        if r >= size {
+            return Err(Error::invalid(format!(
+                "split: rank {r} is not below the communicator's {size} ranks"
+            )));
+        }
+        if ranks[..i].contains(&r) {
+            return Err(Error::invalid(format!("split: rank {r} appears twice")));
+        }
+    }
+    let index = ranks.iter().position(|&r| r == me).ok_or_else(|| {
+        Error::invalid(format!(
+            "split: this rank ({me}) is not among {ranks:?}; ranks outside make no call"
+        ))
+    })?;
+    Ok(index as u32)
 }
 
 impl Drop for CommInner {

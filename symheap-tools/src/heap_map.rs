@@ -484,6 +484,38 @@ fn legend(tags: &Tags) -> String {
     out
 }
 
+/// Per rank, the communicators its windows are registered in, once any rank's pool has
+/// attached a group (nothing otherwise).
+fn communicators(ranks: &[&Snapshot]) -> String {
+    if ranks.iter().all(|s| s.stats.communicators.len() <= 1) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<h2>Communicators</h2>\n<table>\n<tr><th>rank</th><th>communicator</th>\
+         <th>rank in it</th><th>windows</th><th>registrations</th>\
+         <th>collectives symmetric / staged</th></tr>\n",
+    );
+    for s in ranks {
+        for c in &s.stats.communicators {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"mono\">{}</td><td>{} of {}</td><td>{}</td><td>{}</td>\
+                 <td>{} / {}</td></tr>",
+                s.rank,
+                escape(&c.name),
+                c.rank,
+                c.ranks,
+                c.windows,
+                c.registrations,
+                c.symmetric,
+                c.staged
+            );
+        }
+    }
+    out.push_str("</table>\n");
+    out
+}
+
 /// Per rank: the accounting, then live bytes per tag.
 fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
     let mut out = String::from(
@@ -516,7 +548,9 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             staged
         );
     }
-    out.push_str("</table>\n<h2>Live memory by tag</h2>\n<table>\n<tr><th>tag</th>");
+    out.push_str("</table>\n");
+    out.push_str(&communicators(ranks));
+    out.push_str("<h2>Live memory by tag</h2>\n<table>\n<tr><th>tag</th>");
     for s in ranks {
         let _ = write!(out, "<th>rank {}</th>", s.rank);
     }

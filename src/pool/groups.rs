@@ -1,0 +1,190 @@
+//! One pool, several communicators: a pool on the world registers every segment in each
+//! sub-communicator it has [attached](SymPool::attach), and a handle
+//! [on a group](SymPool::on_group) runs its collectives there, on the same memory.
+
+use super::{PoolShared, SymPool};
+use crate::heap::fold_words;
+use crate::runtime::Comm;
+use crate::{Error, Result};
+
+/// What the op hash records for an attach: a word no collective kind uses, then the group's
+/// size.
+const ATTACH_WORD: u64 = 0xa77a_c400;
+
+/// An attached group: its communicator, its place in the pool's list (1 for the first; 0 is
+/// the pool's own communicator) and the registrations made in it.
+#[derive(Clone)]
+pub(crate) struct Attached {
+    pub(crate) comm: Comm,
+    pub(crate) index: usize,
+    pub(crate) registrations: u64,
+}
+
+/// The communicator a pool handle's collectives run on, and its index (0: the pool's own).
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) comm: &'a Comm,
+    pub(crate) index: usize,
+}
+
+impl SymPool {
+    /// Registers every segment of the pool in `group` as well, and every segment the pool
+    /// grows from now on, so that collectives can run on `group` over the pool's memory
+    /// ([`on_group`](Self::on_group)). `group` must be a sub-communicator split from the
+    /// pool's communicator ([`Comm::split`]); each segment is registered in it once.
+    ///
+    /// Collective over the pool's communicator: every rank attaches, at the same point of its
+    /// program, a group of the same kind (its own TP pair, say), and the groups of every rank
+    /// must be attached in the same order (a growth registers in each, in that order). The
+    /// op hash records it. Offsets stay symmetric across the world, since every rank makes the
+    /// same allocations.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{ParallelGroups, PoolConfig, ReduceOp, SymPool, SymVec, emu};
+    ///
+    /// let sums = emu::launch(4, |world| {
+    ///     let groups = ParallelGroups::new(world, 2, 4)?;
+    ///     let pool = SymPool::new(world, PoolConfig::new(8 << 20))?;
+    ///     pool.attach(groups.tp())?;
+    ///     let tp = pool.on_group(groups.tp())?;
+    ///     let mut v = SymVec::from_host(&pool, &[world.rank() as f32; 4])?;
+    ///     tp.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+    ///     assert_eq!(pool.stats().communicators[1].symmetric, 1);
+    ///     v.to_host()
+    /// })?;
+    /// assert_eq!(sums[0], [1.0; 4]); // 0 + 1
+    /// assert_eq!(sums[2], [5.0; 4]); // 2 + 3
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `group` is not a sub-communicator of the pool's
+    /// communicator, is on another device, or is attached already; [`Error::Asymmetric`] when
+    /// another rank's registration failed (nothing is then attached on any rank); the
+    /// library's error; [`Error::Poisoned`].
+    pub fn attach(&self, group: &Comm) -> Result<()> {
+        let shared = self.shared();
+        let mut state = shared.lock();
+        shared.check_usable()?;
+        shared.check_attachable(&state.groups, group)?;
+        let _span = tracing::info_span!("symheap.attach", rank = shared.comm.rank()).entered();
+        let windows: Result<Vec<_>> = state
+            .segments
+            .iter()
+            .map(|(_, segment)| segment.register_in(group))
+            .collect();
+        let windows = shared
+            .comm
+            .agree("register the pool in an attached group", windows)?;
+        let registrations = windows.len() as u64;
+        for ((_, segment), window) in state.segments.iter_mut().zip(windows) {
+            segment.attached.push(window);
+        }
+        let index = state.groups.len() + 1;
+        state.names.push(group.name().unwrap_or_default());
+        state.groups.push(Attached {
+            comm: group.clone(),
+            index,
+            registrations,
+        });
+        state.record_collective(fold_words([ATTACH_WORD, u64::from(group.size())]));
+        tracing::info!(
+            rank = shared.comm.rank(),
+            group_rank = group.rank(),
+            group_size = group.size(),
+            windows = registrations,
+            "symheap: pool attached a group"
+        );
+        Ok(())
+    }
+
+    /// A handle on this pool whose collectives (and point-to-point calls and
+    /// [`window_get`](Self::window_get)) run on `group`, which is the pool's communicator or
+    /// an attached one. Everything else (allocation, stats, synchronize) is the pool's: the
+    /// handles share one heap and one stream, and collectives on every group are ordered on
+    /// that stream in program order. A collective on a group enters the op hash with the
+    /// group's place in the attach order, so every rank must make it on its group of that
+    /// kind.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `group` is neither.
+    pub fn on_group(&self, group: &Comm) -> Result<SymPool> {
+        let shared = self.shared();
+        if group.same_as(&shared.comm) {
+            return Ok(SymPool {
+                shared: shared.clone(),
+                on: None,
+            });
+        }
+        let state = shared.lock();
+        let attached = state.groups.iter().find(|g| g.comm.same_as(group));
+        match attached {
+            Some(g) => Ok(SymPool {
+                shared: shared.clone(),
+                on: Some(g.clone()),
+            }),
+            None => Err(Error::invalid(format!(
+                "on_group: this communicator ({} ranks) is not attached to the pool: attach it \
+                 first (SymPool::attach)",
+                group.size()
+            ))),
+        }
+    }
+
+    /// The communicator this handle's collectives run on: the pool's own, or the group of
+    /// [`on_group`](Self::on_group).
+    pub fn group(&self) -> &Comm {
+        self.target().comm
+    }
+
+    /// The communicators attached so far, in attach order.
+    pub fn attached(&self) -> Vec<Comm> {
+        let state = self.shared().lock();
+        state.groups.iter().map(|g| g.comm.clone()).collect()
+    }
+
+    pub(crate) fn target(&self) -> Target<'_> {
+        match &self.on {
+            Some(g) => Target {
+                comm: &g.comm,
+                index: g.index,
+            },
+            None => Target {
+                comm: &self.shared().comm,
+                index: 0,
+            },
+        }
+    }
+}
+
+impl PoolShared {
+    /// Why `group` cannot be attached, if it cannot.
+    fn check_attachable(&self, attached: &[Attached], group: &Comm) -> Result<()> {
+        if group.same_as(&self.comm) {
+            return Err(Error::invalid(
+                "attach: this is the pool's own communicator, where every segment is registered \
+                 already",
+            ));
+        }
+        if !group.parent().is_some_and(|p| p.same_as(&self.comm)) {
+            return Err(Error::invalid(
+                "attach: the group must be a sub-communicator split from the pool's \
+                 communicator (Comm::split)",
+            ));
+        }
+        if group.device() != self.comm.device() {
+            return Err(Error::invalid(format!(
+                "attach: the group is on device {}, the pool on device {}",
+                group.device(),
+                self.comm.device()
+            )));
+        }
+        if attached.iter().any(|g| g.comm.same_as(group)) {
+            return Err(Error::invalid(
+                "attach: the group is attached already (each segment is registered in it once)",
+            ));
+        }
+        Ok(())
+    }
+}
