@@ -623,6 +623,79 @@ void memory_range(const Rank &k)
     ACL_OK(aclrtReleaseMemAddress(vir));
 }
 
+// HcclCreateSubCommConfig on a world of 4: TP pairs {0,1} {2,3} and DP pairs {0,2} {1,3}, one
+// physical allocation registered in the world and in the TP pair (a window in each, found per
+// communicator by HcclCommSymWinGet), collectives on each; sub-communicators destroyed first.
+void sub_communicators(const Rank &k)
+{
+    if (k.n != 4) return;
+    HcclComm world = k.comm;
+    HcclCommConfig config;
+    HcclCommConfigInit(&config);
+    uint32_t tp_ids[2] = {k.r & ~1u, k.r | 1u}, dp_ids[2] = {k.r & 1u, (k.r & 1u) + 2};
+    HcclComm tp = nullptr, dp = nullptr, none = nullptr;
+    HCCL_OK(HcclCreateSubCommConfig(&world, 2, tp_ids, 1 + k.r / 2, k.r % 2, &config, &tp));
+    HCCL_OK(HcclCreateSubCommConfig(&world, 2, dp_ids, 10 + k.r % 2, k.r / 2, &config, &dp));
+    // Not a member: nothing happens, and the global communicator is not involved.
+    HCCL_OK(HcclCreateSubCommConfig(&world, 0, nullptr, 0xFFFFFFFF, 0, &config, &none));
+    CHECK(none == nullptr);
+    uint32_t rank = 9, size = 9;
+    HCCL_OK(HcclGetRankId(tp, &rank));
+    HCCL_OK(HcclGetRankSize(tp, &size));
+    CHECK(rank == k.r % 2 && size == 2);
+    char world_name[128] = {0}, tp_name[128] = {0};
+    HCCL_OK(HcclGetCommName(world, world_name));
+    HCCL_OK(HcclGetCommName(tp, tp_name));
+    CHECK(std::string(tp_name) == std::string(world_name) + "_sub_" + std::to_string(1 + k.r / 2));
+    HcclComm again = nullptr;
+    uint32_t one[1] = {0};
+    EXPECT_HCCL(HcclCreateSubCommConfig(&tp, 1, one, 5, 0, &config, &again), HCCL_E_INTERNAL);
+    EXPECT_HCCL(HcclCreateSubCommConfig(&world, 2, tp_ids, 5, 2, &config, &again), HCCL_E_PARA);
+    uint32_t twice[2] = {k.r, k.r};
+    EXPECT_HCCL(HcclCreateSubCommConfig(&world, 2, twice, 5, 0, &config, &again), HCCL_E_PARA);
+    EXPECT_HCCL(HcclCreateSubCommConfig(&world, 2, tp_ids, 5, k.r % 2, nullptr, &again),
+                HCCL_E_PTR);
+    CHECK(again == nullptr);
+
+    const size_t bytes = 2 << 20;
+    void *mem = nullptr;
+    HCCL_OK((HcclResult)HcommMemAlloc(&mem, bytes));
+    HcclCommSymWindow in_world = nullptr, in_tp = nullptr, found = nullptr;
+    HCCL_OK(HcclCommSymWinRegister(world, mem, bytes, &in_world, 1));
+    HCCL_OK(HcclCommSymWinRegister(tp, mem, bytes, &in_tp, 1));
+    CHECK(in_world != nullptr && in_tp != nullptr && in_world != in_tp);
+    size_t offset = 0;
+    char *at = (char *)mem + 4096;
+    HCCL_OK(HcclCommSymWinGet(world, at, 64, &found, &offset));
+    CHECK(found == in_world && offset == 4096);
+    HCCL_OK(HcclCommSymWinGet(tp, at, 64, &found, &offset));
+    CHECK(found == in_tp && offset == 4096);
+    EXPECT_HCCL(HcclCommSymWinGet(dp, at, 64, &found, &offset), HCCL_E_NOT_FOUND);
+
+    const uint64_t count = 1024;
+    float *send = (float *)mem, *recv = (float *)((char *)mem + (1 << 20));
+    upload(send, std::vector<float>(count, (float)(k.r + 1)));
+    HCCL_OK(HcclAllReduce(send, recv, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, tp, k.stream));
+    ACL_OK(aclrtSynchronizeStream(k.stream));
+    float pair = (float)(tp_ids[0] + tp_ids[1] + 2);
+    for (float v : download<float>(recv, count)) CHECK(v == pair);
+    HCCL_OK(HcclAllReduce(send, recv, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, world,
+                          k.stream));
+    ACL_OK(aclrtSynchronizeStream(k.stream));
+    for (float v : download<float>(recv, count)) CHECK(v == 10.0f);
+    // DP: the same memory is not in any window of it, so this stages; the answer is the same.
+    HCCL_OK(HcclAllGather(send, recv, count, HCCL_DATA_TYPE_FP32, dp, k.stream));
+    ACL_OK(aclrtSynchronizeStream(k.stream));
+    std::vector<float> gathered = download<float>(recv, 2 * count);
+    CHECK(gathered[0] == (float)(dp_ids[0] + 1) && gathered[count] == (float)(dp_ids[1] + 1));
+
+    HCCL_OK(HcclCommSymWinDeregister(in_tp));
+    HCCL_OK(HcclCommSymWinDeregister(in_world));
+    HCCL_OK((HcclResult)HcommMemFree(mem));
+    HCCL_OK(HcclCommDestroy(dp));
+    HCCL_OK(HcclCommDestroy(tp));
+}
+
 int one_rank_of_a_job()
 {
     g_rank = atoi(env("SYMHEAP_RANK"));
@@ -655,6 +728,7 @@ int one_rank_of_a_job()
     rooted(k);
     point_to_point(k);
     memory_range(k);
+    sub_communicators(k);
 
     ACL_OK(aclrtDestroyStream(k.stream));
     HCCL_OK(HcclCommDestroy(k.comm));
