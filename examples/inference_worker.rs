@@ -1,6 +1,9 @@
-//! The main job: a tensor-parallel decode loop on four emulated ranks, one process per device
-//! as real deployments run (`--threads`: four threads of one process), every activation
-//! allocated from one symmetric pool and freed each step.
+//! The main job: an expert- and tensor-parallel decode loop on four emulated ranks, one
+//! process per device as real deployments run (`--threads`: four threads of one process),
+//! laid out as TP = 2 x EP = 4: two tensor-parallel pairs ({0, 1} and {2, 3}), each a
+//! data-parallel replica decoding its own sequences, and one expert-parallel group of all
+//! four. Every tensor comes from one symmetric pool on the world, attached to the TP pairs,
+//! and is freed each step.
 //!
 //! ```sh
 //! cargo run --release --example inference_worker              # 4 processes
@@ -10,15 +13,21 @@
 //! ```
 //!
 //! Started plainly, the program re-runs itself through the launcher as four processes
-//! ([`Job::this_program`]), each of which joins with [`Comm::from_env`]; on an Atlas A3 node
-//! the same binary, built against [`Runtime::load`] instead of the emulator, runs under
-//! `symheap-run -n 16`, torchrun or mpirun.
+//! ([`Job::this_program`]), each of which joins with [`Comm::from_env`] and splits its groups
+//! with [`ParallelGroups`]; on an Atlas A3 node the same binary, built against
+//! [`Runtime::load`] instead of the emulator, runs under `symheap-run -n 16`, torchrun or
+//! mpirun.
 //!
-//! Each step runs a small transformer-style MLP block (column-parallel matmul, GELU,
-//! row-parallel matmul, AllReduce), appends to a KV cache that grows with the sequence, projects
-//! to vocabulary logits (column-parallel) and AllGathers them to pick the next token. It then
-//! runs the same loop registering and deregistering a window per tensor, the naive alternative,
-//! and prints both rates and their ratio.
+//! Each step, in each TP pair: the tokens' embeddings, a column-parallel up-projection, GELU
+//! and a row-parallel down-projection, AllReduced in the pair. Then the MoE layer over EP:
+//! each TP rank dispatches its share of the pair's rows to the rank that hosts each row's
+//! expert (AlltoAllV), every rank applies its expert to what it received, and the results go
+//! back (AlltoAllV again) and are AllGathered in the pair. A KV cache grows with the sequence.
+//! Last, a column-parallel vocabulary projection, AllGathered in the pair, picks the next
+//! tokens. Every rank checks its results, step by step, against a host reference that
+//! computes the whole model alone. Then it runs the same loop registering and deregistering a
+//! window per tensor (in the communicator the tensor is used in), the naive alternative, and
+//! prints both rates and their ratio.
 //!
 //! With `--snapshot DIR` every rank writes `DIR/rank-N.json`, its pool's
 //! [`snapshot`](SymPool::snapshot) during the last decode step (weights, the KV cache, that
@@ -27,12 +36,18 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use symheap::{Comm, ReduceOp, Stream, Window};
+use symheap::{Comm, ParallelGroups, ReduceOp, Stream, Window, packed_displacements};
 use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu};
 use symheap_tools::launcher::{self, Job};
 
 const RANKS: u32 = 4;
+/// Tensor-parallel ranks per pair, and expert-parallel ranks (the world).
+const TP: usize = 2;
+const EP: usize = 4;
+/// Data-parallel replicas: one per TP pair.
+const DP: usize = RANKS as usize / TP;
 const STEPS: usize = 300;
+/// Sequences each replica decodes.
 const BATCH: usize = 2;
 const HIDDEN: usize = 64;
 const FFN: usize = 4 * HIDDEN;
@@ -40,14 +55,34 @@ const VOCAB: usize = 512;
 /// The KV cache grows in chunks of this many tokens (a reallocation each time it fills).
 const KV_CHUNK: usize = 32;
 
+/// Which communicator a tensor's collectives run on.
+#[derive(Clone, Copy)]
+enum Group {
+    /// The rank's tensor-parallel pair.
+    Tp,
+    /// The expert-parallel group (the world).
+    Ep,
+}
+
 /// Where a step's tensors come from: the pool, or a freshly registered window each.
 trait Tensors {
     type Tensor;
-    /// A zeroed tensor; `tag` says what it is for (the pool's stats and snapshots use it).
-    fn zeros(&self, len: usize, tag: &'static str) -> Result<Self::Tensor>;
+    /// A zeroed tensor for collectives on `group`; `tag` says what it is for (the pool's
+    /// stats and snapshots use it).
+    fn zeros(&self, len: usize, tag: &'static str, group: Group) -> Result<Self::Tensor>;
     fn host<'a>(&self, t: &'a mut Self::Tensor) -> Result<&'a mut [f32]>;
-    fn all_reduce(&self, t: &mut Self::Tensor) -> Result<()>;
-    fn all_gather(&self, input: &Self::Tensor, output: &mut Self::Tensor) -> Result<()>;
+    /// AllReduce (sum) in the TP pair, in place.
+    fn tp_all_reduce(&self, t: &mut Self::Tensor) -> Result<()>;
+    /// AllGather in the TP pair.
+    fn tp_all_gather(&self, input: &Self::Tensor, output: &mut Self::Tensor) -> Result<()>;
+    /// AlltoAllV over EP: `send[p]` elements to rank `p`, `recv[p]` from it, packed.
+    fn ep_all_to_all_v(
+        &self,
+        input: &Self::Tensor,
+        send: &[usize],
+        output: &mut Self::Tensor,
+        recv: &[usize],
+    ) -> Result<()>;
     fn end_step(&self) -> Result<()>;
     /// What the backing memory holds now, where there is a pool to ask.
     fn snapshot(&self) -> Option<Snapshot> {
@@ -55,35 +90,50 @@ trait Tensors {
     }
 }
 
-/// symheap: one window registered at start, blocks carved per tensor.
-struct Pooled(SymPool);
+/// symheap: one pool on the world, attached to the TP pair; blocks carved per tensor.
+struct Pooled {
+    pool: SymPool,
+    /// The same pool, its collectives on the TP pair.
+    tp: SymPool,
+}
 
 impl Tensors for Pooled {
     type Tensor = SymVec<f32>;
-    fn zeros(&self, len: usize, tag: &'static str) -> Result<SymVec<f32>> {
-        SymVec::zeroed_tagged(&self.0, len, tag)
+    fn zeros(&self, len: usize, tag: &'static str, _: Group) -> Result<SymVec<f32>> {
+        SymVec::zeroed_tagged(&self.pool, len, tag)
     }
     fn host<'a>(&self, t: &'a mut SymVec<f32>) -> Result<&'a mut [f32]> {
         t.host_mut()
     }
-    fn all_reduce(&self, t: &mut SymVec<f32>) -> Result<()> {
-        self.0.all_reduce_in_place(t, ReduceOp::Sum)
+    fn tp_all_reduce(&self, t: &mut SymVec<f32>) -> Result<()> {
+        self.tp.all_reduce_in_place(t, ReduceOp::Sum)
     }
-    fn all_gather(&self, input: &SymVec<f32>, output: &mut SymVec<f32>) -> Result<()> {
-        self.0.all_gather(input, output)
+    fn tp_all_gather(&self, input: &SymVec<f32>, output: &mut SymVec<f32>) -> Result<()> {
+        self.tp.all_gather(input, output)
+    }
+    fn ep_all_to_all_v(
+        &self,
+        input: &SymVec<f32>,
+        send: &[usize],
+        output: &mut SymVec<f32>,
+        recv: &[usize],
+    ) -> Result<()> {
+        let (sd, rd) = (packed_displacements(send), packed_displacements(recv));
+        self.pool.all_to_all_v(input, send, &sd, output, recv, &rd)
     }
     fn end_step(&self) -> Result<()> {
-        self.0.synchronize()
+        self.pool.synchronize()
     }
     fn snapshot(&self) -> Option<Snapshot> {
-        Some(self.0.snapshot())
+        Some(self.pool.snapshot())
     }
 }
 
 /// The naive alternative: every tensor reserves, allocates, maps and registers its own window
-/// (collective), and deregisters and releases it when dropped.
+/// in the communicator it is used in (collective), and deregisters and releases it when
+/// dropped.
 struct PerTensor {
-    comm: Comm,
+    groups: ParallelGroups,
     stream: Stream,
 }
 
@@ -93,12 +143,22 @@ struct Registered {
     len: usize,
 }
 
+impl PerTensor {
+    fn comm(&self, group: Group) -> &Comm {
+        match group {
+            Group::Tp => self.groups.tp(),
+            Group::Ep => self.groups.ep(),
+        }
+    }
+}
+
 impl Tensors for PerTensor {
     type Tensor = Registered;
-    fn zeros(&self, len: usize, _tag: &'static str) -> Result<Registered> {
-        let window = Window::allocate(&self.comm, (len * 4) as u64)?;
+    fn zeros(&self, len: usize, _tag: &'static str, group: Group) -> Result<Registered> {
+        let comm = self.comm(group);
+        let window = Window::allocate(comm, (len * 4) as u64)?;
         // SAFETY: fresh, mapped memory of at least `len` floats, not yet used by any stream.
-        unsafe { self.comm.runtime().memset(window.ptr(), 0, len * 4)? };
+        unsafe { comm.runtime().memset(window.ptr(), 0, len * 4)? };
         Ok(Registered { window, len })
     }
     fn host<'a>(&self, t: &'a mut Registered) -> Result<&'a mut [f32]> {
@@ -106,11 +166,11 @@ impl Tensors for PerTensor {
         // synchronised before returning, and `&mut` excludes other uses.
         Ok(unsafe { std::slice::from_raw_parts_mut(t.window.ptr().as_raw().cast(), t.len) })
     }
-    fn all_reduce(&self, t: &mut Registered) -> Result<()> {
-        let p = t.window.ptr();
+    fn tp_all_reduce(&self, t: &mut Registered) -> Result<()> {
+        let (p, tp) = (t.window.ptr(), self.groups.tp());
         // SAFETY: a live window of `len` floats, synchronised before returning.
         unsafe {
-            self.comm.all_reduce(
+            tp.all_reduce(
                 p,
                 p,
                 t.len as u64,
@@ -119,32 +179,48 @@ impl Tensors for PerTensor {
                 &self.stream,
             )?
         };
-        self.comm.synchronize(&self.stream)
+        tp.synchronize(&self.stream)
     }
-    fn all_gather(&self, input: &Registered, output: &mut Registered) -> Result<()> {
+    fn tp_all_gather(&self, input: &Registered, output: &mut Registered) -> Result<()> {
+        let tp = self.groups.tp();
+        let (i, o) = (input.window.ptr(), output.window.ptr());
         // SAFETY: live windows sized for the gather, synchronised before returning.
-        unsafe {
-            self.comm.all_gather(
-                input.window.ptr(),
-                output.window.ptr(),
-                input.len as u64,
-                f32::DATA_TYPE,
-                &self.stream,
-            )?
-        };
-        self.comm.synchronize(&self.stream)
+        unsafe { tp.all_gather(i, o, input.len as u64, f32::DATA_TYPE, &self.stream)? };
+        tp.synchronize(&self.stream)
+    }
+    fn ep_all_to_all_v(
+        &self,
+        input: &Registered,
+        send: &[usize],
+        output: &mut Registered,
+        recv: &[usize],
+    ) -> Result<()> {
+        let ep = self.groups.ep();
+        let words = |v: &[usize]| v.iter().map(|&c| c as u64).collect::<Vec<u64>>();
+        let (sc, rc) = (words(send), words(recv));
+        let (sd, rd) = (
+            words(&packed_displacements(send)),
+            words(&packed_displacements(recv)),
+        );
+        let (i, o) = (input.window.ptr(), output.window.ptr());
+        // SAFETY: live windows holding every packed region, synchronised before returning.
+        unsafe { ep.all_to_all_v(i, &sc, &sd, o, &rc, &rd, f32::DATA_TYPE, &self.stream)? };
+        ep.synchronize(&self.stream)
     }
     fn end_step(&self) -> Result<()> {
-        self.comm.synchronize(&self.stream)
+        self.groups.world().synchronize(&self.stream)
     }
 }
 
-/// This rank's shards of the weights, deterministic pseudo-random.
+/// The model's weights, deterministic pseudo-random: TP shard `t` of the dense layers (the
+/// same in every replica), every expert, and the replicated embedding. Each rank uses its
+/// shard and its expert; the host reference uses them all.
 struct Weights {
-    w1: Vec<f32>,    // HIDDEN x FFN/RANKS   (column-parallel)
-    w2: Vec<f32>,    // FFN/RANKS x HIDDEN   (row-parallel)
-    wv: Vec<f32>,    // HIDDEN x VOCAB/RANKS (column-parallel)
-    embed: Vec<f32>, // VOCAB x HIDDEN (replicated)
+    w1: Vec<Vec<f32>>,      // per shard: HIDDEN x FFN/TP   (column-parallel)
+    w2: Vec<Vec<f32>>,      // per shard: FFN/TP x HIDDEN   (row-parallel)
+    wv: Vec<Vec<f32>>,      // per shard: HIDDEN x VOCAB/TP (column-parallel)
+    experts: Vec<Vec<f32>>, // per EP rank: HIDDEN x HIDDEN
+    embed: Vec<f32>,        // VOCAB x HIDDEN (replicated)
 }
 
 fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
@@ -160,16 +236,57 @@ fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
 }
 
 impl Weights {
-    fn new(rank: u32) -> Self {
-        let r = u64::from(rank);
-        let ranks = RANKS as usize;
+    fn new() -> Self {
+        let shards = |seed: u64, len: usize, n: usize| {
+            (0..n as u64)
+                .map(|i| pseudo_random(seed + i, len))
+                .collect()
+        };
         Weights {
-            w1: pseudo_random(10 + r, HIDDEN * FFN / ranks),
-            w2: pseudo_random(20 + r, FFN / ranks * HIDDEN),
-            wv: pseudo_random(30 + r, HIDDEN * VOCAB / ranks),
+            w1: shards(10, HIDDEN * FFN / TP, TP),
+            w2: shards(20, FFN / TP * HIDDEN, TP),
+            wv: shards(30, HIDDEN * VOCAB / TP, TP),
+            experts: shards(40, HIDDEN * HIDDEN, EP),
             embed: pseudo_random(1, VOCAB * HIDDEN),
         }
     }
+
+    /// TP shard `t`'s part of the dense block on `x` (rows of HIDDEN): what the pair
+    /// AllReduces.
+    fn dense_part(&self, t: usize, x: &[f32], out: &mut [f32]) {
+        let rows = x.len() / HIDDEN;
+        let mut h = vec![0.0; rows * FFN / TP];
+        matmul(x, &self.w1[t], &mut h, HIDDEN, FFN / TP);
+        h.iter_mut().for_each(|v| *v = gelu(*v));
+        matmul(&h, &self.w2[t], out, FFN / TP, HIDDEN);
+    }
+
+    /// Expert `e` on `rows` (each HIDDEN long), with the residual, into `out`.
+    fn expert(&self, e: usize, rows: &[f32], out: &mut [f32]) {
+        matmul(rows, &self.experts[e], out, HIDDEN, HIDDEN);
+        out.iter_mut().zip(rows).for_each(|(o, &r)| *o += r);
+    }
+}
+
+/// The first tokens of replica `d`.
+fn first_tokens(d: usize) -> [usize; BATCH] {
+    std::array::from_fn(|b| 1 + 7 * d + b)
+}
+
+/// The EP rank whose expert row `b` of replica `d` goes to at `step`: a fixed routing that
+/// sends rows everywhere over the steps (real routers score the row; any rule will do here).
+fn expert_of(d: usize, b: usize, step: usize) -> usize {
+    (d * BATCH + b + step) % EP
+}
+
+/// The rows of the pair that TP rank `t` dispatches: its share, `t, t + TP, ...`.
+fn rows_of(t: usize) -> impl Iterator<Item = usize> {
+    (t..BATCH).step_by(TP)
+}
+
+/// The index of `b` in the pair's gathered rows (TP rank major).
+fn gathered_index(b: usize) -> usize {
+    (b % TP) * (BATCH / TP) + b / TP
 }
 
 /// `out[b][j] = sum_k a[b][k] * w[k][j]`.
@@ -187,82 +304,163 @@ fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
 }
 
+/// The next tokens from a pair's gathered logits (`TP` shards of `BATCH x VOCAB/TP`).
+fn argmax_tokens(gathered: &[f32]) -> [usize; BATCH] {
+    let (part, shard) = (VOCAB / TP, BATCH * VOCAB / TP);
+    std::array::from_fn(|b| {
+        let score = |v: usize| gathered[(v / part) * shard + b * part + v % part];
+        (0..VOCAB)
+            .max_by(|&a, &c| score(a).total_cmp(&score(c)))
+            .unwrap_or(0)
+    })
+}
+
+/// The whole model on the host, every replica and shard alone, with the same arithmetic as
+/// the ranks: per step, replica `d`'s gathered logits.
+fn reference(w: &Weights) -> Vec<Vec<Vec<f32>>> {
+    let mut tokens: Vec<[usize; BATCH]> = (0..DP).map(first_tokens).collect();
+    let mut out = Vec::with_capacity(STEPS);
+    for step in 0..STEPS {
+        let mut step_logits = Vec::with_capacity(DP);
+        for (d, toks) in tokens.iter_mut().enumerate() {
+            let x: Vec<f32> = toks
+                .iter()
+                .flat_map(|&t| w.embed[t * HIDDEN..][..HIDDEN].iter().copied())
+                .collect();
+            let mut y = vec![0.0; BATCH * HIDDEN];
+            for t in 0..TP {
+                let mut part = vec![0.0; BATCH * HIDDEN];
+                w.dense_part(t, &x, &mut part);
+                y.iter_mut().zip(&part).for_each(|(a, &p)| *a += p);
+            }
+            let mut z = vec![0.0; BATCH * HIDDEN];
+            for b in 0..BATCH {
+                let g = gathered_index(b);
+                let row = &y[b * HIDDEN..][..HIDDEN];
+                w.expert(expert_of(d, b, step), row, &mut z[g * HIDDEN..][..HIDDEN]);
+            }
+            // `z` is in gathered order; reorder to batch order for the projection.
+            let zb: Vec<f32> = (0..BATCH)
+                .flat_map(|b| z[gathered_index(b) * HIDDEN..][..HIDDEN].to_vec())
+                .collect();
+            let mut logits = vec![0.0; BATCH * VOCAB];
+            for t in 0..TP {
+                let shard = &mut logits[t * BATCH * VOCAB / TP..][..BATCH * VOCAB / TP];
+                matmul(&zb, &w.wv[t], shard, HIDDEN, VOCAB / TP);
+            }
+            *toks = argmax_tokens(&logits);
+            step_logits.push(logits);
+        }
+        out.push(step_logits);
+    }
+    out
+}
+
 /// What a decode loop produced.
 struct Decoded {
     /// Steps per second.
     rate: f64,
-    /// The token sequence of batch row 0.
+    /// The token sequence of this replica's batch row 0.
     tokens: Vec<usize>,
     /// The backend's snapshot during the last step, before its synchronisation.
     snapshot: Option<Snapshot>,
 }
 
-/// Runs the decode loop.
-fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<Decoded> {
-    let ranks = comm.size() as usize;
-    let w = Weights::new(comm.rank());
-    let mut tokens = [1usize; BATCH];
+/// Runs the decode loop of world rank `rank`, checking every step's logits against
+/// `expected` (the host reference's).
+fn decode<B: Tensors>(backend: &B, rank: usize, expected: &[Vec<Vec<f32>>]) -> Result<Decoded> {
+    let w = Weights::new();
+    let (d, t) = (rank / TP, rank % TP);
+    let mut tokens = first_tokens(d);
     let mut history = Vec::with_capacity(STEPS);
-    let mut kv = backend.zeros(KV_CHUNK * BATCH * HIDDEN, "kv-cache")?;
+    let mut kv = backend.zeros(KV_CHUNK * BATCH * HIDDEN, "kv-cache", Group::Tp)?;
     let mut snapshot = None;
     let start = Instant::now();
     // One token per step is appended to the KV cache, so the step is also its length.
-    for kv_tokens in 0..STEPS {
-        // Embedding lookup (replicated).
-        let mut x = backend.zeros(BATCH * HIDDEN, "activations")?;
-        for (b, row) in backend.host(&mut x)?.chunks_mut(HIDDEN).enumerate() {
-            row.copy_from_slice(&w.embed[tokens[b] * HIDDEN..][..HIDDEN]);
-        }
-        // Column-parallel up-projection and GELU, then row-parallel down-projection.
-        let mut h = backend.zeros(BATCH * FFN / ranks, "activations")?;
-        {
-            let xs = backend.host(&mut x)?.to_vec();
-            let hs = backend.host(&mut h)?;
-            matmul(&xs, &w.w1, hs, HIDDEN, FFN / ranks);
-            hs.iter_mut().for_each(|v| *v = gelu(*v));
-        }
-        let mut y = backend.zeros(BATCH * HIDDEN, "activations")?;
-        {
-            let hs = backend.host(&mut h)?.to_vec();
-            matmul(&hs, &w.w2, backend.host(&mut y)?, FFN / ranks, HIDDEN);
-        }
-        backend.all_reduce(&mut y)?;
+    for step in 0..STEPS {
+        // Embedding lookup (replicated in the pair), then the dense block, AllReduced.
+        let x: Vec<f32> = tokens
+            .iter()
+            .flat_map(|&tok| w.embed[tok * HIDDEN..][..HIDDEN].iter().copied())
+            .collect();
+        let mut y = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
+        w.dense_part(t, &x, backend.host(&mut y)?);
+        backend.tp_all_reduce(&mut y)?;
+        let ys = backend.host(&mut y)?.to_vec();
         // Append to the KV cache, growing it by a chunk when full.
-        if (kv_tokens + 1) * BATCH * HIDDEN > backend.host(&mut kv)?.len() {
-            let mut bigger =
-                backend.zeros((kv_tokens + 1 + KV_CHUNK) * BATCH * HIDDEN, "kv-cache")?;
+        if (step + 1) * BATCH * HIDDEN > backend.host(&mut kv)?.len() {
+            let len = (step + 1 + KV_CHUNK) * BATCH * HIDDEN;
+            let mut bigger = backend.zeros(len, "kv-cache", Group::Tp)?;
             let old = backend.host(&mut kv)?.to_vec();
             backend.host(&mut bigger)?[..old.len()].copy_from_slice(&old);
             kv = bigger;
         }
-        let ys = backend.host(&mut y)?.to_vec();
-        backend.host(&mut kv)?[kv_tokens * BATCH * HIDDEN..][..BATCH * HIDDEN].copy_from_slice(&ys);
+        backend.host(&mut kv)?[step * BATCH * HIDDEN..][..BATCH * HIDDEN].copy_from_slice(&ys);
+        // MoE dispatch: this rank's rows to their experts' ranks, in row order per rank.
+        let (sent, got) = moe_counts(d, t, rank, step);
+        let mut dispatch = backend.zeros(sent.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+        let mut at = 0;
+        for e in 0..EP {
+            for b in rows_of(t).filter(|&b| expert_of(d, b, step) == e) {
+                backend.host(&mut dispatch)?[at..][..HIDDEN]
+                    .copy_from_slice(&ys[b * HIDDEN..][..HIDDEN]);
+                at += HIDDEN;
+            }
+        }
+        let mut received = backend.zeros(got.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+        backend.ep_all_to_all_v(&dispatch, &sent, &mut received, &got)?;
+        // This rank's expert on what it received; the results go back where they came from.
+        let mut expert_out = backend.zeros(got.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+        {
+            let rows = backend.host(&mut received)?.to_vec();
+            let n = got.iter().sum::<usize>();
+            w.expert(rank, &rows[..n], &mut backend.host(&mut expert_out)?[..n]);
+        }
+        let mut combined = backend.zeros(sent.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+        backend.ep_all_to_all_v(&expert_out, &got, &mut combined, &sent)?;
+        // Back in row order, then gathered in the pair.
+        let mut mine = backend.zeros(BATCH / TP * HIDDEN, "activations", Group::Tp)?;
+        {
+            let back = backend.host(&mut combined)?.to_vec();
+            let out = backend.host(&mut mine)?;
+            let mut at = 0;
+            for e in 0..EP {
+                for b in rows_of(t).filter(|&b| expert_of(d, b, step) == e) {
+                    out[(b / TP) * HIDDEN..][..HIDDEN].copy_from_slice(&back[at..][..HIDDEN]);
+                    at += HIDDEN;
+                }
+            }
+        }
+        let mut z = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
+        backend.tp_all_gather(&mine, &mut z)?;
+        let zs = backend.host(&mut z)?.to_vec();
+        let zb: Vec<f32> = (0..BATCH)
+            .flat_map(|b| zs[gathered_index(b) * HIDDEN..][..HIDDEN].to_vec())
+            .collect();
         // Column-parallel vocabulary projection; gather the shards and take the argmax.
-        let mut logits = backend.zeros(BATCH * VOCAB / ranks, "logits")?;
+        let mut logits = backend.zeros(BATCH * VOCAB / TP, "logits", Group::Tp)?;
         matmul(
-            &ys,
-            &w.wv,
+            &zb,
+            &w.wv[t],
             backend.host(&mut logits)?,
             HIDDEN,
-            VOCAB / ranks,
+            VOCAB / TP,
         );
-        let mut all_logits = backend.zeros(BATCH * VOCAB, "logits")?;
-        backend.all_gather(&logits, &mut all_logits)?;
+        let mut all_logits = backend.zeros(BATCH * VOCAB, "logits", Group::Tp)?;
+        backend.tp_all_gather(&logits, &mut all_logits)?;
         let gathered = backend.host(&mut all_logits)?;
-        let shard = BATCH * VOCAB / ranks;
-        for (b, token) in tokens.iter_mut().enumerate() {
-            let score = |v: usize| {
-                gathered[(v / (VOCAB / ranks)) * shard + b * (VOCAB / ranks) + v % (VOCAB / ranks)]
-            };
-            *token = (0..VOCAB)
-                .max_by(|&a, &c| score(a).total_cmp(&score(c)))
-                .unwrap_or(0);
-        }
+        assert!(
+            gathered == expected[step][d].as_slice(),
+            "rank {rank}: step {step}'s logits differ from the host reference"
+        );
+        tokens = argmax_tokens(gathered);
         history.push(tokens[0]);
         // The step's tensors are done with: those that took part in a collective wait for
         // the synchronisation (pending), the others are free at once.
-        drop((x, h, y, logits, all_logits));
-        if kv_tokens + 1 == STEPS {
+        drop((
+            y, dispatch, received, expert_out, combined, mine, z, logits, all_logits,
+        ));
+        if step + 1 == STEPS {
             snapshot = backend.snapshot();
         }
         backend.end_step()?;
@@ -274,76 +472,106 @@ fn decode<B: Tensors>(backend: &B, comm: &Comm) -> Result<Decoded> {
     })
 }
 
+/// Elements world rank `rank` (TP rank `t` of replica `d`) sends to each EP rank at `step`,
+/// and receives from each: every rank knows every row's route.
+fn moe_counts(d: usize, t: usize, rank: usize, step: usize) -> (Vec<usize>, Vec<usize>) {
+    let sent = (0..EP)
+        .map(|e| rows_of(t).filter(|&b| expert_of(d, b, step) == e).count() * HIDDEN)
+        .collect();
+    let got = (0..RANKS as usize)
+        .map(|src| {
+            let (sd, st) = (src / TP, src % TP);
+            rows_of(st)
+                .filter(|&b| expert_of(sd, b, step) == rank)
+                .count()
+                * HIDDEN
+        })
+        .collect();
+    (sent, got)
+}
+
 /// What one rank measured.
 struct Report {
     pooled_rate: f64,
     naive_rate: f64,
     tokens: Vec<usize>,
-    registrations_at_start: u64,
+    /// Registrations per communicator before and after decoding.
+    before: Vec<u64>,
     stats: symheap::PoolStats,
     /// The pool's `memory_summary` after the decode loop.
     summary: String,
 }
 
 /// One rank's whole job: the pooled loop, then the window-per-tensor loop, then a check that
-/// every rank computed the same tokens. With `snapshot_dir`, writes the pool's snapshot from
-/// the last pooled step to `rank-N.json` there.
+/// every rank of a replica computed the same tokens. With `snapshot_dir`, writes the pool's
+/// snapshot from the last pooled step to `rank-N.json` there.
 fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>) -> Result<Report> {
+    let groups = ParallelGroups::new(comm, TP as u32, EP as u32)?;
     let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
-    let registrations_at_start = pool.stats().registrations;
-    // The weights stay resident in device memory, as a real worker keeps them (the emulated
-    // matmuls read the host copies).
-    let w = Weights::new(comm.rank());
-    let resident = [&w.w1, &w.w2, &w.wv, &w.embed]
+    // EP is the world itself, where the pool lives: only the TP pair is attached.
+    pool.attach(groups.tp())?;
+    let registrations = |s: &symheap::PoolStats| -> Vec<u64> {
+        s.communicators.iter().map(|c| c.registrations).collect()
+    };
+    let before = registrations(&pool.stats());
+    let w = Weights::new();
+    let expected = reference(&w);
+    // This rank's weights stay resident in device memory, as a real worker keeps them (the
+    // emulated matmuls read the host copies).
+    let (r, t) = (comm.rank() as usize, comm.rank() as usize % TP);
+    let resident = [&w.w1[t], &w.w2[t], &w.wv[t], &w.experts[r], &w.embed]
         .into_iter()
         .map(|v| SymVec::from_host_tagged(&pool, v, "weights"))
         .collect::<Result<Vec<_>>>()?;
-    let backend = Pooled(pool);
+    let backend = Pooled {
+        tp: pool.on_group(groups.tp())?,
+        pool,
+    };
     let Decoded {
         rate: pooled_rate,
         tokens,
         snapshot,
-    } = decode(&backend, comm)?;
+    } = decode(&backend, r, &expected)?;
     drop(resident);
-    let stats = backend.0.stats();
+    let stats = backend.pool.stats();
     assert_eq!(
-        stats.registrations, registrations_at_start,
+        registrations(&stats),
+        before,
         "the hot path registered a window"
     );
-    let summary = backend.0.memory_summary();
+    let summary = backend.pool.memory_summary();
     if let (Some(dir), Some(snapshot)) = (snapshot_dir, snapshot) {
         write_snapshot(dir, &snapshot)?;
     }
     let naive = PerTensor {
-        comm: comm.clone(),
+        groups: groups.clone(),
         stream: Stream::new(comm.runtime())?,
     };
     let Decoded {
         rate: naive_rate,
         tokens: naive_tokens,
         ..
-    } = decode(&naive, comm)?;
+    } = decode(&naive, r, &expected)?;
     assert_eq!(
         naive_tokens, tokens,
         "the naive loop computed different tokens"
     );
-    // Every rank's tokens, gathered: they must agree.
-    let pool = &backend.0;
+    // The pair's tokens, gathered: both ranks of a replica must agree.
     let digest = tokens
         .iter()
         .fold(0u64, |h, &t| h.wrapping_mul(31).wrapping_add(t as u64));
-    let mine = SymVec::from_host_tagged(pool, &[digest], "check")?;
-    let mut all = SymVec::<u64>::zeroed_tagged(pool, comm.size() as usize, "check")?;
-    pool.all_gather(&mine, &mut all)?;
+    let mine = SymVec::from_host_tagged(&backend.pool, &[digest], "check")?;
+    let mut all = SymVec::<u64>::zeroed_tagged(&backend.pool, TP, "check")?;
+    backend.tp.all_gather(&mine, &mut all)?;
     assert!(
         all.to_host()?.iter().all(|&d| d == digest),
-        "ranks disagree on the tokens"
+        "the ranks of a pair disagree on the tokens"
     );
     Ok(Report {
         pooled_rate,
         naive_rate,
         tokens,
-        registrations_at_start,
+        before,
         stats,
         summary,
     })
@@ -401,16 +629,24 @@ fn print_map_command(dir: Option<&Path>) {
 fn print_report(r: &Report) {
     println!("rank 0's pool after the decode loop (the weights already dropped):");
     println!("{}", r.summary);
-    let added = r.stats.registrations - r.registrations_at_start;
-    let at_start = r.registrations_at_start;
     println!("checked, on every rank:");
-    println!(
-        "  no window registered while decoding: {at_start} at start, {added} added in {STEPS} steps"
-    );
+    for (c, before) in r.stats.communicators.iter().zip(&r.before) {
+        let added = c.registrations - before;
+        println!(
+            "  {:<4} ({} ranks): {before} window registration(s) at start, {added} added in \
+             {STEPS} steps; collectives {} symmetric, {} staged",
+            if c.ranks as usize == TP { "TP" } else { "EP" },
+            c.ranks,
+            c.symmetric,
+            c.staged
+        );
+    }
+    println!("  every step's logits equal the host reference's (the whole model, computed alone)");
     println!("  the pooled and the window-per-tensor loops decoded the same tokens");
-    println!("  every rank decoded the same tokens (a digest of them, gathered with AllGather)");
+    println!("  both ranks of each TP pair decoded the same tokens (a digest, AllGathered)");
     println!(
-        "decoded tokens (sequence 0, greedy, ids in a {VOCAB}-token vocabulary), the first 8: {:?}",
+        "decoded tokens (replica 0, sequence 0, greedy, ids in a {VOCAB}-token vocabulary), \
+         the first 8: {:?}",
         &r.tokens[..8.min(r.tokens.len())]
     );
     println!("pooled:                 {:>10.1} steps/s", r.pooled_rate);
@@ -426,7 +662,10 @@ fn print_report(r: &Report) {
 }
 
 fn main() -> Result<()> {
-    let shape = format!("{STEPS} decode steps, batch {BATCH}, hidden {HIDDEN}");
+    let shape = format!(
+        "TP = {TP} x EP = {EP} ({DP} replicas), {STEPS} decode steps, batch {BATCH} per \
+         replica, hidden {HIDDEN}"
+    );
     let dir = snapshot_dir();
     if std::env::args().any(|a| a == "--threads") {
         // All ranks as threads of this process.
