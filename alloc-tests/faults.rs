@@ -116,6 +116,21 @@ const SCENARIOS: &[Scenario] = &[
         },
     },
     Scenario {
+        name: "groups",
+        run: |comm| {
+            let group = comm.split(&[0], 1, &CommConfig::new().exec_timeout_secs(5))?;
+            let pool = pool(comm)?;
+            let result = pool.attach(&group).and_then(|()| {
+                // Growing registers in both communicators; then a collective on the group.
+                let grown = pool.alloc(3 << 20, 0)?;
+                sum_in_place(&pool.on_group(&group)?)?;
+                drop(grown);
+                pool.trim().map(drop)
+            });
+            checked(&pool, result)
+        },
+    },
+    Scenario {
         name: "adapter",
         run: |comm| {
             let pool = pool(comm)?;

@@ -178,7 +178,28 @@ fn attached_program(world: &Comm, steps: usize) -> symheap::Result<(u64, u64, sy
     }
     pool.synchronize()?;
     pool.verify_symmetric()?;
-    Ok((digest, pool.op_hash(), pool.stats()))
+    let grown = pool.stats();
+    // Trim deregisters idle windows in every communicator, then the pool still runs on each.
+    drop(live);
+    pool.trim()?;
+    let trimmed = pool.stats();
+    assert!(trimmed.windows < grown.windows, "{trimmed:?}");
+    assert!(
+        trimmed
+            .communicators
+            .iter()
+            .all(|c| c.windows == trimmed.windows)
+    );
+    for view in &views {
+        check_all_reduce(view, &mut SymVec::<f32>::zeroed(&pool, 8)?)?;
+    }
+    // The heap map shows every rank's communicators.
+    let map = symheap_tools::heap_map::render(&[pool.snapshot()]);
+    assert!(
+        map.contains("Communicators") && map.contains("_sub_"),
+        "no communicators"
+    );
+    Ok((digest, pool.op_hash(), grown))
 }
 
 /// An all-reduce (sum) on `view`'s group, checked: each rank contributes its world rank + 1.
@@ -241,6 +262,13 @@ fn attach_refuses_what_is_not_a_sub_communicator_of_the_pool() {
         let mut v = SymVec::from_host(&own, &[1.0f32; 4])?;
         own.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
         assert_eq!(v.to_host()?, [2.0; 4]);
+        // The pair's pool is registered in the pair alone: on the world its memory stages,
+        // as the world finds no window of its own there.
+        let (p, len) = (v.device_ptr(), 16);
+        let kind = symheap::sys::Collective::AllReduce;
+        assert_eq!(pair.path(kind, p, len, p, len)?, symheap::Path::Symmetric);
+        let staged = symheap::Path::Staged(symheap::Staged::NotInWindow);
+        assert_eq!(world.path(kind, p, len, p, len)?, staged);
         Ok(())
     })
     .unwrap();

@@ -69,6 +69,10 @@ impl SymPool {
         shared.check_usable()?;
         shared.check_attachable(&state.groups, group)?;
         let _span = tracing::info_span!("symheap.attach", rank = shared.comm.rank()).entered();
+        let name = group.name()?;
+        if state.groups.is_empty() {
+            state.names[0] = shared.comm.name()?;
+        }
         let windows: Result<Vec<_>> = state
             .segments
             .iter()
@@ -82,7 +86,7 @@ impl SymPool {
             segment.attached.push(window);
         }
         let index = state.groups.len() + 1;
-        state.names.push(group.name().unwrap_or_default());
+        state.names.push(name);
         state.groups.push(Attached {
             comm: group.clone(),
             index,

@@ -127,7 +127,8 @@ pub(crate) struct PoolState {
     paths: paths::PathCounts,
     /// The sub-communicators every segment is also registered in ([`SymPool::attach`]).
     groups: Vec<groups::Attached>,
-    /// The pool's own communicator (for its stats), and the names of it and of each group.
+    /// The pool's own communicator (for its stats), and the names of it and of each group,
+    /// read at the first attach (a pool of one communicator needs none).
     own: Comm,
     names: Vec<String>,
 }
@@ -229,7 +230,7 @@ impl SymPool {
             paths: paths::PathCounts::default(),
             groups: Vec::new(),
             own: comm.clone(),
-            names: vec![comm.name().unwrap_or_default()],
+            names: vec![String::new()],
         };
         let segment = state.segments.insert(first);
         let check_bytes = (u64::from(comm.size()) + 1) * 8;

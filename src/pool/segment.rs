@@ -71,9 +71,11 @@ impl Segment {
         };
         // Every registration is agreed before any warm-up is queued: a failure then drops
         // (deregisters) windows that no queued work uses.
-        let registered = groups.iter().map(|g| segment.register_in(g)).collect();
-        segment.attached =
-            comm.agree("register a new segment in every attached group", registered)?;
+        if !groups.is_empty() {
+            let registered = groups.iter().map(|g| segment.register_in(g)).collect();
+            let what = "register a new segment in every attached group";
+            segment.attached = comm.agree(what, registered)?;
+        }
         // Groups are no larger than the world: their warm-ups fit where the world's does.
         warm_up(comm, base, stream)?;
         for g in groups {

@@ -64,7 +64,8 @@ pub struct PoolStats {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct CommStats {
-    /// Its name (`HcclGetCommName`; empty when the library cannot say).
+    /// Its name (`HcclGetCommName`), read when the pool attaches its first group (empty
+    /// before: a pool on one communicator has none to tell apart).
     pub name: String,
     /// This rank in it.
     pub rank: u32,
