@@ -292,3 +292,51 @@ fn one_allocation_registered_in_the_world_and_its_pair_has_a_window_in_each() {
     assert_eq!(crate::testing::counters().symmetric_collectives - before, 8);
     assert_clean();
 }
+
+#[test]
+fn two_groups_run_side_by_side_on_two_streams_of_each_rank() {
+    let _g = test_lock();
+    let cfg = test_config();
+    run_ranks(4, &cfg, |r| {
+        let tp_ids = [r.rank & !1, r.rank | 1];
+        let dp_ids = [r.rank & 1, (r.rank & 1) + 2];
+        let tp = join(r, &tp_ids, 1 + u64::from(r.rank / 2), &cfg);
+        let dp = join(r, &dp_ids, 3 + u64::from(r.rank % 2), &cfg);
+        let (tp_buf, dp_buf) = (DevBuf::new(r.rank, G), DevBuf::new(r.rank, G));
+        let mut other = null_mut();
+        // SAFETY: a valid out-pointer.
+        ok(unsafe { (crate::testutil::acl().aclrtCreateStream)(&mut other) });
+        // Each group's collectives from a host thread of their own, on a stream of their own.
+        let me = r.rank;
+        std::thread::scope(|s| {
+            let run = move |comm: usize, buf: &DevBuf, stream: usize, ids: [u32; 2]| {
+                let (comm, stream) = (comm as HcclComm, stream as aclrtStream);
+                // SAFETY: binds this thread to the rank's device.
+                ok(unsafe { (crate::testutil::acl().aclrtSetDevice)(me as i32) });
+                for i in 0..50u32 {
+                    buf.write(0, &[(me + i) as f32; 8]);
+                    // SAFETY: both ranges lie in `buf`.
+                    hok(unsafe {
+                        (hccl().HcclAllReduce)(buf.at(0), buf.at(64), 8, F32, SUM, comm, stream)
+                    });
+                    // SAFETY: a live stream.
+                    ok(unsafe { (crate::testutil::acl().aclrtSynchronizeStream)(stream) });
+                    let want = (ids[0] + ids[1] + 2 * i) as f32;
+                    assert_eq!(buf.read::<f32>(64, 8), [want; 8]);
+                }
+            };
+            let (a, b) = (r.stream as usize, other as usize);
+            let (tpb, dpb) = (&tp_buf, &dp_buf);
+            let (tpc, dpc) = (tp as usize, dp as usize);
+            s.spawn(move || run(tpc, tpb, a, tp_ids));
+            s.spawn(move || run(dpc, dpb, b, dp_ids));
+        });
+        // SAFETY: made above, idle.
+        ok(unsafe { (crate::testutil::acl().aclrtDestroyStream)(other) });
+        destroy(dp);
+        destroy(tp);
+        tp_buf.free();
+        dp_buf.free();
+    });
+    assert_clean();
+}
