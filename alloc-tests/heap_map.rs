@@ -15,10 +15,11 @@ use symheap_tools::heap_map;
 const ODD_TAG: &str = "kv-cache <&\"'>";
 
 /// Per rank: the pool's own block, "weights", a freed hole, ODD_TAG, a pending "activations"
-/// block (freed after a collective, before a synchronisation), an untagged block, free space.
+/// block (freed after a collective, before a synchronisation, with deferred reuse), an
+/// untagged block, free space.
 fn known_layout() -> Vec<Snapshot> {
     emu::launch(2, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20).deferred_reuse(true))?;
         let weights = SymVec::<f32>::zeroed_tagged(&pool, 4096, "weights")?;
         let hole = SymVec::<f32>::zeroed_tagged(&pool, 1024, "scratch")?;
         let kv = SymVec::<f32>::zeroed_tagged(&pool, 2048, ODD_TAG)?;

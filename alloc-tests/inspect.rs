@@ -29,7 +29,8 @@ fn free(offset: u64, size: u64) -> Region {
 fn a_known_layout_gives_exactly_this_snapshot() {
     let session = EmuSession::start();
     let snapshot = emu::launch(1, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(2 << 20))?;
+        // Deferred reuse, so the block freed after a collective shows as pending.
+        let pool = SymPool::new(comm, PoolConfig::new(2 << 20).deferred_reuse(true))?;
         // The pool's own 16-byte check block takes granule 0.
         let a = pool.alloc_tagged(1000, 0, "a")?; // 512..1536
         let _b = pool.alloc_tagged(4096, 0, "b")?; // 1536..5632

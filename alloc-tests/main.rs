@@ -19,4 +19,5 @@ mod pool_vector;
 mod processes;
 mod runtime;
 mod soak;
+mod streams;
 mod support;

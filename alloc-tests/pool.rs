@@ -483,10 +483,10 @@ fn registrations_stay_flat_over_a_thousand_steps() {
 }
 
 #[test]
-fn a_block_in_use_by_queued_work_is_not_reused_before_synchronize() {
+fn with_deferred_reuse_a_block_in_use_by_queued_work_is_not_reused_before_synchronize() {
     let session = EmuSession::start();
     emu::launch(2, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
+        let pool = SymPool::new(comm, PoolConfig::new(8 << 20).deferred_reuse(true))?;
         let mut v = SymVec::<f32>::zeroed(&pool, 1024)?;
         let offset = v.offset();
         pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
@@ -676,9 +676,9 @@ fn a_failed_collective_poisons_the_pool() {
                     ..
                 })
             ));
-            // Nothing pending was released, and nothing more is handed out; the refusal
-            // carries the cause as its source.
-            assert_eq!(pool.stats().pending_frees, 1);
+            // Nothing more is handed out (the buffer went back in stream order before the
+            // failure was seen; host access to anything reports it); the refusal carries the
+            // cause as its source.
             let refused = pool.alloc(512, 0).unwrap_err();
             let cause = std::error::Error::source(&refused).and_then(|c| c.downcast_ref());
             assert!(

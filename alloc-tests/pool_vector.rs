@@ -706,14 +706,14 @@ fn missing_library_entries_are_unsupported_and_change_nothing() {
 }
 
 /// Vector collectives on pooled buffers stage, as HCCL stages them (only the pool's own
-/// warm-up AllReduce is zero-copy), and a buffer used by a queued vector collective is not
-/// reused before the pool synchronises.
+/// warm-up AllReduce is zero-copy), and with deferred reuse a buffer used by a queued vector
+/// collective is not reused before the pool synchronises.
 #[test]
 fn vector_collectives_stage_as_hccl_does_and_defer_reuse() {
     let session = EmuSession::start();
     let before = emu::testing::counters();
     emu::launch(2, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20).deferred_reuse(true))?;
         let (two, packed) = ([2usize, 2], [0usize, 2]);
         let input = SymVec::from_host(&pool, &[1.0f32; 4])?;
         let mut output = SymVec::<f32>::zeroed(&pool, 4)?;

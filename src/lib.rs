@@ -27,8 +27,9 @@ pub use pool::{
     SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
-    Backend, Comm, CommConfig, DevicePtr, Element, Mapping, Origin, ParallelGroups, PhysicalMemory,
-    Placement, ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window, WindowHandle,
+    Backend, Comm, CommConfig, DevicePtr, Element, Event, Mapping, Origin, ParallelGroups,
+    PhysicalMemory, Placement, ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window,
+    WindowHandle,
 };
 pub use sym_box::SymBox;
 pub use sym_vec::SymVec;

@@ -63,8 +63,17 @@ impl<T: Element> SymVec<T> {
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
         let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
-        // SAFETY: the block is fresh (no queued work uses it) and at least `bytes` long.
-        unsafe { pool.comm().runtime().memset(alloc.device_ptr(), 0, bytes)? };
+        if alloc.may_be_in_use() {
+            // Reused memory that queued work may still use: zeroed in stream order, after it.
+            let stream = pool.target().stream;
+            // SAFETY: the block is this vector's, at least `bytes` long; host access waits
+            // for the stream, on which it is marked used.
+            unsafe { stream.memset_async(alloc.device_ptr(), 0, bytes)? };
+            alloc.mark_used_on(stream);
+        } else {
+            // SAFETY: the block is this vector's, idle and at least `bytes` long.
+            unsafe { pool.comm().runtime().memset(alloc.device_ptr(), 0, bytes)? };
+        }
         Ok(SymVec {
             alloc,
             len,
@@ -87,7 +96,9 @@ impl<T: Element> SymVec<T> {
     pub fn from_host_tagged(pool: &SymPool, data: &[T], tag: &'static str) -> Result<Self> {
         let bytes = size_of_val(data);
         let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
-        // SAFETY: the block is fresh and at least `bytes` long.
+        // Reused memory may still be used by queued work: wait for it first.
+        alloc.wait_idle()?;
+        // SAFETY: the block is this vector's, idle and at least `bytes` long.
         unsafe {
             pool.comm()
                 .runtime()

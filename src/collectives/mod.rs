@@ -362,8 +362,8 @@ impl PoolShared {
             }
         }
         self.run_locked(
-            &state,
-            target.comm,
+            &mut state,
+            target,
             call.kind,
             call.count,
             call.buffers,
@@ -383,28 +383,29 @@ impl PoolShared {
         buffer: &SymBlock,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
-        let state = self.lock();
+        let mut state = self.lock();
         self.check_usable()?;
         if count == 0 {
             return Ok(());
         }
-        self.run_locked(&state, target.comm, kind, Some(count), &[buffer], enqueue)
+        self.run_locked(&mut state, target, kind, Some(count), &[buffer], enqueue)
     }
 
-    /// Enqueues with the state lock held (`_locked` proves it) and marks the buffers used.
+    /// Enqueues with the state lock held (`state` proves it) and marks the buffers used.
     fn run_locked(
         &self,
-        _locked: &PoolState,
-        comm: &Comm,
+        state: &mut PoolState,
+        target: Target<'_>,
         kind: Collective,
         count: Option<u64>,
         buffers: &[&SymBlock],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         tracing::debug!(rank = self.comm.rank(), ?kind, count, "symheap: collective");
-        enqueue(comm, &self.stream)?;
+        enqueue(target.comm, target.stream)?;
+        self.note_collective_stream(state, target.stream);
         for alloc in buffers {
-            alloc.mark_used();
+            alloc.mark_used_on(target.stream);
         }
         Ok(())
     }

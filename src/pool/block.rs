@@ -96,7 +96,7 @@ impl SymBlock {
     /// pool's own stream this marks the memory as used until the next `synchronize`.
     pub fn record_stream(&self, stream: &Stream) {
         if stream.same_as(self.pool.stream()) {
-            self.mark_used();
+            self.mark_used_on(stream);
             return;
         }
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
@@ -105,10 +105,21 @@ impl SymBlock {
         }
     }
 
-    /// Records that work just enqueued on the pool's stream uses this memory.
-    pub(crate) fn mark_used(&self) {
-        self.used_epoch
-            .store(self.pool.current_epoch(), Ordering::Release);
+    /// Records that work just enqueued on `stream` uses this memory.
+    pub(crate) fn mark_used_on(&self, stream: &Stream) {
+        if stream.same_as(self.pool.stream()) {
+            self.used_epoch
+                .store(self.pool.current_epoch(), Ordering::Release);
+        } else {
+            self.record_stream(stream);
+        }
+    }
+
+    /// Whether queued work may still use this memory (it was used, or handed out again
+    /// while work that used it before may not have run, since the last synchronize).
+    pub(crate) fn may_be_in_use(&self) -> bool {
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch() || !streams.is_empty()
     }
 
     /// Waits until no queued work uses this memory (the pool's stream and recorded streams).

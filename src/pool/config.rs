@@ -35,6 +35,7 @@ pub struct PoolConfig {
     max_capacity: Option<u64>,
     private_capacity: Option<u64>,
     strict_symmetry: bool,
+    deferred_reuse: bool,
 }
 
 impl PoolConfig {
@@ -47,6 +48,7 @@ impl PoolConfig {
             max_capacity: None,
             private_capacity: None,
             strict_symmetry: false,
+            deferred_reuse: false,
         }
     }
 
@@ -79,6 +81,26 @@ impl PoolConfig {
     pub fn strict_symmetry(mut self, on: bool) -> Self {
         self.strict_symmetry = on;
         self
+    }
+
+    /// Whether a block freed while queued work may still use it waits for the next
+    /// [`synchronize`](super::SymPool::synchronize) before it is reused (default false).
+    ///
+    /// By default reuse is stream-ordered: the block goes back to the heap at once, since
+    /// later work on the streams that used it runs after that work, and the pool makes any
+    /// other stream that gets the memory wait for them (an event, no host wait); a worker
+    /// then need not synchronize every step to keep fragmentation down. Deferred reuse is the
+    /// conservative choice where a collective may fail and its peers keep writing: a poisoned
+    /// pool never reuses the memory of work that was queued when it failed, but memory
+    /// reused before the failure was noticed may still be written by a peer that runs late.
+    pub fn deferred_reuse(mut self, on: bool) -> Self {
+        self.deferred_reuse = on;
+        self
+    }
+
+    /// Whether freed blocks wait for a synchronize ([`deferred_reuse`](Self::deferred_reuse)).
+    pub fn is_deferred_reuse(&self) -> bool {
+        self.deferred_reuse
     }
 
     /// The initial capacity in bytes.

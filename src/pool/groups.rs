@@ -4,7 +4,7 @@
 
 use super::{PoolShared, SymPool};
 use crate::heap::fold_words;
-use crate::runtime::Comm;
+use crate::runtime::{Comm, Stream};
 use crate::{Error, Result};
 
 /// What the op hash records for an attach: a word no collective kind uses, then the group's
@@ -20,11 +20,13 @@ pub(crate) struct Attached {
     pub(crate) registrations: u64,
 }
 
-/// The communicator a pool handle's collectives run on, and its index (0: the pool's own).
+/// The communicator a pool handle's collectives run on, its index (0: the pool's own), and
+/// the stream they are enqueued on.
 #[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub(crate) comm: &'a Comm,
     pub(crate) index: usize,
+    pub(crate) stream: &'a Stream,
 }
 
 impl SymPool {
@@ -68,6 +70,7 @@ impl SymPool {
         let mut state = shared.lock();
         shared.check_usable()?;
         shared.check_attachable(&state.groups, group)?;
+        shared.quiesce(&mut state)?;
         let _span = tracing::info_span!("symheap.attach", rank = shared.comm.rank()).entered();
         let name = group.name()?;
         if state.groups.is_empty() {
@@ -119,6 +122,7 @@ impl SymPool {
             return Ok(SymPool {
                 shared: shared.clone(),
                 on: None,
+                stream: self.stream.clone(),
             });
         }
         let state = shared.lock();
@@ -127,6 +131,7 @@ impl SymPool {
             Some(g) => Ok(SymPool {
                 shared: shared.clone(),
                 on: Some(g.clone()),
+                stream: self.stream.clone(),
             }),
             None => Err(Error::invalid(format!(
                 "on_group: this communicator ({} ranks) is not attached to the pool: attach it \
@@ -149,15 +154,39 @@ impl SymPool {
     }
 
     pub(crate) fn target(&self) -> Target<'_> {
+        let stream = self.stream.as_ref().unwrap_or(&self.shared().stream);
         match &self.on {
             Some(g) => Target {
                 comm: &g.comm,
                 index: g.index,
+                stream,
             },
             None => Target {
                 comm: &self.shared().comm,
                 index: 0,
+                stream,
             },
+        }
+    }
+
+    /// A handle on this pool whose collectives and copies are enqueued on `stream` (a compute
+    /// or communication stream of the caller's) instead of the pool's own, and whose
+    /// allocations are first used there. The pool tracks every stream a block was used on:
+    /// freed, its memory is reused at once, and a user on another stream waits for that work
+    /// first (an event the pool records and waits for, no host wait); host access waits for
+    /// what it must. Ordering data between streams is the caller's, with [`Event`]s, as on
+    /// the device (the pool only orders reuse). HCCL matches a communicator's collectives by
+    /// call order: enqueue one communicator's collectives on one stream, or order its streams.
+    /// Everything else is shared with the pool, as for [`on_group`](Self::on_group) (which it
+    /// combines with: `pool.on_group(&tp)?.on(&s)`).
+    ///
+    /// [`Event`]: crate::Event
+    pub fn on(&self, stream: &Stream) -> SymPool {
+        let own = stream.same_as(&self.shared().stream);
+        SymPool {
+            shared: self.shared().clone(),
+            on: self.on.clone(),
+            stream: (!own).then(|| stream.clone()),
         }
     }
 }

@@ -17,6 +17,8 @@
 
 mod block;
 mod config;
+mod device_copy;
+mod fences;
 mod groups;
 mod paths;
 mod private;
@@ -88,6 +90,9 @@ pub struct SymPool {
     /// The attached group this handle's collectives run on ([`SymPool::on_group`]); `None`
     /// for the pool's own communicator.
     on: Option<groups::Attached>,
+    /// The stream this handle's collectives and copies run on, and its allocations are used
+    /// on first ([`SymPool::on`]); `None` for the pool's own stream.
+    stream: Option<Stream>,
 }
 
 pub(crate) struct PoolShared {
@@ -127,6 +132,13 @@ pub(crate) struct PoolState {
     paths: paths::PathCounts,
     /// The sub-communicators every segment is also registered in ([`SymPool::attach`]).
     groups: Vec<groups::Attached>,
+    /// Which streams freed memory that their queued work may still use, for the next user on
+    /// another stream to wait for.
+    fences: fences::Fences,
+    /// Streams other than the pool's own with collectives queued since the last synchronize:
+    /// a collective step of the pool's own (growth, verify, attach) waits for them first,
+    /// since HCCL runs one communicator's collectives in one order.
+    collective_streams: Vec<Stream>,
     /// The pool's own communicator (for its stats), and the names of it and of each group,
     /// read at the first attach (a pool of one communicator needs none).
     own: Comm,
@@ -229,6 +241,8 @@ impl SymPool {
             collectives: 0,
             paths: paths::PathCounts::default(),
             groups: Vec::new(),
+            fences: fences::Fences::default(),
+            collective_streams: Vec::new(),
             own: comm.clone(),
             names: vec![String::new()],
         };
@@ -258,7 +272,20 @@ impl SymPool {
             max_bytes = shared.config.max_capacity_bytes(),
             "symheap: pool created"
         );
-        Ok(SymPool { shared, on: None })
+        Ok(SymPool {
+            shared,
+            on: None,
+            stream: None,
+        })
+    }
+
+    /// A handle on the pool `shared`, on its own communicator and stream.
+    pub(crate) fn of(shared: &Arc<PoolShared>) -> SymPool {
+        SymPool {
+            shared: Arc::clone(shared),
+            on: None,
+            stream: None,
+        }
     }
 
     /// The communicator.
@@ -266,9 +293,10 @@ impl SymPool {
         &self.shared.comm
     }
 
-    /// The stream the pool's collectives run on.
+    /// The stream this handle's collectives and copies run on: the pool's own, or the one
+    /// of [`on`](Self::on).
     pub fn stream(&self) -> &Stream {
-        &self.shared.stream
+        self.target().stream
     }
 
     /// The configuration the pool was made with.
@@ -299,12 +327,20 @@ impl SymPool {
     /// # Errors
     /// As for [`alloc`](Self::alloc).
     pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymBlock> {
+        let home = self.target().stream;
         let placed = {
             let mut state = self.shared.lock();
-            self.shared.alloc_locked(&mut state, size, align, tag)
+            self.shared.alloc_locked(&mut state, size, align, tag, home)
         };
         match placed {
-            Ok(placed) => Ok(SymBlock::new(Arc::clone(&self.shared), placed, size)),
+            Ok((placed, recycled)) => {
+                let block = SymBlock::new(Arc::clone(&self.shared), placed, size);
+                // Memory that queued work may still use: the first host access waits.
+                if recycled {
+                    block.mark_used_on(home);
+                }
+                Ok(block)
+            }
             Err(Error::OutOfMemory(oom)) => {
                 tracing::warn!(
                     rank = self.shared.comm.rank(),
@@ -445,7 +481,8 @@ impl PoolShared {
         size: u64,
         align: u64,
         tag: &'static str,
-    ) -> Result<Placed> {
+        home: &Stream,
+    ) -> Result<(Placed, bool)> {
         self.check_usable()?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
@@ -473,15 +510,23 @@ impl PoolShared {
                 }
             },
         };
+        // Work of other streams on memory freed since the last synchronize runs before
+        // `home`'s later work (an event each, no host wait).
+        let recycled = state.fences.any();
+        if let Err(e) = state.fences.order_before(home) {
+            state.free_block(block)?;
+            return Err(e);
+        }
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
         state.alloc_count += 1;
         state.record(block.segment, &block.block, tag);
-        Ok(Placed {
+        let placed = Placed {
             ptr: state.device_ptr(&block),
             window: state.segments[block.segment].handle,
             block,
-        })
+        };
+        Ok((placed, recycled))
     }
 
     /// Maps the adapter's private region unless it is mapped already. Local to this rank.
@@ -553,9 +598,9 @@ impl PoolShared {
         if grow_by > room {
             return Err(state.out_of_memory(self, size, align));
         }
-        // The new window's warm-up waits for the pool's stream: see its earlier work's
+        // The new window's warm-up waits for the pool's streams: see their earlier work's
         // failures here, where they poison the pool, not as a failure of the growth.
-        self.wait_or_poison([&self.stream])?;
+        self.quiesce(state)?;
         let groups: Vec<Comm> = state.groups.iter().map(|g| g.comm.clone()).collect();
         let segment = Segment::create(
             &self.comm,
@@ -582,6 +627,23 @@ impl PoolShared {
         Ok(key)
     }
 
+    /// Waits for the pool's stream and every other stream with collectives of the pool
+    /// queued, before a collective step of the pool's own.
+    pub(crate) fn quiesce(&self, state: &mut PoolState) -> Result<()> {
+        let streams = std::iter::once(&self.stream).chain(&state.collective_streams);
+        self.wait_or_poison(streams)?;
+        state.collective_streams.clear();
+        Ok(())
+    }
+
+    /// Records that a collective was queued on `stream`.
+    pub(crate) fn note_collective_stream(&self, state: &mut PoolState, stream: &Stream) {
+        let known = state.collective_streams.iter().any(|s| s.same_as(stream));
+        if !stream.same_as(&self.stream) && !known {
+            state.collective_streams.push(stream.clone());
+        }
+    }
+
     /// Synchronises the pool's stream and every stream recorded on a pending block, then
     /// returns the pending blocks to their heaps in the order they were freed. On a failure of
     /// the queued work, poisons the pool and releases nothing.
@@ -593,12 +655,17 @@ impl PoolShared {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         // Each stream once (several pending blocks may record the same one).
         let mut streams: Vec<&Stream> = vec![&self.stream];
-        for stream in state.pending.iter().flat_map(|p| &p.streams) {
+        let pending = state.pending.iter().flat_map(|p| &p.streams);
+        let others = state.fences.streams().chain(&state.collective_streams);
+        for stream in pending.chain(others) {
             if !streams.iter().any(|s| s.same_as(stream)) {
                 streams.push(stream);
             }
         }
         self.wait_or_poison(streams)?;
+        // Every stream that freed memory has run its work: nothing is left to order.
+        state.fences.clear();
+        state.collective_streams.clear();
         for pending in std::mem::take(&mut state.pending) {
             if let Err(e) = state.free_block(pending.block) {
                 self.comm.runtime().record_drop_error(e);
@@ -651,10 +718,23 @@ impl PoolShared {
         state.free_count += 1;
         let info = state.segments[block.segment].infos[block.block.key() as usize];
         state.tags.remove(info.tag, block.size());
-        let in_flight = used_epoch == Some(self.current_epoch()) || !streams.is_empty();
-        if in_flight || self.failure.get().is_some() {
+        let on_pool_stream = used_epoch == Some(self.current_epoch());
+        let in_flight = on_pool_stream || !streams.is_empty();
+        // Once poisoned, a peer may still write it: never reused. With deferred reuse, kept
+        // until the next synchronize while queued work may use it.
+        if self.failure.get().is_some() || (in_flight && self.config.is_deferred_reuse()) {
             state.pending.push(Pending { block, streams });
-        } else if let Err(e) = state.free_block(block) {
+            return;
+        }
+        // Stream-ordered: free now. Later work on the streams that used it runs after the
+        // work queued so far; another stream's user waits for them first (`Fences`).
+        if on_pool_stream {
+            state.fences.freed_on(&self.stream);
+        }
+        for stream in &streams {
+            state.fences.freed_on(stream);
+        }
+        if let Err(e) = state.free_block(block) {
             self.comm.runtime().record_drop_error(e);
         }
     }
@@ -829,7 +909,9 @@ impl Drop for PoolShared {
         // is recorded on its own).
         let mut state = self.lock();
         let streams = state.pending.iter().flat_map(|p| &p.streams);
-        for stream in std::iter::once(&self.stream).chain(streams) {
+        let others = state.fences.streams().chain(&state.collective_streams);
+        let streams: Vec<Stream> = streams.chain(others).cloned().collect();
+        for stream in std::iter::once(&self.stream).chain(&streams) {
             if let Err(e) = self.wait_or_poison([stream]) {
                 self.comm.runtime().record_drop_error(e);
             }

@@ -1,0 +1,74 @@
+//! Device-to-device copies between pooled buffers, in stream order.
+
+use super::SymPool;
+use crate::{Element, Error, Result, SymVec};
+
+impl SymPool {
+    /// Copies `src` into `dst` on the device (`aclrtMemcpyAsync`, device to device), enqueued
+    /// on this handle's stream ([`on`](Self::on); the pool's own by default) and tracked like a
+    /// collective: the host does not wait, later work on that stream sees the copy, and host
+    /// access to either buffer waits for it. The buffers may come from different pools on the
+    /// same device.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{PoolConfig, SymPool, SymVec, emu};
+    ///
+    /// emu::launch(1, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let a = SymVec::from_host(&pool, &[1u16, 2, 3])?;
+    ///     let mut b = SymVec::<u16>::zeroed(&pool, 3)?;
+    ///     b.copy_from(&a)?;
+    ///     assert_eq!(b.to_host()?, [1, 2, 3]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the lengths differ or `dst` is on another device than
+    /// this pool; [`Error::Poisoned`]; the runtime's error.
+    pub fn copy<T: Element>(&self, src: &SymVec<T>, dst: &mut SymVec<T>) -> Result<()> {
+        if src.len() != dst.len() {
+            return Err(Error::invalid(format!(
+                "copy: {} elements into a SymVec of {}",
+                src.len(),
+                dst.len()
+            )));
+        }
+        let device = self.shared().comm.device();
+        for (what, v) in [("src", src.alloc()), ("dst", dst.alloc())] {
+            if v.pool().comm.device() != device {
+                return Err(Error::invalid(format!(
+                    "copy: {what} is on device {}, this pool on device {device}",
+                    v.pool().comm.device()
+                )));
+            }
+        }
+        let stream = self.target().stream;
+        let bytes = src.len() * size_of::<T>();
+        // Under the state lock, so the marks below refer to work the next synchronize waits
+        // for (as for collectives).
+        let _state = self.shared().lock();
+        self.shared().check_usable()?;
+        // SAFETY: both blocks are live, at least `bytes` long, distinct (`&` and `&mut`), and
+        // stay allocated until the stream has run the copy: their frees wait for it in stream
+        // order or, on another stream, behind an event.
+        unsafe { stream.copy_device_async(dst.device_ptr(), src.device_ptr(), bytes)? };
+        src.alloc().mark_used_on(stream);
+        dst.alloc().mark_used_on(stream);
+        Ok(())
+    }
+}
+
+impl<T: Element> SymVec<T> {
+    /// Copies `src` into this vector on the device, in stream order on the pool's stream (see
+    /// [`SymPool::copy`], which takes another stream).
+    ///
+    /// # Errors
+    /// As for [`SymPool::copy`].
+    pub fn copy_from(&mut self, src: &SymVec<T>) -> Result<()> {
+        let pool = SymPool::of(self.alloc().pool());
+        pool.copy(src, self)
+    }
+}
