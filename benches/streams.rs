@@ -1,0 +1,96 @@
+//! Stream-ordered reuse against deferred reuse, with and without a synchronize per step, in
+//! the same run (`cargo bench --bench streams`): a decode-shaped worker on 2 emulated ranks
+//! (threads). Each step allocates a step's activations (4 tensors of 4 KiB to 1 MiB), runs
+//! AllReduces on two of them and frees them all; every 64th step the KV cache grows by a
+//! reallocation. Reported for rank 0: the mean fragmentation over the steps (sampled after
+//! each step's frees), the device memory the pool grew to, and steps/s (median of rounds).
+
+use std::time::Instant;
+
+use symheap::{PoolConfig, ReduceOp, Result, SymPool, SymVec, emu};
+
+#[path = "../alloc-tests/support/rng.rs"]
+mod rng;
+
+const STEPS: usize = 5000;
+const ROUNDS: usize = 3;
+
+#[derive(Clone, Copy)]
+struct Run {
+    fragmentation: f64,
+    reserved: u64,
+    pending_max: usize,
+    steps_per_s: f64,
+}
+
+fn worker(comm: &symheap::Comm, deferred: bool, sync_each_step: bool) -> Result<Run> {
+    let config = PoolConfig::new(16 << 20)
+        .max_capacity(1 << 30)
+        .deferred_reuse(deferred);
+    let pool = SymPool::new(comm, config)?;
+    let mut rng = rng::Rng::new(5);
+    let mut kv = SymVec::<f32>::zeroed(&pool, 1 << 14)?;
+    let (mut fragmentation, mut pending_max) = (0.0, 0);
+    let started = Instant::now();
+    for step in 0..STEPS {
+        let mut acts: Vec<SymVec<f32>> = (0..4)
+            .map(|_| SymVec::zeroed(&pool, rng.log_uniform(1 << 10, 1 << 18) as usize))
+            .collect::<Result<_>>()?;
+        pool.all_reduce_in_place(&mut acts[0], ReduceOp::Sum)?;
+        pool.all_reduce_in_place(&mut acts[2], ReduceOp::Sum)?;
+        drop(acts);
+        if step % 64 == 63 {
+            let bigger = SymVec::<f32>::zeroed(&pool, kv.len() + (1 << 12))?;
+            kv = bigger;
+        }
+        if sync_each_step {
+            pool.synchronize()?;
+        }
+        let stats = pool.stats();
+        fragmentation += stats.fragmentation;
+        pending_max = pending_max.max(stats.pending_frees);
+    }
+    pool.synchronize()?;
+    Ok(Run {
+        fragmentation: fragmentation / STEPS as f64,
+        reserved: pool.stats().reserved,
+        pending_max,
+        steps_per_s: STEPS as f64 / started.elapsed().as_secs_f64(),
+    })
+}
+
+fn main() -> Result<()> {
+    let layouts = [
+        ("stream-ordered, never synchronize", false, false),
+        ("deferred, never synchronize", true, false),
+        ("deferred, synchronize per step", true, true),
+        ("stream-ordered, synchronize per step", false, true),
+    ];
+    println!("a decode-shaped worker, 2 ranks as threads, {STEPS} steps, {ROUNDS} rounds; rank 0");
+    let runs = emu::launch(2, |comm| {
+        let mut out = vec![Vec::new(); layouts.len()];
+        for _ in 0..ROUNDS {
+            for (i, &(_, deferred, sync)) in layouts.iter().enumerate() {
+                out[i].push(worker(comm, deferred, sync)?);
+            }
+        }
+        Ok(out)
+    })?;
+    println!(
+        "{:<38} {:>14} {:>12} {:>13} {:>10}",
+        "", "fragmentation", "reserved", "pending, max", "steps/s"
+    );
+    for ((name, ..), rounds) in layouts.iter().zip(&runs[0]) {
+        let mut rates: Vec<f64> = rounds.iter().map(|r| r.steps_per_s).collect();
+        rates.sort_by(f64::total_cmp);
+        let r = rounds[0];
+        println!(
+            "{name:<38} {:>13.1}% {:>8.0} MiB {:>13} {:>10.0}",
+            r.fragmentation * 100.0,
+            r.reserved as f64 / (1 << 20) as f64,
+            r.pending_max,
+            rates[rates.len() / 2]
+        );
+    }
+    Ok(())
+}
