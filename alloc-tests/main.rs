@@ -21,3 +21,4 @@ mod runtime;
 mod soak;
 mod streams;
 mod support;
+mod views;

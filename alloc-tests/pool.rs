@@ -330,43 +330,43 @@ fn bad_inputs_get_typed_errors_and_change_nothing() {
             ),
             (
                 "all_reduce, lengths differ",
-                Box::new(|| pool.all_reduce(&six, &mut five.borrow_mut(), sum)),
+                Box::new(|| pool.all_reduce(&six, &mut *five.borrow_mut(), sum)),
             ),
             (
                 "all_reduce, foreign output",
-                Box::new(|| pool.all_reduce(&six, &mut foreign.borrow_mut(), sum)),
+                Box::new(|| pool.all_reduce(&six, &mut *foreign.borrow_mut(), sum)),
             ),
             (
                 "all_reduce, foreign input",
-                Box::new(|| pool.all_reduce(&foreign.borrow(), &mut five.borrow_mut(), sum)),
+                Box::new(|| pool.all_reduce(&*foreign.borrow(), &mut *five.borrow_mut(), sum)),
             ),
             (
                 "all_reduce_in_place, foreign",
-                Box::new(|| pool.all_reduce_in_place(&mut foreign.borrow_mut(), sum)),
+                Box::new(|| pool.all_reduce_in_place(&mut *foreign.borrow_mut(), sum)),
             ),
             (
                 "all_gather, output length",
-                Box::new(|| pool.all_gather(&six, &mut five.borrow_mut())),
+                Box::new(|| pool.all_gather(&six, &mut *five.borrow_mut())),
             ),
             (
                 "all_gather, foreign output",
-                Box::new(|| pool.all_gather(&five.borrow(), &mut foreign.borrow_mut())),
+                Box::new(|| pool.all_gather(&*five.borrow(), &mut *foreign.borrow_mut())),
             ),
             (
                 "reduce_scatter, input length",
-                Box::new(|| pool.reduce_scatter(&six, &mut five.borrow_mut(), sum)),
+                Box::new(|| pool.reduce_scatter(&six, &mut *five.borrow_mut(), sum)),
             ),
             (
                 "reduce_scatter, foreign input",
-                Box::new(|| pool.reduce_scatter(&foreign.borrow(), &mut five.borrow_mut(), sum)),
+                Box::new(|| pool.reduce_scatter(&*foreign.borrow(), &mut *five.borrow_mut(), sum)),
             ),
             (
                 "all_to_all, lengths differ",
-                Box::new(|| pool.all_to_all(&six, &mut five.borrow_mut())),
+                Box::new(|| pool.all_to_all(&six, &mut *five.borrow_mut())),
             ),
             (
                 "all_to_all, not divisible",
-                Box::new(|| pool.all_to_all(&five.borrow(), &mut five_out.borrow_mut())),
+                Box::new(|| pool.all_to_all(&*five.borrow(), &mut *five_out.borrow_mut())),
             ),
             (
                 "copy_from_host, length",
@@ -406,7 +406,7 @@ fn bad_inputs_get_typed_errors_and_change_nothing() {
         ));
         assert_eq!(pool.stats().allocated, before.allocated);
         // Nothing above reached the stream: a real collective still lines up on both ranks.
-        pool.all_reduce_in_place(&mut five.borrow_mut(), sum)?;
+        pool.all_reduce_in_place(&mut *five.borrow_mut(), sum)?;
         pool.verify_symmetric()?;
         Ok(invalid.len() + 2)
     })

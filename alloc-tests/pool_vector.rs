@@ -402,7 +402,7 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
         let (two, packed) = ([2usize, 2], [0usize, 2]);
         // Rank r sends itself 2 elements, and receives 2 from itself: valid on every rank.
         let a2av = |sc: &[usize], sd: &[usize], rc: &[usize], rd: &[usize]| {
-            pool.all_to_all_v(&four, sc, sd, &mut out.borrow_mut(), rc, rd)
+            pool.all_to_all_v(&four, sc, sd, &mut *out.borrow_mut(), rc, rd)
         };
         let mut own_mismatch = [2usize, 2];
         own_mismatch[me] = 1;
@@ -461,7 +461,7 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
                         &four,
                         &two,
                         &packed,
-                        &mut foreign.borrow_mut(),
+                        &mut *foreign.borrow_mut(),
                         &two,
                         &packed,
                     )
@@ -470,25 +470,25 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
             (
                 "all_gather_v, short counts",
                 "receive counts has 1 entries",
-                Box::new(|| pool.all_gather_v(&four, &mut out.borrow_mut(), &[4], &packed)),
+                Box::new(|| pool.all_gather_v(&four, &mut *out.borrow_mut(), &[4], &packed)),
             ),
             (
                 "all_gather_v, region past the output",
                 "past the 4",
-                Box::new(|| pool.all_gather_v(&four, &mut out.borrow_mut(), &[4, 4], &[0, 4])),
+                Box::new(|| pool.all_gather_v(&four, &mut *out.borrow_mut(), &[4, 4], &[0, 4])),
             ),
             (
                 "all_gather_v, overlapping regions",
                 "overlap",
-                Box::new(|| pool.all_gather_v(&four, &mut out.borrow_mut(), &two, &[1, 0])),
+                Box::new(|| pool.all_gather_v(&four, &mut *out.borrow_mut(), &two, &[1, 0])),
             ),
             (
                 "all_gather_v, input shorter than its own count",
                 "input has 2 elements, fewer than this rank's recv_counts",
                 Box::new(|| {
                     pool.all_gather_v(
-                        &short.borrow(),
-                        &mut out.borrow_mut(),
+                        &*short.borrow(),
+                        &mut *out.borrow_mut(),
                         &mine_big,
                         &big_displs,
                     )
@@ -498,21 +498,21 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
                 "all_gather_v, foreign input",
                 "another pool",
                 Box::new(|| {
-                    pool.all_gather_v(&foreign.borrow(), &mut out.borrow_mut(), &two, &packed)
+                    pool.all_gather_v(&*foreign.borrow(), &mut *out.borrow_mut(), &two, &packed)
                 }),
             ),
             (
                 "reduce_scatter_v, long displacements",
                 "send displacements has 3 entries",
                 Box::new(|| {
-                    pool.reduce_scatter_v(&four, &two, &[0, 1, 2], &mut out.borrow_mut(), sum)
+                    pool.reduce_scatter_v(&four, &two, &[0, 1, 2], &mut *out.borrow_mut(), sum)
                 }),
             ),
             (
                 "reduce_scatter_v, block past the input",
                 "send region of rank 1 is elements 3..5",
                 Box::new(|| {
-                    pool.reduce_scatter_v(&four, &two, &[0, 3], &mut out.borrow_mut(), sum)
+                    pool.reduce_scatter_v(&four, &two, &[0, 3], &mut *out.borrow_mut(), sum)
                 }),
             ),
             (
@@ -523,7 +523,7 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
                         &four,
                         &[usize::MAX, 4],
                         &[1, 0],
-                        &mut out.borrow_mut(),
+                        &mut *out.borrow_mut(),
                         sum,
                     )
                 }),
@@ -532,45 +532,45 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
                 "reduce_scatter_v, output shorter than its own count",
                 "output has 2 elements, fewer than this rank's send_counts",
                 Box::new(|| {
-                    pool.reduce_scatter_v(&four, &[3, 3], &[0, 1], &mut short.borrow_mut(), sum)
+                    pool.reduce_scatter_v(&four, &[3, 3], &[0, 1], &mut *short.borrow_mut(), sum)
                 }),
             ),
             (
                 "reduce_scatter_v, foreign output",
                 "another pool",
                 Box::new(|| {
-                    pool.reduce_scatter_v(&four, &two, &packed, &mut foreign.borrow_mut(), sum)
+                    pool.reduce_scatter_v(&four, &two, &packed, &mut *foreign.borrow_mut(), sum)
                 }),
             ),
             (
                 "broadcast, root out of range",
                 "root 2 is not a rank",
-                Box::new(|| pool.broadcast(&mut out.borrow_mut(), 2)),
+                Box::new(|| pool.broadcast(&mut *out.borrow_mut(), 2)),
             ),
             (
                 "broadcast, root u32::MAX",
                 "is not a rank",
-                Box::new(|| pool.broadcast(&mut out.borrow_mut(), u32::MAX)),
+                Box::new(|| pool.broadcast(&mut *out.borrow_mut(), u32::MAX)),
             ),
             (
                 "broadcast, foreign",
                 "another pool",
-                Box::new(|| pool.broadcast(&mut foreign.borrow_mut(), 0)),
+                Box::new(|| pool.broadcast(&mut *foreign.borrow_mut(), 0)),
             ),
             (
                 "reduce, root out of range",
                 "root 5 is not a rank",
-                Box::new(|| pool.reduce(&four, &mut out.borrow_mut(), sum, 5)),
+                Box::new(|| pool.reduce(&four, &mut *out.borrow_mut(), sum, 5)),
             ),
             (
                 "reduce, lengths differ",
                 "output has 4 elements, expected 2",
-                Box::new(|| pool.reduce(&short.borrow(), &mut out.borrow_mut(), sum, 0)),
+                Box::new(|| pool.reduce(&*short.borrow(), &mut *out.borrow_mut(), sum, 0)),
             ),
             (
                 "reduce, foreign input",
                 "another pool",
-                Box::new(|| pool.reduce(&foreign.borrow(), &mut out.borrow_mut(), sum, 0)),
+                Box::new(|| pool.reduce(&*foreign.borrow(), &mut *out.borrow_mut(), sum, 0)),
             ),
             (
                 "send, peer out of range",
@@ -585,17 +585,17 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
             (
                 "send, foreign",
                 "another pool",
-                Box::new(|| pool.send(&foreign.borrow(), 1 - me as u32)),
+                Box::new(|| pool.send(&*foreign.borrow(), 1 - me as u32)),
             ),
             (
                 "recv, peer out of range",
                 "peer 9 is not a rank",
-                Box::new(|| pool.recv(&mut out.borrow_mut(), 9)),
+                Box::new(|| pool.recv(&mut *out.borrow_mut(), 9)),
             ),
             (
                 "recv, from itself",
                 "is this rank",
-                Box::new(|| pool.recv(&mut out.borrow_mut(), me as u32)),
+                Box::new(|| pool.recv(&mut *out.borrow_mut(), me as u32)),
             ),
         ];
         for (what, says, call) in &cases {
@@ -609,7 +609,7 @@ fn bad_vector_inputs_get_typed_errors_and_change_nothing() {
             assert_eq!(pool.op_hash(), hash, "{what}");
         }
         // Nothing above reached the stream: a collective still lines up on both ranks.
-        pool.all_reduce_in_place(&mut out.borrow_mut(), sum)?;
+        pool.all_reduce_in_place(&mut *out.borrow_mut(), sum)?;
         pool.verify_symmetric()?;
         Ok(cases.len())
     })

@@ -10,6 +10,7 @@ mod path;
 mod pool;
 mod runtime;
 mod sym_box;
+mod sym_slice;
 mod sym_vec;
 /// The C types of HCCL and ACL and the function tables (the `symheap-sys` crate).
 pub use symheap_sys as sys;
@@ -32,4 +33,5 @@ pub use runtime::{
     WindowHandle,
 };
 pub use sym_box::SymBox;
+pub use sym_slice::{Buffer, BufferMut, SymSlice, SymSliceMut};
 pub use sym_vec::SymVec;

@@ -13,8 +13,9 @@ pub use v_collectives::packed_displacements;
 use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState, Target, predict};
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
+use crate::sym_slice::{Buffer, BufferMut, placement};
 use crate::sys::Collective;
-use crate::{Error, Path, Result, SymBlock, SymPool, SymVec};
+use crate::{Error, Path, Result, SymBlock, SymPool};
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
@@ -29,7 +30,10 @@ pub(crate) struct Call<'a> {
     pub(crate) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
     pub(crate) args: &'a [u64],
-    pub(crate) buffers: &'a [&'a SymBlock],
+    /// Each buffer's [`placement`].
+    pub(crate) buffers: &'a [[u64; 4]],
+    /// The blocks the buffers are in, marked used by the queued work.
+    pub(crate) blocks: &'a [&'a SymBlock],
 }
 
 impl Call<'_> {
@@ -42,7 +46,7 @@ impl Call<'_> {
         let args = [self.args.len() as u64]
             .into_iter()
             .chain(self.args.iter().copied());
-        let buffers = self.buffers.iter().flat_map(|a| a.placement());
+        let buffers = self.buffers.iter().flatten().copied();
         fold_words(head.into_iter().chain(args).chain(buffers))
     }
 }
@@ -55,8 +59,8 @@ impl SymPool {
     /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
     pub fn all_reduce<T: Element>(
         &self,
-        input: &SymVec<T>,
-        output: &mut SymVec<T>,
+        input: &impl Buffer<T>,
+        output: &mut impl BufferMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
         self.check_owned("all_reduce", &[input.alloc(), output.alloc()])?;
@@ -68,7 +72,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
@@ -83,7 +88,7 @@ impl SymPool {
     /// As for [`all_reduce`](Self::all_reduce).
     pub fn all_reduce_in_place<T: Element>(
         &self,
-        data: &mut SymVec<T>,
+        data: &mut impl BufferMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
         self.check_owned("all_reduce_in_place", &[data.alloc()])?;
@@ -94,7 +99,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
-            buffers: &[data.alloc()],
+            buffers: &[placement(data)],
+            blocks: &[data.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
@@ -107,7 +113,11 @@ impl SymPool {
     ///
     /// # Errors
     /// As for [`all_reduce`](Self::all_reduce).
-    pub fn all_gather<T: Element>(&self, input: &SymVec<T>, output: &mut SymVec<T>) -> Result<()> {
+    pub fn all_gather<T: Element>(
+        &self,
+        input: &impl Buffer<T>,
+        output: &mut impl BufferMut<T>,
+    ) -> Result<()> {
         self.check_owned("all_gather", &[input.alloc(), output.alloc()])?;
         check_len(
             "all_gather",
@@ -122,7 +132,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
@@ -137,8 +148,8 @@ impl SymPool {
     /// As for [`all_reduce`](Self::all_reduce).
     pub fn reduce_scatter<T: Element>(
         &self,
-        input: &SymVec<T>,
-        output: &mut SymVec<T>,
+        input: &impl Buffer<T>,
+        output: &mut impl BufferMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
         self.check_owned("reduce_scatter", &[input.alloc(), output.alloc()])?;
@@ -155,7 +166,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
@@ -168,7 +180,11 @@ impl SymPool {
     ///
     /// # Errors
     /// As for [`all_reduce`](Self::all_reduce).
-    pub fn all_to_all<T: Element>(&self, input: &SymVec<T>, output: &mut SymVec<T>) -> Result<()> {
+    pub fn all_to_all<T: Element>(
+        &self,
+        input: &impl Buffer<T>,
+        output: &mut impl BufferMut<T>,
+    ) -> Result<()> {
         self.check_owned("all_to_all", &[input.alloc(), output.alloc()])?;
         check_len("all_to_all", "output", output.len(), input.len())?;
         if input.len() % self.ranks() != 0 {
@@ -186,7 +202,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
@@ -214,7 +231,7 @@ impl SymPool {
     /// # Errors
     /// [`Error::InvalidArgument`] if `root` is not a rank or the buffer is from another pool;
     /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
-    pub fn broadcast<T: Element>(&self, data: &mut SymVec<T>, root: u32) -> Result<()> {
+    pub fn broadcast<T: Element>(&self, data: &mut impl BufferMut<T>, root: u32) -> Result<()> {
         self.check_owned("broadcast", &[data.alloc()])?;
         self.check_rank("broadcast", "root", root)?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
@@ -224,7 +241,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[u64::from(root)],
-            buffers: &[data.alloc()],
+            buffers: &[placement(data)],
+            blocks: &[data.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
@@ -258,8 +276,8 @@ impl SymPool {
     /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
     pub fn reduce<T: Element>(
         &self,
-        input: &SymVec<T>,
-        output: &mut SymVec<T>,
+        input: &impl Buffer<T>,
+        output: &mut impl BufferMut<T>,
         op: ReduceOp,
         root: u32,
     ) -> Result<()> {
@@ -274,7 +292,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[u64::from(root)],
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
@@ -366,7 +385,7 @@ impl PoolShared {
             target,
             call.kind,
             call.count,
-            call.buffers,
+            call.blocks,
             enqueue,
         )
     }

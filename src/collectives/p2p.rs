@@ -9,8 +9,9 @@
 //! that it is not reused before the pool synchronises.
 
 use crate::runtime::Element;
+use crate::sym_slice::{Buffer, BufferMut};
 use crate::sys::Collective;
-use crate::{Error, Result, SymPool, SymVec};
+use crate::{Error, Result, SymPool};
 
 impl SymPool {
     /// Sends `data` to rank `peer` (`HcclSend`), which must post the matching
@@ -54,7 +55,7 @@ impl SymPool {
     /// [`Error::InvalidArgument`] if `peer` is not a rank, is this rank, or the buffer is from
     /// another pool; [`Error::Unsupported`] if the library lacks `HcclSend`; the library's
     /// error.
-    pub fn send<T: Element>(&self, data: &SymVec<T>, peer: u32) -> Result<()> {
+    pub fn send<T: Element>(&self, data: &impl Buffer<T>, peer: u32) -> Result<()> {
         self.check_peer("send", data.alloc(), peer)?;
         self.shared.comm().runtime().require("HcclSend")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
@@ -79,7 +80,7 @@ impl SymPool {
     /// [`Error::InvalidArgument`] if `peer` is not a rank, is this rank, or the buffer is from
     /// another pool; [`Error::Unsupported`] if the library lacks `HcclRecv`; the library's
     /// error.
-    pub fn recv<T: Element>(&self, data: &mut SymVec<T>, peer: u32) -> Result<()> {
+    pub fn recv<T: Element>(&self, data: &mut impl BufferMut<T>, peer: u32) -> Result<()> {
         self.check_peer("recv", data.alloc(), peer)?;
         self.shared.comm().runtime().require("HcclRecv")?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);

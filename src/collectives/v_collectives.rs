@@ -25,8 +25,9 @@
 
 use super::Call;
 use crate::runtime::Element;
+use crate::sym_slice::{Buffer, BufferMut, placement};
 use crate::sys::Collective;
-use crate::{Error, Result, SymPool, SymVec};
+use crate::{Error, Result, SymPool};
 
 /// The displacements that pack regions of `counts` elements one after another from element
 /// 0: the exclusive prefix sums, as most callers of the V collectives lay them out. The
@@ -169,10 +170,10 @@ impl SymPool {
     /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
     pub fn all_to_all_v<T: Element>(
         &self,
-        input: &SymVec<T>,
+        input: &impl Buffer<T>,
         send_counts: &[usize],
         send_displs: &[usize],
-        output: &mut SymVec<T>,
+        output: &mut impl BufferMut<T>,
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
@@ -208,7 +209,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: every region lies inside its pool block (checked above); the borrows
@@ -251,8 +253,8 @@ impl SymPool {
     /// strict mode when ranks' histories (these arrays included) differ; the library's error.
     pub fn all_gather_v<T: Element>(
         &self,
-        input: &SymVec<T>,
-        output: &mut SymVec<T>,
+        input: &impl Buffer<T>,
+        output: &mut impl BufferMut<T>,
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
@@ -283,7 +285,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &args,
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the input holds `count` elements.
@@ -327,10 +330,10 @@ impl SymPool {
     /// error.
     pub fn reduce_scatter_v<T: Element>(
         &self,
-        input: &SymVec<T>,
+        input: &impl Buffer<T>,
         send_counts: &[usize],
         send_displs: &[usize],
-        output: &mut SymVec<T>,
+        output: &mut impl BufferMut<T>,
         op: crate::ReduceOp,
     ) -> Result<()> {
         const WHAT: &str = "reduce_scatter_v";
@@ -360,7 +363,8 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &args,
-            buffers: &[input.alloc(), output.alloc()],
+            buffers: &[placement(input), placement(output)],
+            blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the output holds `count` elements.

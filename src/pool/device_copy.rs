@@ -1,10 +1,11 @@
 //! Device-to-device copies between pooled buffers, in stream order.
 
 use super::SymPool;
-use crate::{Element, Error, Result, SymVec};
+use crate::{Buffer, BufferMut, Element, Error, Result, SymVec};
 
 impl SymPool {
-    /// Copies `src` into `dst` on the device (`aclrtMemcpyAsync`, device to device), enqueued
+    /// Copies `src` into `dst` (whole vectors or [views](SymVec::slice)) on the device
+    /// (`aclrtMemcpyAsync`, device to device), enqueued
     /// on this handle's stream ([`on`](Self::on); the pool's own by default) and tracked like a
     /// collective: the host does not wait, later work on that stream sees the copy, and host
     /// access to either buffer waits for it. The buffers may come from different pools on the
@@ -28,7 +29,11 @@ impl SymPool {
     /// # Errors
     /// [`Error::InvalidArgument`] if the lengths differ or `dst` is on another device than
     /// this pool; [`Error::Poisoned`]; the runtime's error.
-    pub fn copy<T: Element>(&self, src: &SymVec<T>, dst: &mut SymVec<T>) -> Result<()> {
+    pub fn copy<T: Element>(
+        &self,
+        src: &impl Buffer<T>,
+        dst: &mut impl BufferMut<T>,
+    ) -> Result<()> {
         if src.len() != dst.len() {
             return Err(Error::invalid(format!(
                 "copy: {} elements into a SymVec of {}",
