@@ -71,6 +71,43 @@ impl Stream {
     }
 }
 
+/// A boxed host function, as `aclrtLaunchHostFunc` passes it back to [`run_host_fn`].
+type HostFn = Box<dyn FnOnce() + Send>;
+
+/// Runs the host function `args` points to, once (`aclrtHostFunc`). A panic is caught and
+/// logged: it must not unwind into the runtime's thread.
+unsafe extern "C" fn run_host_fn(args: *mut std::ffi::c_void) {
+    // SAFETY: `args` is the `Box<HostFn>` that `launch_host_fn` leaked for this one call.
+    let f = unsafe { Box::from_raw(args.cast::<HostFn>()) };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        tracing::error!("symheap: a host function launched on a stream panicked");
+    }
+}
+
+impl Stream {
+    /// Enqueues `f` to run on the host when the stream reaches it (`aclrtLaunchHostFunc`);
+    /// the stream's later work waits for it to return. A rank's host compute, modelled as
+    /// stream work. It must not synchronize this stream (it would wait for itself). A panic
+    /// in `f` is caught and logged.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) if the library lacks the call; the
+    /// runtime's error.
+    pub fn launch_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let rt = self.runtime();
+        let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
+        let args = Box::into_raw(Box::new(Box::new(f) as HostFn));
+        // SAFETY: a live stream; `run_host_fn` takes back the box `args` points to, once.
+        let code = unsafe { launch(self.as_raw(), Some(run_host_fn), args.cast()) };
+        let launched = rt.acl_check("aclrtLaunchHostFunc", code);
+        if launched.is_err() {
+            // SAFETY: refused, so the runtime never calls `run_host_fn` with `args`.
+            drop(unsafe { Box::from_raw(args) });
+        }
+        launched
+    }
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
         // SAFETY: `raw` is a live stream, destroyed exactly once (by the last clone).

@@ -131,6 +131,7 @@ macro_rules! acl_functions {
                 aclrtQueryEventStatus(event: aclrtEvent, status: *mut aclrtEventRecordedStatus) -> aclError;
                 aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError;
                 aclrtDestroyEvent(event: aclrtEvent) -> aclError;
+                aclrtLaunchHostFunc(stream: aclrtStream, fn_: aclrtHostFunc, args: *mut c_void) -> aclError;
             }
         }
     };

@@ -18,6 +18,8 @@ pub type aclrtStream = *mut c_void;
 pub type aclrtDrvMemHandle = *mut c_void;
 /// An ACL event (opaque).
 pub type aclrtEvent = *mut c_void;
+/// `aclrtHostFunc`: a host function a stream calls when it reaches it (`aclrtLaunchHostFunc`).
+pub type aclrtHostFunc = Option<unsafe extern "C" fn(args: *mut c_void)>;
 /// An ACL status code; [`ACL_SUCCESS`] is 0.
 pub type aclError = i32;
 

@@ -119,6 +119,12 @@ pub(super) unsafe fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
     )
 }
 
+/// `aclrtLaunchHostFunc`: `fn(args)` on the stream's thread when the stream reaches it.
+pub(super) unsafe fn aclrtLaunchHostFunc(a: args::aclrtLaunchHostFunc) -> AclResult {
+    // SAFETY: the caller's contract for a host function.
+    unsafe { crate::acl::stream::launch_host_func(a.stream as usize, a.fn_, a.args as usize) }
+}
+
 /// `aclrtGetMemInfo`: free and total physical memory of the current device (any attribute).
 pub(super) unsafe fn aclrtGetMemInfo(a: args::aclrtGetMemInfo) -> AclResult {
     non_null(a.free, "free")?;

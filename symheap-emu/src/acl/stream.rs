@@ -206,6 +206,29 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
     }
 }
 
+/// `aclrtLaunchHostFunc`: queues a call of `func(args)` on the stream's thread, behind
+/// everything already enqueued; the stream goes on once it returns. A NULL `func` is
+/// `ACL_ERROR_RT_PARAM_INVALID` (as hicann/runtime's `ApiErrorDecorator::LaunchHostFunc`
+/// answers a NULL callback).
+///
+/// # Safety
+/// `func`, when not NULL, may be called once with `args` from another thread.
+pub(crate) unsafe fn launch_host_func(
+    handle: usize,
+    func: crate::sys::aclrtHostFunc,
+    args: usize,
+) -> AclResult {
+    let Some(func) = func else {
+        return param("fn is NULL");
+    };
+    let stream = lookup(handle)?;
+    stream.enqueue(Box::new(move || {
+        // SAFETY: the caller's contract: `func` may be called with `args` from this thread.
+        unsafe { func(args as *mut std::ffi::c_void) };
+        Ok(())
+    }))
+}
+
 impl Stream {
     /// Whether a host thread waits for this stream now (`aclrtSynchronizeStream`): a
     /// question for the stream's own tasks, which the deadlock check asks.
@@ -313,6 +336,44 @@ mod tests {
         // SAFETY: valid out-pointer.
         ok(unsafe { (acl().aclrtCreateStream)(&mut s) });
         s
+    }
+
+    /// The first byte of the buffer, as each host-function call of the test below saw it.
+    static CALLS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+    unsafe extern "C" fn note(args: *mut std::ffi::c_void) {
+        // SAFETY: the test passes a pointer to a live device buffer's first byte, which the
+        // emulator maps as host memory; the stream ran the copy before this call.
+        let first = unsafe { *args.cast::<u8>() };
+        CALLS.lock().unwrap().push(first);
+    }
+
+    #[test]
+    fn a_host_function_runs_in_stream_order() {
+        let _g = test_lock();
+        on_stream(0, |s, buf| {
+            let launch = acl().aclrtLaunchHostFunc.expect("filled");
+            CALLS.lock().unwrap().clear();
+            // SAFETY: valid stream and buffer; `note` reads the buffer's first byte.
+            unsafe {
+                ok((acl().aclrtMemsetAsync)(buf.ptr, G, 7, G, s));
+                ok(launch(s, Some(note), buf.ptr));
+                ok((acl().aclrtMemsetAsync)(buf.ptr, G, 9, G, s));
+                ok(launch(s, Some(note), buf.ptr));
+                assert_eq!(
+                    launch(s, None, buf.ptr),
+                    crate::sys::ACL_ERROR_RT_PARAM_INVALID
+                );
+                assert_eq!(
+                    launch(null_mut(), Some(note), buf.ptr),
+                    crate::sys::ACL_ERROR_RT_PARAM_INVALID
+                );
+                ok((acl().aclrtSynchronizeStream)(s));
+            }
+            // Each call saw the memset before it, and none after.
+            assert_eq!(*CALLS.lock().unwrap(), [7, 9]);
+        });
+        assert_clean();
     }
 
     /// Runs `body` with a stream and a 2 MiB buffer on `device`, then releases everything.
