@@ -132,6 +132,13 @@ macro_rules! acl_functions {
                 aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError;
                 aclrtDestroyEvent(event: aclrtEvent) -> aclError;
                 aclrtLaunchHostFunc(stream: aclrtStream, fn_: aclrtHostFunc, args: *mut c_void) -> aclError;
+                aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
+                aclmdlRICaptureBegin(stream: aclrtStream, mode: aclmdlRICaptureMode) -> aclError;
+                aclmdlRICaptureGetInfo(stream: aclrtStream, status: *mut aclmdlRICaptureStatus, modelRI: *mut aclmdlRI) -> aclError;
+                aclmdlRICaptureEnd(stream: aclrtStream, modelRI: *mut aclmdlRI) -> aclError;
+                aclmdlRICaptureThreadExchangeMode(mode: *mut aclmdlRICaptureMode) -> aclError;
+                aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError;
+                aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError;
             }
         }
     };

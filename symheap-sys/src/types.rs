@@ -60,6 +60,56 @@ pub const ACL_ERROR_RT_INTERNAL_ERROR: aclError = 507000;
 pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: aclError = 507046;
 /// Waiting for an event timed out (runtime).
 pub const ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: aclError = 507047;
+/// A captured stream waits for an event recorded outside the capture (runtime).
+pub const ACL_ERROR_RT_CAPTURE_DEPENDENCY: aclError = 107024;
+/// A stream that joined a capture did not join back to the origin stream (runtime).
+pub const ACL_ERROR_RT_STREAM_UNJOINED: aclError = 107025;
+/// The model is still being captured (runtime).
+pub const ACL_ERROR_RT_MODEL_CAPTURED: aclError = 107026;
+/// The stream is being captured (runtime).
+pub const ACL_ERROR_RT_STREAM_CAPTURED: aclError = 107027;
+/// The event was recorded in a capture that is still active (runtime).
+pub const ACL_ERROR_RT_EVENT_CAPTURED: aclError = 107028;
+/// The stream is not being captured (runtime).
+pub const ACL_ERROR_RT_STREAM_NOT_CAPTURED: aclError = 107029;
+/// The call is not allowed while a stream is captured, in the capture mode (runtime).
+pub const ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT: aclError = 107030;
+/// Two streams of different captures depend on each other (runtime; CANN's name has no
+/// `_RT_`).
+pub const ACL_ERROR_STREAM_CAPTURE_CONFLICT: aclError = 107032;
+/// The capture was not begun on this stream (runtime).
+pub const ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED: aclError = 107036;
+/// The model is still running (runtime).
+pub const ACL_ERROR_RT_MODEL_RUNNING: aclError = 107037;
+/// The capture ends on another thread than it began, in a mode other than relaxed (runtime).
+pub const ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD: aclError = 107038;
+/// An asynchronous call turned synchronous while a stream is captured (runtime).
+pub const ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC: aclError = 107041;
+/// The capture was invalidated (runtime).
+pub const ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED: aclError = 507903;
+
+/// `aclmdlRI`: a model runtime instance, what a capture makes.
+pub type aclmdlRI = *mut c_void;
+/// `aclmdlRICaptureMode` (a C enum).
+pub type aclmdlRICaptureMode = i32;
+/// Capture mode: no thread may make unsafe calls.
+pub const ACL_MODEL_RI_CAPTURE_MODE_GLOBAL: aclmdlRICaptureMode = 0;
+/// Capture mode: the capturing thread may not make unsafe calls.
+pub const ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL: aclmdlRICaptureMode = 1;
+/// Capture mode: every thread may make unsafe calls.
+pub const ACL_MODEL_RI_CAPTURE_MODE_RELAXED: aclmdlRICaptureMode = 2;
+/// `aclmdlRICaptureStatus` (a C enum).
+pub type aclmdlRICaptureStatus = i32;
+/// The stream is not being captured.
+pub const ACL_MODEL_RI_CAPTURE_STATUS_NONE: aclmdlRICaptureStatus = 0;
+/// The stream is being captured.
+pub const ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE: aclmdlRICaptureStatus = 1;
+/// The stream's capture was invalidated.
+pub const ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED: aclmdlRICaptureStatus = 2;
+/// `aclrtCreateEventExWithFlag` flag: the event may be waited for (and used in captures).
+pub const ACL_EVENT_SYNC: u32 = 0x1;
+/// `aclrtCreateEventExWithFlag` flag: the event records a timestamp.
+pub const ACL_EVENT_TIME_LINE: u32 = 0x8;
 
 /// The most bytes `HcclGetCommName` writes, its NUL included (`COMM_NAME_MAX_LENGTH`).
 pub const COMM_NAME_MAX_LENGTH: usize = 128;

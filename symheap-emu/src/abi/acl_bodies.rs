@@ -16,6 +16,7 @@ use crate::sys::{aclrtDrvMemHandle, aclrtEvent, aclrtMemGranularityOptions, aclr
 
 use crate::GRANULARITY;
 use crate::abi::args;
+use crate::acl::graph;
 use crate::base::errors::{self, AclResult, param, take_recent};
 use crate::{acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::stream};
 
@@ -123,6 +124,76 @@ pub(super) unsafe fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
 pub(super) unsafe fn aclrtLaunchHostFunc(a: args::aclrtLaunchHostFunc) -> AclResult {
     // SAFETY: the caller's contract for a host function.
     unsafe { crate::acl::stream::launch_host_func(a.stream as usize, a.fn_, a.args as usize) }
+}
+
+/// `aclrtCreateEventExWithFlag`: an event with flags (`ACL_EVENT_SYNC` makes it usable in
+/// captures).
+pub(super) unsafe fn aclrtCreateEventExWithFlag(a: args::aclrtCreateEventExWithFlag) -> AclResult {
+    non_null(a.event, "event")?;
+    let handle = crate::acl::event::create_ex(a.flag)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.event, handle as crate::sys::aclrtEvent, "event") }
+}
+
+/// `aclmdlRICaptureBegin`: the stream's later work is captured, not run.
+pub(super) unsafe fn aclmdlRICaptureBegin(a: args::aclmdlRICaptureBegin) -> AclResult {
+    graph::begin(a.stream as usize, a.mode)
+}
+
+/// `aclmdlRICaptureGetInfo`: whether the stream captures, and into which model.
+pub(super) unsafe fn aclmdlRICaptureGetInfo(a: args::aclmdlRICaptureGetInfo) -> AclResult {
+    if a.status.is_null() && a.modelRI.is_null() {
+        return crate::base::errors::invalid("status and modelRI are both NULL");
+    }
+    let (status, model) = graph::info(a.stream as usize)?;
+    // SAFETY: the caller's contract: each non-NULL pointer is writable.
+    unsafe {
+        if !a.status.is_null() {
+            a.status.write(status);
+        }
+        if !a.modelRI.is_null() {
+            a.modelRI.write(model as crate::sys::aclmdlRI);
+        }
+    }
+    Ok(())
+}
+
+/// `aclmdlRICaptureEnd`: the capture's model, or why it failed (`*modelRI` is then NULL).
+pub(super) unsafe fn aclmdlRICaptureEnd(a: args::aclmdlRICaptureEnd) -> AclResult {
+    if a.stream.is_null() {
+        return crate::base::errors::invalid("stream is NULL");
+    }
+    if a.modelRI.is_null() {
+        return crate::base::errors::param("modelRI is NULL");
+    }
+    let ended = graph::end(a.stream as usize);
+    // SAFETY: non-null; the caller's contract.
+    unsafe {
+        a.modelRI
+            .write(*ended.as_ref().unwrap_or(&0) as crate::sys::aclmdlRI)
+    };
+    ended.map(drop)
+}
+
+/// `aclmdlRICaptureThreadExchangeMode`: swaps this thread's capture mode with `*mode`.
+pub(super) unsafe fn aclmdlRICaptureThreadExchangeMode(
+    a: args::aclmdlRICaptureThreadExchangeMode,
+) -> AclResult {
+    non_null(a.mode, "mode")?;
+    // SAFETY: non-null; the caller's contract.
+    let old = graph::exchange_mode(unsafe { a.mode.read() })?;
+    // SAFETY: as above.
+    unsafe { put(a.mode, old, "mode") }
+}
+
+/// `aclmdlRIExecuteAsync`: one replay of the graph on the stream.
+pub(super) unsafe fn aclmdlRIExecuteAsync(a: args::aclmdlRIExecuteAsync) -> AclResult {
+    graph::execute(a.modelRI as usize, a.stream as usize)
+}
+
+/// `aclmdlRIDestroy`: once no replay runs (it waits up to 10 s for them).
+pub(super) unsafe fn aclmdlRIDestroy(a: args::aclmdlRIDestroy) -> AclResult {
+    graph::destroy(a.modelRI as usize)
 }
 
 /// `aclrtGetMemInfo`: free and total physical memory of the current device (any attribute).

@@ -9,7 +9,8 @@ use crate::sys::aclrtMemcpyKind;
 
 use crate::acl::memory::{self, Pins};
 use crate::base::errors::{AclResult, acl_non_null, param};
-use crate::{acl::host, acl::stream};
+use crate::{acl::graph, acl::host, acl::stream};
+use std::sync::Arc;
 
 /// A validated copy or fill, holding its device ranges pinned until dropped.
 struct Op {
@@ -22,11 +23,12 @@ struct Op {
 }
 
 impl Op {
-    fn run(self) {
+    fn run(&self) {
         if let Some(src) = self.src {
             // SAFETY: device sides were checked to be wholly inside mapped read/write memory
-            // and stay pinned (unmappable) until `self` is dropped; host sides are valid for
-            // `len` bytes by the C caller's contract. `copy` tolerates overlap. Work racing on
+            // and stay pinned (unmappable) until `self` is dropped (a captured copy's pins
+            // live as long as its graph); host sides are valid for `len` bytes by the C
+            // caller's contract (a captured one's until its graph is destroyed). `copy` tolerates overlap. Work racing on
             // the same device bytes from another stream is the caller's ordering bug and gives
             // torn data, as on a device.
             unsafe { std::ptr::copy(src as *const u8, self.dst as *mut u8, self.len) };
@@ -159,6 +161,7 @@ pub(crate) fn memcpy(
     count: usize,
     kind: aclrtMemcpyKind,
 ) -> AclResult {
+    graph::check_unsafe_call("aclrtMemcpy")?;
     if let Some(op) = plan_copy(dst, dest_max, src, count, kind)? {
         op.run();
     }
@@ -167,22 +170,31 @@ pub(crate) fn memcpy(
 
 /// `aclrtMemset`: synchronous, on the calling thread.
 pub(crate) fn memset(dst: usize, max: usize, value: i32, count: usize) -> AclResult {
+    graph::check_unsafe_call("aclrtMemset")?;
     if let Some(op) = plan_set(dst, max, value, count)? {
         op.run();
     }
     Ok(())
 }
 
-/// Queues `op` on `stream` (an empty op is still a checked no-op).
+/// Queues `op` on `stream`, or keeps it in the stream's capture (an empty op is still a
+/// checked no-op).
 fn enqueue(op: Option<Op>, stream: usize) -> AclResult {
-    let stream = stream::lookup(stream)?;
-    if let Some(op) = op {
-        stream.enqueue(Box::new(move || {
-            op.run();
-            Ok(())
-        }))?;
-    }
-    Ok(())
+    stream::lookup(stream)?;
+    let Some(op) = op else {
+        return Ok(());
+    };
+    let op = Arc::new(op);
+    graph::submit(
+        stream,
+        Arc::new(move || {
+            let op = op.clone();
+            Ok(Box::new(move || {
+                op.run();
+                Ok(())
+            }) as stream::Task)
+        }),
+    )
 }
 
 /// `aclrtMemcpyAsync`.

@@ -11,15 +11,17 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys::{
-    ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
-    ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL, ACL_ERROR_RT_INTERNAL_ERROR,
-    ACL_ERROR_RT_INVALID_HANDLE, aclrtEventRecordedStatus,
+    ACL_ERROR_RT_CAPTURE_DEPENDENCY, ACL_ERROR_RT_EVENT_CAPTURED, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+    ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
+    ACL_EVENT_SYNC, aclrtEventRecordedStatus,
 };
 
 use crate::acl::device;
+use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
-use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null};
+use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null, param};
 use crate::base::registry::{HandleKind, Registry, lock, new_handle};
 
 /// The environment variable that bounds how long a stream waits for an event
@@ -124,6 +126,9 @@ impl Drop for RecordTask {
 /// A live event: its latest record, if any.
 struct Event {
     last: Mutex<Option<Arc<Record>>>,
+    /// `aclrtCreateEventExWithFlag`'s flags; `None` for an event of `aclrtCreateEvent`, which
+    /// a capture cannot use.
+    flags: Option<u32>,
 }
 
 static EVENTS: Registry<Event> = Registry::new();
@@ -145,16 +150,39 @@ fn lookup(handle: usize, what: &str) -> AclResult<Arc<Event>> {
 
 /// `aclrtCreateEvent`: needs a current device, like a stream.
 pub(crate) fn create() -> AclResult<usize> {
+    create_with(None)
+}
+
+/// `aclrtCreateEventExWithFlag`: an event with `flags` (any bits; only `ACL_EVENT_SYNC`
+/// matters here: without it a capture's streams cannot wait for the event).
+pub(crate) fn create_ex(flags: u32) -> AclResult<usize> {
+    create_with(Some(flags))
+}
+
+fn create_with(flags: Option<u32>) -> AclResult<usize> {
     device::current()?;
     let handle = new_handle(HandleKind::Event);
     EVENTS.insert(
         handle,
         Arc::new(Event {
             last: Mutex::new(None),
+            flags,
         }),
     );
     counters::inc(Counter::Events);
     Ok(handle)
+}
+
+/// `ACL_ERROR_RT_EVENT_CAPTURED` while `handle` was recorded in a capture in progress: its
+/// record runs only when the graph is replayed.
+fn check_not_captured(handle: usize) -> AclResult {
+    if graph::event_model(handle).is_some() {
+        return acl_fail(
+            ACL_ERROR_RT_EVENT_CAPTURED,
+            "the event was recorded in a capture that is still in progress",
+        );
+    }
+    Ok(())
 }
 
 /// `aclrtDestroyEvent`: forgets the handle at once, also while its record is pending (the
@@ -175,18 +203,38 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 /// replaces the one before).
 pub(crate) fn record(handle: usize, stream: usize) -> AclResult {
     let event = lookup(handle, "event")?;
-    let stream = stream::lookup(stream)?;
+    let s = stream::lookup(stream)?;
+    if let Some(model) = s.capture() {
+        // As hicann/runtime's `RecordEvent` on a capturing stream.
+        if event.flags.is_none() {
+            return acl_fail(
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "an event of aclrtCreateEvent cannot be recorded in a capture: create it with                  aclrtCreateEventExWithFlag(&event, ACL_EVENT_SYNC)",
+            );
+        }
+        if event.flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
+            // Succeeds and records nothing: no stream could wait for it.
+            return Ok(());
+        }
+        return graph::capture_record(model, stream, handle);
+    }
+    s.enqueue(record_task(handle)?)
+}
+
+/// A task that records `handle` when its stream reaches it; the event names it from now on
+/// (a capture's replay records through it too).
+pub(crate) fn record_task(handle: usize) -> AclResult<stream::Task> {
+    let event = lookup(handle, "event")?;
     let rec = Arc::new(Record {
         outcome: Mutex::new(Outcome::Pending),
         done: Condvar::new(),
     });
     let task = RecordTask(rec.clone());
-    stream.enqueue(Box::new(move || {
+    *lock(&event.last) = Some(rec);
+    Ok(Box::new(move || {
         task.0.finish(Outcome::Ran(Instant::now()));
         Ok(())
-    }))?;
-    *lock(&event.last) = Some(rec);
-    Ok(())
+    }))
 }
 
 /// The latest record of `handle`.
@@ -200,6 +248,8 @@ fn latest(handle: usize, what: &str) -> AclResult<Option<Arc<Record>>> {
 /// like `aclrtSynchronizeStream`'s (every task of a stream ends: collectives at their exec
 /// timeout, event waits at [`EVENT_WAIT_ENV`]'s bound).
 pub(crate) fn synchronize(handle: usize) -> AclResult {
+    lookup(handle, "event")?;
+    check_not_captured(handle)?;
     let Some(rec) = latest(handle, "event")? else {
         return Ok(());
     };
@@ -215,6 +265,8 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
 /// `aclrtQueryEventStatus`: `COMPLETE` once the latest record ran, and for an event never
 /// recorded (as CANN's runtime answers); `NOT_READY` while it is pending or if it was skipped.
 pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
+    lookup(handle, "event")?;
+    check_not_captured(handle)?;
     let ran = latest(handle, "event")?.is_none_or(|r| matches!(r.outcome(), Outcome::Ran(_)));
     Ok(if ran {
         aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_COMPLETE
@@ -230,6 +282,25 @@ pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
 /// [`EVENT_WAIT_ENV`]'s bound.
 pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
     let waiting = stream::lookup(stream)?;
+    let event = lookup(handle, "event")?;
+    if let Some(model) = graph::event_model(handle) {
+        if event.flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
+            return param("the event has no ACL_EVENT_SYNC flag: no stream can wait for it");
+        }
+        return graph::capture_wait(model, stream, handle);
+    }
+    if waiting.capture().is_some() {
+        if event.flags.is_none() {
+            return acl_fail(
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "a capturing stream cannot wait for an event of aclrtCreateEvent",
+            );
+        }
+        return acl_fail(
+            ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+            "a capturing stream waits for an event recorded outside the capture",
+        );
+    }
     let Some(rec) = latest(handle, "event")? else {
         return Ok(());
     };
@@ -285,6 +356,8 @@ fn stamp(handle: usize, what: &str, rec: Option<Arc<Record>>) -> AclResult<Insta
 pub(crate) fn elapsed_ms(start: usize, end: usize) -> AclResult<f32> {
     // Both handles are checked before either time.
     let (first, last) = (latest(start, "startEvent")?, latest(end, "endEvent")?);
+    check_not_captured(start)?;
+    check_not_captured(end)?;
     let from = stamp(start, "startEvent", first)?;
     let to = stamp(end, "endEvent", last)?;
     let Some(span) = to.checked_duration_since(from) else {

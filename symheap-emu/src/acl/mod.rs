@@ -4,6 +4,7 @@
 pub(crate) mod copy;
 pub(crate) mod device;
 pub(crate) mod event;
+pub(crate) mod graph;
 pub(crate) mod host;
 pub(crate) mod init;
 pub(crate) mod memory;

@@ -15,7 +15,7 @@ use std::thread::{self, JoinHandle};
 
 use crate::sys::{
     ACL_CONTINUE_ON_FAILURE, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_ERROR_RT_PARAM_INVALID, ACL_STOP_ON_FAILURE, aclError,
+    ACL_ERROR_RT_PARAM_INVALID, ACL_ERROR_RT_STREAM_CAPTURED, ACL_STOP_ON_FAILURE, aclError,
 };
 
 use crate::acl::device;
@@ -53,6 +53,8 @@ struct Shared {
     done: Condvar,
     /// Host threads waiting in `aclrtSynchronizeStream` for this stream now.
     synchronizing: AtomicUsize,
+    /// The model the stream captures into ([`crate::acl::graph`]), or 0.
+    capture: AtomicUsize,
 }
 
 /// A live stream.
@@ -86,6 +88,7 @@ pub(crate) fn create() -> AclResult<usize> {
         work: Condvar::new(),
         done: Condvar::new(),
         synchronizing: AtomicUsize::new(0),
+        capture: AtomicUsize::new(0),
     });
     let handle = new_handle(HandleKind::Stream);
     let worker = {
@@ -161,7 +164,12 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
     if handle == 0 {
         return invalid("stream is NULL: the default stream cannot be destroyed");
     }
-    lookup(handle)?;
+    if lookup(handle)?.capture().is_some() {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "the stream is capturing: end the capture first",
+        );
+    }
     let Some(stream) = STREAMS.remove(handle) else {
         return acl_fail(
             ACL_ERROR_RT_INVALID_HANDLE,
@@ -182,6 +190,12 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 /// the stream's failure, if any.
 pub(crate) fn synchronize(handle: usize) -> AclResult {
     let stream = lookup(handle)?;
+    if stream.capture().is_some() {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "the stream is capturing: its work runs when the graph is replayed",
+        );
+    }
     let shared = &stream.shared;
     shared.synchronizing.fetch_add(1, Ordering::AcqRel);
     /// Counts the wait out however it ends.
@@ -221,15 +235,41 @@ pub(crate) unsafe fn launch_host_func(
     let Some(func) = func else {
         return param("fn is NULL");
     };
-    let stream = lookup(handle)?;
-    stream.enqueue(Box::new(move || {
-        // SAFETY: the caller's contract: `func` may be called with `args` from this thread.
-        unsafe { func(args as *mut std::ffi::c_void) };
-        Ok(())
-    }))
+    lookup(handle)?;
+    crate::acl::graph::submit(
+        handle,
+        Arc::new(move || {
+            Ok(Box::new(move || {
+                // SAFETY: the caller's contract: `func` may be called with `args` from any
+                // thread (once per replay when captured).
+                unsafe { func(args as *mut std::ffi::c_void) };
+                Ok(())
+            }) as Task)
+        }),
+    )
 }
 
 impl Stream {
+    /// The device the stream was created on.
+    pub(crate) fn device(&self) -> u32 {
+        self.shared.device
+    }
+
+    /// The model the stream captures into, if it captures.
+    pub(crate) fn capture(&self) -> Option<usize> {
+        match self.shared.capture.load(Ordering::Acquire) {
+            0 => None,
+            model => Some(model),
+        }
+    }
+
+    /// Starts (`Some`) or ends (`None`) the stream's capture.
+    pub(crate) fn set_capture(&self, model: Option<usize>) {
+        self.shared
+            .capture
+            .store(model.unwrap_or(0), Ordering::Release);
+    }
+
     /// Whether a host thread waits for this stream now (`aclrtSynchronizeStream`): a
     /// question for the stream's own tasks, which the deadlock check asks.
     pub(crate) fn host_waiting(&self) -> impl Fn() -> bool + Send + Sync + 'static {

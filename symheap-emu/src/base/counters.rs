@@ -30,6 +30,8 @@ pub struct Counters {
     pub comms: u64,
     /// Live events (`aclrtCreateEvent` not yet destroyed).
     pub events: u64,
+    /// Live graphs (`aclmdlRI`: captured, or being captured, not yet destroyed).
+    pub models: u64,
     /// Live device allocations (`aclrtMalloc` not yet freed).
     pub device_allocations: u64,
     /// Live host allocations (`aclrtMallocHost` not yet freed).
@@ -75,6 +77,7 @@ pub(crate) enum Counter {
     Streams,
     Comms,
     Events,
+    Models,
     DeviceAllocations,
     HostAllocations,
     Registrations,
@@ -84,7 +87,7 @@ pub(crate) enum Counter {
     StagedReceives,
 }
 
-static COUNTS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
+static COUNTS: [AtomicU64; 15] = [const { AtomicU64::new(0) }; 15];
 
 /// Adds one to `c`.
 pub(crate) fn inc(c: Counter) {
@@ -108,6 +111,7 @@ pub fn counters() -> Counters {
         streams: get(Counter::Streams),
         comms: get(Counter::Comms),
         events: get(Counter::Events),
+        models: get(Counter::Models),
         device_allocations: get(Counter::DeviceAllocations),
         host_allocations: get(Counter::HostAllocations),
         registrations: get(Counter::Registrations),

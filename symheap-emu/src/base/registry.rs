@@ -25,6 +25,8 @@ pub(crate) enum HandleKind {
     Comm = 3,
     /// `aclrtEvent`.
     Event = 4,
+    /// `aclmdlRI`.
+    Model = 5,
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclReduceOp, HcclResult};
 
+use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, para};
@@ -107,13 +108,37 @@ pub(crate) fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
 /// `HcclAllReduce` & co., once the call has taken its sequence number `seq`: checks
 /// synchronously, then queues the work on the stream.
 pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) -> HcclRes {
+    let handle = stream;
     let stream = stream::lookup(stream).map_err(stream_error)?;
     let Some(job) = job::check(comm, req)? else {
         return Ok(());
     };
-    let comm = comm.clone();
-    let host_waits = stream.host_waiting();
-    let task = Box::new(move || {
+    let job = Arc::new(job);
+    if stream.capture().is_some() {
+        // Kept in the capture: each replay takes the communicator's next sequence number
+        // when it is launched (host order, the same on every rank), and the job's buffers
+        // stay pinned as long as the graph lives.
+        let (comm, host_waits) = (comm.clone(), Arc::new(stream.host_waiting()));
+        let recipe = Arc::new(move || {
+            let seq = comm.next_collective_seq();
+            let host_waits = host_waits.clone();
+            Ok(task(comm.clone(), job.clone(), seq, move || host_waits()))
+        });
+        return graph::submit(handle, recipe).map_err(stream_error);
+    }
+    stream
+        .enqueue(task(comm.clone(), job, seq, stream.host_waiting()))
+        .map_err(stream_error)
+}
+
+/// The stream task that runs `job` as collective `seq` of `comm`.
+fn task(
+    comm: Arc<Comm>,
+    job: Arc<Job>,
+    seq: u64,
+    host_waits: impl Fn() -> bool + Send + 'static,
+) -> stream::Task {
+    Box::new(move || {
         run(&comm, &job, seq, &host_waits).map_err(|f| {
             comm.set_async_error(f.code);
             TaskFailure {
@@ -127,8 +152,7 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) 
                 ),
             }
         })
-    });
-    stream.enqueue(task).map_err(stream_error)
+    })
 }
 
 /// Runs a checked collective on the stream thread.

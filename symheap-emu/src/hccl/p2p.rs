@@ -71,6 +71,12 @@ pub(crate) struct Item {
 pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static str) -> HcclRes {
     let comm = comm::lookup(comm)?;
     let stream = stream::lookup(stream).map_err(stream_error)?;
+    if stream.capture().is_some() {
+        return hccl_fail(
+            HcclResult::HCCL_E_NOT_SUPPORT,
+            format!("{name}: the emulator does not capture point-to-point calls in a graph yet"),
+        );
+    }
     let mut transfers = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = |f: Fail<HcclResult>| Fail {

@@ -1,0 +1,481 @@
+//! ACL graphs (`aclmdlRI*`): capturing the work queued on streams into a model, and replaying
+//! it, as hicann/runtime documents and implements them (`docs/zh/dev_guide/04-01_single_stream_capture.md`,
+//! `04-02_cross_stream_capture.md`; `src/runtime/feature/aclgraph/`, `context_aclgraph.cc`).
+//!
+//! While a stream captures, the work queued on it is kept in the model as recipes instead of
+//! running; a stream that waits for an event recorded in the capture joins it. A replay
+//! (`aclmdlRIExecuteAsync`) makes every recipe's task afresh, in capture order (so each
+//! collective takes its communicator's next sequence number, in the host order of the
+//! replays), and runs them one after another on the replay's stream: an order that keeps
+//! every dependency the capture recorded.
+
+use std::cell::Cell;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use crate::sys::{
+    ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, ACL_ERROR_RT_MODEL_CAPTURED, ACL_ERROR_RT_MODEL_RUNNING,
+    ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
+    ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD, ACL_ERROR_RT_STREAM_CAPTURED,
+    ACL_ERROR_RT_STREAM_NOT_CAPTURED, ACL_ERROR_RT_STREAM_UNJOINED,
+    ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, ACL_MODEL_RI_CAPTURE_MODE_RELAXED,
+    ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+    ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED, ACL_MODEL_RI_CAPTURE_STATUS_NONE, aclmdlRICaptureMode,
+    aclmdlRICaptureStatus,
+};
+
+use crate::acl::device;
+use crate::acl::stream::{self, Task, TaskFailure};
+use crate::base::counters::{self, Counter};
+use crate::base::errors::{AclResult, acl_fail, invalid, param};
+use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+
+/// Makes a task for one replay of a captured call.
+pub(crate) type Recipe = Arc<dyn Fn() -> AclResult<Task> + Send + Sync>;
+
+/// What a capture keeps of one call, in capture order.
+enum Item {
+    /// Stream work, made afresh for each replay.
+    Work(Recipe),
+    /// An event record: each replay records the event anew.
+    Record(usize),
+    /// A wait for an event recorded earlier in the capture (kept for the join check; a
+    /// replay runs in capture order, so the record has run by then).
+    Wait(usize),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Status {
+    Capturing,
+    Invalidated,
+    Ready,
+}
+
+struct State {
+    status: Status,
+    /// The stream the capture began on, its mode, its device and the thread that began it.
+    origin: usize,
+    mode: aclmdlRICaptureMode,
+    device: u32,
+    thread: ThreadId,
+    items: Vec<(usize, Item)>,
+    /// Streams that joined the capture (the origin not among them).
+    joined: Vec<usize>,
+    /// Replays launched and not yet finished.
+    running: usize,
+}
+
+/// A model: a capture in progress, or the graph it made.
+pub(crate) struct Model {
+    state: Mutex<State>,
+    idle: Condvar,
+}
+
+static MODELS: Registry<Model> = Registry::new();
+
+/// Captures in progress, per device and mode (the context's count of `CaptureModeEnter`).
+static ACTIVE: Mutex<Vec<(u32, [u32; 3])>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// This thread's exchange mode (`aclmdlRICaptureThreadExchangeMode`); GLOBAL at first.
+    static EXCHANGE: Cell<aclmdlRICaptureMode> = const { Cell::new(ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) };
+    /// Captures this thread began and has not ended, per mode.
+    static BEGUN: Cell<[u32; 3]> = const { Cell::new([0; 3]) };
+}
+
+/// Counts a capture of `mode` on `device` in or out.
+fn count_capture(device: u32, mode: aclmdlRICaptureMode, delta: i32) {
+    let m = mode as usize;
+    let mut active = lock(&ACTIVE);
+    match active.iter_mut().find(|(d, _)| *d == device) {
+        Some((_, counts)) => counts[m] = counts[m].saturating_add_signed(delta),
+        None if delta > 0 => {
+            let mut counts = [0; 3];
+            counts[m] = 1;
+            active.push((device, counts));
+        }
+        None => {}
+    }
+    drop(active);
+    BEGUN.with(|b| {
+        let mut counts = b.get();
+        counts[m] = counts[m].saturating_add_signed(delta);
+        b.set(counts);
+    });
+}
+
+/// The strictest mode among `counts` (the lowest value with a capture), if any.
+fn strictest(counts: [u32; 3]) -> Option<aclmdlRICaptureMode> {
+    (0..3)
+        .find(|&m| counts[m] > 0)
+        .map(|m| m as aclmdlRICaptureMode)
+}
+
+/// The check of a synchronous copy or fill (`aclrtMemcpy`, `aclrtMemset`) while a stream
+/// captures, by hicann/runtime's rule (`Context::IsCaptureModeSupport`): allowed without a
+/// capture on this device or in RELAXED exchange mode; in GLOBAL exchange mode forbidden if any
+/// capture of the device is GLOBAL or one this thread began is THREAD_LOCAL; in THREAD_LOCAL
+/// exchange mode forbidden if this thread began a GLOBAL or THREAD_LOCAL capture.
+pub(crate) fn check_unsafe_call(what: &str) -> AclResult {
+    let Ok(device) = device::current() else {
+        return Ok(());
+    };
+    let context = lock(&ACTIVE)
+        .iter()
+        .find(|(d, _)| *d == device)
+        .and_then(|(_, c)| strictest(*c));
+    let Some(context) = context else {
+        return Ok(());
+    };
+    let thread = BEGUN.with(|b| strictest(b.get()));
+    let forbidden = match EXCHANGE.with(Cell::get) {
+        ACL_MODEL_RI_CAPTURE_MODE_GLOBAL => {
+            context == ACL_MODEL_RI_CAPTURE_MODE_GLOBAL
+                || thread == Some(ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL)
+        }
+        ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL => thread.is_some_and(|t| t <= 1),
+        _ => false,
+    };
+    if forbidden {
+        return acl_fail(
+            ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+            format!(
+                "{what} is not allowed while a stream captures in this capture mode: switch \
+                 this thread to ACL_MODEL_RI_CAPTURE_MODE_RELAXED with \
+                 aclmdlRICaptureThreadExchangeMode around it"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// `aclmdlRICaptureThreadExchangeMode`: swaps this thread's exchange mode with `*mode`.
+pub(crate) fn exchange_mode(mode: aclmdlRICaptureMode) -> AclResult<aclmdlRICaptureMode> {
+    check_mode(mode)?;
+    Ok(EXCHANGE.with(|x| x.replace(mode)))
+}
+
+fn check_mode(mode: aclmdlRICaptureMode) -> AclResult {
+    if !(ACL_MODEL_RI_CAPTURE_MODE_GLOBAL..=ACL_MODEL_RI_CAPTURE_MODE_RELAXED).contains(&mode) {
+        return param(format!("capture mode {mode} is not one of 0, 1, 2"));
+    }
+    Ok(())
+}
+
+/// `aclmdlRICaptureBegin`: `stream` starts capturing into a new model.
+pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
+    if stream == 0 {
+        return invalid("stream is NULL: the default stream cannot be captured");
+    }
+    check_mode(mode)?;
+    let s = stream::lookup(stream)?;
+    if s.capture().is_some() {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "the stream is already capturing",
+        );
+    }
+    let device = s.device();
+    let handle = new_handle(HandleKind::Model);
+    let model = Arc::new(Model {
+        state: Mutex::new(State {
+            status: Status::Capturing,
+            origin: stream,
+            mode,
+            device,
+            thread: std::thread::current().id(),
+            items: Vec::new(),
+            joined: Vec::new(),
+            running: 0,
+        }),
+        idle: Condvar::new(),
+    });
+    MODELS.insert(handle, model);
+    counters::inc(Counter::Models);
+    s.set_capture(Some(handle));
+    count_capture(device, mode, 1);
+    Ok(())
+}
+
+/// The live model `handle` (NULL `ACL_ERROR_INVALID_PARAM`, unknown `ACL_ERROR_RT_PARAM_INVALID`).
+fn lookup(handle: usize) -> AclResult<Arc<Model>> {
+    if handle == 0 {
+        return invalid("modelRI is NULL");
+    }
+    MODELS
+        .get(handle)
+        .map_or_else(|| param(format!("{handle:#x} is not a live model")), Ok)
+}
+
+/// `aclmdlRICaptureGetInfo`: the stream's capture status and model (`NONE` and 0 when it is
+/// not capturing).
+pub(crate) fn info(stream: usize) -> AclResult<(aclmdlRICaptureStatus, usize)> {
+    if stream == 0 {
+        return invalid("stream is NULL");
+    }
+    let Some(handle) = stream::lookup(stream)?.capture() else {
+        return Ok((ACL_MODEL_RI_CAPTURE_STATUS_NONE, 0));
+    };
+    let status = match lookup(handle).map(|m| lock(&m.state).status) {
+        Ok(Status::Invalidated) => ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+        _ => ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+    };
+    Ok((status, handle))
+}
+
+/// Whether `stream` captures: the model it captures into.
+pub(crate) fn capturing(stream: usize) -> Option<usize> {
+    stream::lookup(stream).ok()?.capture()
+}
+
+/// Keeps `item`, queued on `stream`, in the model `handle` that the stream captures into.
+fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
+    let model = lookup(handle)?;
+    let mut st = lock(&model.state);
+    if st.status == Status::Capturing {
+        st.items.push((stream, item));
+    }
+    Ok(())
+}
+
+/// Queues stream work: into the capture `stream` is in, as a recipe made afresh per replay,
+/// or at once.
+pub(crate) fn submit(stream: usize, recipe: Recipe) -> AclResult {
+    match capturing(stream) {
+        Some(model) => keep(model, stream, Item::Work(recipe)),
+        None => stream::lookup(stream)?.enqueue(recipe()?),
+    }
+}
+
+/// Events recorded in captures still in progress, and the model of each.
+static CAPTURED_EVENTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// Keeps a record of `event` on the capturing `stream` in its model.
+pub(crate) fn capture_record(model: usize, stream: usize, event: usize) -> AclResult {
+    keep(model, stream, Item::Record(event))?;
+    let mut events = lock(&CAPTURED_EVENTS);
+    events.retain(|&(e, _)| e != event);
+    events.push((event, model));
+    Ok(())
+}
+
+/// `stream` waits for `event`, recorded in the capture `model`: it joins the capture if it is
+/// not capturing, and the wait is kept.
+pub(crate) fn capture_wait(model: usize, stream: usize, event: usize) -> AclResult {
+    let s = stream::lookup(stream)?;
+    match s.capture() {
+        None => {
+            s.set_capture(Some(model));
+            lock(&lookup(model)?.state).joined.push(stream);
+        }
+        Some(m) if m == model => {}
+        Some(other) => {
+            // Two captures that depend on each other: both are invalid (`TerminateCapture`).
+            for m in [model, other] {
+                if let Ok(m) = lookup(m) {
+                    lock(&m.state).status = Status::Invalidated;
+                }
+            }
+            return acl_fail(
+                crate::sys::ACL_ERROR_STREAM_CAPTURE_CONFLICT,
+                "the stream captures into another model than the event's: both captures are \
+                 invalidated",
+            );
+        }
+    }
+    keep(model, stream, Item::Wait(event))
+}
+
+/// The capture in progress `event` was last recorded in, if any.
+pub(crate) fn event_model(event: usize) -> Option<usize> {
+    let events = lock(&CAPTURED_EVENTS);
+    events.iter().find(|&&(e, _)| e == event).map(|&(_, m)| m)
+}
+
+/// Every stream and event of the capture `handle` leaves it, and the capture's count goes.
+fn finish_capture(handle: usize, st: &State) {
+    lock(&CAPTURED_EVENTS).retain(|&(_, m)| m != handle);
+    for s in std::iter::once(st.origin).chain(st.joined.iter().copied()) {
+        if let Ok(s) = stream::lookup(s) {
+            s.set_capture(None);
+        }
+    }
+    count_capture(st.device, st.mode, -1);
+}
+
+/// The capture's model forgotten after a failed end.
+fn drop_model(handle: usize) {
+    if MODELS.remove(handle).is_some() {
+        counters::dec(Counter::Models);
+    }
+}
+
+/// `aclmdlRICaptureEnd`: the checks of `CaptureEnd` in hicann/runtime's order, then the model.
+pub(crate) fn end(stream: usize) -> AclResult<usize> {
+    if stream == 0 {
+        return invalid("stream is NULL");
+    }
+    let Some(handle) = stream::lookup(stream)?.capture() else {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+            "the stream is not capturing",
+        );
+    };
+    let model = lookup(handle)?;
+    let mut st = lock(&model.state);
+    if st.origin != stream {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
+            "the capture did not begin on this stream: end it on its origin stream",
+        );
+    }
+    if st.mode != ACL_MODEL_RI_CAPTURE_MODE_RELAXED && st.thread != std::thread::current().id() {
+        finish_capture(handle, &st);
+        drop(st);
+        drop_model(handle);
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD,
+            "the capture ends on another thread than it began (allowed only in \
+             ACL_MODEL_RI_CAPTURE_MODE_RELAXED)",
+        );
+    }
+    let failure = if st.status == Status::Invalidated {
+        Some((
+            ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+            "the capture was invalidated".to_owned(),
+        ))
+    } else {
+        unjoined(&st).map(|why| (ACL_ERROR_RT_STREAM_UNJOINED, why))
+    };
+    finish_capture(handle, &st);
+    if let Some((code, why)) = failure {
+        drop(st);
+        drop_model(handle);
+        return acl_fail(code, why);
+    }
+    st.status = Status::Ready;
+    Ok(handle)
+}
+
+/// Why the joined streams did not all join back (`CheckCaptureModelValidity`): each one's last
+/// task must be an event record that a later task waits for, and the origin stream must wait
+/// for one of them.
+fn unjoined(st: &State) -> Option<String> {
+    let mut origin_waits = st.joined.is_empty();
+    for &s in &st.joined {
+        let last = st.items.iter().rposition(|(on, _)| *on == s);
+        let Some(at) = last else {
+            return Some(format!(
+                "stream {s:#x} joined the capture but queued nothing"
+            ));
+        };
+        let Item::Record(event) = st.items[at].1 else {
+            return Some(format!(
+                "the last task of stream {s:#x} is not an event record: record an event on \
+                 it and make the origin stream wait for it"
+            ));
+        };
+        let waits: Vec<usize> = st.items[at + 1..]
+            .iter()
+            .filter(|(_, i)| matches!(i, Item::Wait(e) if *e == event))
+            .map(|(on, _)| *on)
+            .collect();
+        if waits.is_empty() {
+            return Some(format!(
+                "nothing waits for the last record of stream {s:#x}: it never joined back"
+            ));
+        }
+        origin_waits |= waits.contains(&st.origin);
+    }
+    (!origin_waits).then(|| "the joined streams never join back to the origin stream".to_owned())
+}
+
+/// How long `aclmdlRIDestroy` waits for running replays (hicann/runtime polls 10 000 x 1 ms).
+const DESTROY_WAIT: Duration = Duration::from_secs(10);
+
+/// `aclmdlRIDestroy`.
+pub(crate) fn destroy(handle: usize) -> AclResult {
+    let model = lookup(handle)?;
+    let st = lock(&model.state);
+    if st.status != Status::Ready {
+        return acl_fail(
+            ACL_ERROR_RT_MODEL_CAPTURED,
+            "the model is still being captured",
+        );
+    }
+    let (mut st, waited) = model
+        .idle
+        .wait_timeout_while(st, DESTROY_WAIT, |st| st.running > 0)
+        .unwrap_or_else(|e| e.into_inner());
+    if waited.timed_out() && st.running > 0 {
+        return acl_fail(
+            ACL_ERROR_RT_MODEL_RUNNING,
+            format!(
+                "a replay of the model still runs after {} s",
+                DESTROY_WAIT.as_secs()
+            ),
+        );
+    }
+    st.items.clear();
+    drop(st);
+    drop_model(handle);
+    Ok(())
+}
+
+/// Ends a replay's count when the replay's task is done (or dropped unrun).
+struct Running(Arc<Model>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut st = lock(&self.0.state);
+        st.running -= 1;
+        if st.running == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
+
+/// `aclmdlRIExecuteAsync`: one replay on `stream`. Every recipe makes its task now (on this
+/// thread, in capture order), and one task on `stream` runs them in that order.
+pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
+    let model = lookup(handle)?;
+    let s = stream::lookup(stream)?;
+    if s.capture().is_some() {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "a graph cannot be replayed into a stream that captures",
+        );
+    }
+    let mut st = lock(&model.state);
+    if st.status != Status::Ready {
+        return acl_fail(
+            ACL_ERROR_RT_MODEL_CAPTURED,
+            "the model is still being captured",
+        );
+    }
+    let mut tasks = Vec::with_capacity(st.items.len());
+    for (_, item) in &st.items {
+        match item {
+            Item::Work(recipe) => tasks.push(recipe()?),
+            Item::Record(event) => tasks.push(crate::acl::event::record_task(*event)?),
+            Item::Wait(_) => {}
+        }
+    }
+    st.running += 1;
+    drop(st);
+    let running = Running(model);
+    s.enqueue(Box::new(move || {
+        let _running = running;
+        for task in tasks {
+            task().map_err(|f| TaskFailure {
+                msg: format!("in a graph replay: {}", f.msg),
+                ..f
+            })?;
+        }
+        Ok(())
+    }))
+}
+
+#[cfg(test)]
+mod tests;
