@@ -6,6 +6,7 @@ mod cpp_program;
 mod dlopen;
 mod fail_fast;
 mod faults;
+mod graphs;
 mod groups;
 mod hardening;
 mod harness;

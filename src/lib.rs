@@ -25,10 +25,10 @@ pub use error::{Error, OutOfMemory, Result};
 pub use path::{Path, Staged};
 pub use pool::{
     CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock,
-    SymPool, TagStats, WindowMap,
+    SymGraph, SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
-    Backend, Comm, CommConfig, DevicePtr, Element, Event, Mapping, Origin, ParallelGroups,
+    Backend, Comm, CommConfig, DevicePtr, Element, Event, Graph, Mapping, Origin, ParallelGroups,
     PhysicalMemory, Placement, ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window,
     WindowHandle,
 };

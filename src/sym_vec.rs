@@ -63,8 +63,9 @@ impl<T: Element> SymVec<T> {
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
         let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
-        if alloc.may_be_in_use() {
-            // Reused memory that queued work may still use: zeroed in stream order, after it.
+        if alloc.may_be_in_use() || pool.shared().lock().capture_hold().is_some() {
+            // Reused memory that queued work may still use: zeroed in stream order, after it
+            // (and, during a capture, in the graph: each replay zeroes it again).
             let stream = pool.target().stream;
             // SAFETY: the block is this vector's, at least `bytes` long; host access waits
             // for the stream, on which it is marked used.

@@ -425,6 +425,9 @@ impl PoolShared {
         self.note_collective_stream(state, target.stream);
         for alloc in buffers {
             alloc.mark_used_on(target.stream);
+            if let Some(hold) = state.capture_hold() {
+                alloc.hold_for(hold);
+            }
         }
         Ok(())
     }

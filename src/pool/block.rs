@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::graph::GraphHold;
 use super::{Placed, PoolBlock, PoolShared};
 use crate::runtime::{DevicePtr, Stream, WindowHandle};
 
@@ -24,6 +25,8 @@ pub struct SymBlock {
     used_epoch: AtomicU64,
     /// Streams other than the pool's that may use this memory ([`record_stream`](Self::record_stream)).
     streams: Mutex<Vec<Stream>>,
+    /// Graphs whose captured work uses this memory ([`SymPool::capture`](super::SymPool::capture)).
+    holds: Mutex<Vec<Arc<GraphHold>>>,
 }
 
 impl std::fmt::Debug for SymBlock {
@@ -46,6 +49,7 @@ impl SymBlock {
             len,
             used_epoch: AtomicU64::new(NEVER_USED),
             streams: Mutex::new(Vec::new()),
+            holds: Mutex::new(Vec::new()),
         }
     }
 
@@ -115,6 +119,15 @@ impl SymBlock {
         }
     }
 
+    /// Marks the memory as the captured graph `hold`'s: it is not reused while the graph
+    /// lives.
+    pub(crate) fn hold_for(&self, hold: &Arc<GraphHold>) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        if !holds.iter().any(|h| Arc::ptr_eq(h, hold)) {
+            holds.push(hold.clone());
+        }
+    }
+
     /// Whether queued work may still use this memory (it was used, or handed out again
     /// while work that used it before may not have run, since the last synchronize).
     pub(crate) fn may_be_in_use(&self) -> bool {
@@ -135,8 +148,15 @@ impl SymBlock {
         // `record_stream` never records the pool's own stream, so no stream is waited twice.
         let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         let pool_stream = used.then_some(self.pool.stream());
-        self.pool
-            .wait_or_poison(pool_stream.into_iter().chain(streams.iter()))
+        // And the streams graphs that use it were replayed on.
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        let replays: Vec<Stream> = holds.iter().flat_map(|h| h.replay_streams()).collect();
+        drop(holds);
+        let all = pool_stream
+            .into_iter()
+            .chain(streams.iter())
+            .chain(&replays);
+        self.pool.wait_or_poison(all)
     }
 
     /// Whether this allocation belongs to `pool`.
@@ -157,6 +177,7 @@ impl Drop for SymBlock {
         let used = *self.used_epoch.get_mut();
         let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
         let used = (used != NEVER_USED).then_some(used);
-        self.pool.release(block, used, streams);
+        let holds = std::mem::take(self.holds.get_mut().unwrap_or_else(|e| e.into_inner()));
+        self.pool.release(block, used, streams, holds);
     }
 }

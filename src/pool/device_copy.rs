@@ -54,14 +54,18 @@ impl SymPool {
         let bytes = src.len() * size_of::<T>();
         // Under the state lock, so the marks below refer to work the next synchronize waits
         // for (as for collectives).
-        let _state = self.shared().lock();
+        let state = self.shared().lock();
         self.shared().check_usable()?;
         // SAFETY: both blocks are live, at least `bytes` long, distinct (`&` and `&mut`), and
         // stay allocated until the stream has run the copy: their frees wait for it in stream
         // order or, on another stream, behind an event.
         unsafe { stream.copy_device_async(dst.device_ptr(), src.device_ptr(), bytes)? };
-        src.alloc().mark_used_on(stream);
-        dst.alloc().mark_used_on(stream);
+        for block in [src.alloc(), dst.alloc()] {
+            block.mark_used_on(stream);
+            if let Some(hold) = &state.capturing {
+                block.hold_for(hold);
+            }
+        }
         Ok(())
     }
 }

@@ -19,6 +19,7 @@ mod block;
 mod config;
 mod device_copy;
 mod fences;
+mod graph;
 mod groups;
 mod paths;
 mod private;
@@ -40,6 +41,7 @@ use crate::{Error, OutOfMemory, Result};
 
 pub use block::SymBlock;
 pub use config::PoolConfig;
+pub use graph::SymGraph;
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
 pub use stats::{CollectiveStats, CommStats, PoolStats, TagStats};
 
@@ -139,6 +141,11 @@ pub(crate) struct PoolState {
     /// a collective step of the pool's own (growth, verify, attach) waits for them first,
     /// since HCCL runs one communicator's collectives in one order.
     collective_streams: Vec<Stream>,
+    /// The graph being captured ([`SymPool::capture`]): the blocks allocated or used now are
+    /// its.
+    capturing: Option<Arc<graph::GraphHold>>,
+    /// Freed blocks that graphs still hold.
+    held: Vec<graph::Held>,
     /// The pool's own communicator (for its stats), and the names of it and of each group,
     /// read at the first attach (a pool of one communicator needs none).
     own: Comm,
@@ -243,6 +250,8 @@ impl SymPool {
             groups: Vec::new(),
             fences: fences::Fences::default(),
             collective_streams: Vec::new(),
+            capturing: None,
+            held: Vec::new(),
             own: comm.clone(),
             names: vec![String::new()],
         };
@@ -335,6 +344,9 @@ impl SymPool {
         match placed {
             Ok((placed, recycled)) => {
                 let block = SymBlock::new(Arc::clone(&self.shared), placed, size);
+                if let Some(hold) = &self.shared.lock().capturing {
+                    block.hold_for(hold);
+                }
                 // Memory that queued work may still use: the first host access waits.
                 if recycled {
                     block.mark_used_on(home);
@@ -497,6 +509,10 @@ impl PoolShared {
         }
         let block = match found {
             Some(found) => found,
+            None if state.capturing.is_some() => {
+                self.check_not_capturing(state, "growing the pool")?;
+                unreachable!("a capture is in progress")
+            }
             None => match self.grow(state, size, align) {
                 Ok(segment) => PoolBlock {
                     segment,
@@ -630,6 +646,7 @@ impl PoolShared {
     /// Waits for the pool's stream and every other stream with collectives of the pool
     /// queued, before a collective step of the pool's own.
     pub(crate) fn quiesce(&self, state: &mut PoolState) -> Result<()> {
+        self.check_not_capturing(state, "a collective step of the pool's own")?;
         let streams = std::iter::once(&self.stream).chain(&state.collective_streams);
         self.wait_or_poison(streams)?;
         state.collective_streams.clear();
@@ -647,8 +664,9 @@ impl PoolShared {
     /// Synchronises the pool's stream and every stream recorded on a pending block, then
     /// returns the pending blocks to their heaps in the order they were freed. On a failure of
     /// the queued work, poisons the pool and releases nothing.
-    fn flush_pending(&self, state: &mut PoolState) -> Result<()> {
+    pub(crate) fn flush_pending(&self, state: &mut PoolState) -> Result<()> {
         self.check_usable()?;
+        self.check_not_capturing(state, "synchronize")?;
         // Bumped before waiting: a block marked with the old epoch (even by a `record_stream`
         // that does not take the lock) had its work enqueued before this point, so the wait
         // below covers it.
@@ -712,12 +730,24 @@ impl PoolShared {
 
     /// Returns a block. It waits for `synchronize` if queued work may still touch it, and for
     /// ever once the pool is poisoned.
-    pub(crate) fn release(&self, block: PoolBlock, used_epoch: Option<u64>, streams: Vec<Stream>) {
+    pub(crate) fn release(
+        &self,
+        block: PoolBlock,
+        used_epoch: Option<u64>,
+        streams: Vec<Stream>,
+        mut holds: Vec<Arc<graph::GraphHold>>,
+    ) {
         let mut state = self.lock();
         state.allocated -= block.size();
         state.free_count += 1;
         let info = state.segments[block.segment].infos[block.block.key() as usize];
         state.tags.remove(info.tag, block.size());
+        // Graphs that may run again keep the memory.
+        holds.retain(|g| !g.is_released());
+        if !holds.is_empty() {
+            state.held.push(graph::Held { block, holds });
+            return;
+        }
         let on_pool_stream = used_epoch == Some(self.current_epoch());
         let in_flight = on_pool_stream || !streams.is_empty();
         // Once poisoned, a peer may still write it: never reused. With deferred reuse, kept
@@ -884,6 +914,11 @@ impl PoolState {
             self.collectives,
         ];
         fold_words(segments.chain(pending).chain(counts))
+    }
+
+    /// The graph being captured, if any: what the work queued now is held by.
+    pub(crate) fn capture_hold(&self) -> Option<&Arc<graph::GraphHold>> {
+        self.capturing.as_ref()
     }
 
     /// Folds a collective call into the record of collectives.

@@ -55,11 +55,19 @@ impl Event {
     /// [`Error::Unsupported`](crate::Error::Unsupported) if the library has no events; the
     /// runtime's error.
     pub fn new(rt: &Runtime) -> Result<Self> {
-        let create = Runtime::optional("aclrtCreateEvent", rt.acl().aclrtCreateEvent)?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        let code = unsafe { create(&mut raw) };
-        rt.acl_check("aclrtCreateEvent", code)?;
+        // An event that streams may wait for, also in a graph capture, where the library
+        // has the call (older ones have only plain events).
+        if let Some(create) = rt.acl().aclrtCreateEventExWithFlag {
+            // SAFETY: valid out-pointer.
+            let code = unsafe { create(&mut raw, crate::sys::ACL_EVENT_SYNC) };
+            rt.acl_check("aclrtCreateEventExWithFlag", code)?;
+        } else {
+            let create = Runtime::optional("aclrtCreateEvent", rt.acl().aclrtCreateEvent)?;
+            // SAFETY: valid out-pointer.
+            let code = unsafe { create(&mut raw) };
+            rt.acl_check("aclrtCreateEvent", code)?;
+        }
         Ok(Event {
             inner: Arc::new(EventInner {
                 rt: rt.clone(),

@@ -1,0 +1,197 @@
+//! Graph-safe pooling: [`SymPool::capture`] records a step as an ACL graph ([`SymGraph`]) and
+//! keeps every block the step touched, or allocated, out of reuse until the graph drops (the
+//! private graph pool of PyTorch, made symmetric: placements during a capture follow program
+//! order like any others). Replays cost the pool nothing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::{PoolBlock, PoolShared, SymPool};
+use crate::runtime::{Graph, Stream};
+use crate::{Error, Result};
+
+/// What a graph holds of the pool: the blocks it touched stay out of reuse while it lives,
+/// and host access to them waits for the streams it was replayed on.
+#[derive(Default)]
+pub(crate) struct GraphHold {
+    /// Set when the graph is dropped: its blocks may be reused.
+    released: AtomicBool,
+    /// The streams the graph was replayed on.
+    replayed_on: Mutex<Vec<Stream>>,
+}
+
+impl GraphHold {
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// The streams replays of the graph were enqueued on.
+    pub(crate) fn replay_streams(&self) -> Vec<Stream> {
+        self.replayed_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// A freed block that graphs still hold.
+pub(crate) struct Held {
+    pub(crate) block: PoolBlock,
+    pub(crate) holds: Vec<Arc<GraphHold>>,
+}
+
+/// A step of pooled work captured once and replayed many times: an ACL graph, and the hold on
+/// the pool's memory it needs. It keeps its pool (and so the pool's windows and communicator)
+/// alive, so the graph is always destroyed first, then windows, then the communicator.
+pub struct SymGraph {
+    /// `None` only during `drop`.
+    graph: Option<Graph>,
+    hold: Arc<GraphHold>,
+    pool: Arc<PoolShared>,
+}
+
+impl std::fmt::Debug for SymGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SymGraph")
+            .field("graph", &self.graph)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SymPool {
+    /// Captures the pooled work `step` enqueues on `stream` as a graph. `step` gets a handle
+    /// on this pool bound to `stream` ([`on`](Self::on)); its collectives and copies are
+    /// captured, not run, and run at each [`SymGraph::replay`].
+    ///
+    /// Before capturing, the pool synchronizes. Every block the captured work uses, and every
+    /// block allocated during the capture, stays reserved for the graph (not reused, even when
+    /// dropped) until the graph drops; the placements are the same on every rank. During the
+    /// capture the pool refuses to grow, trim, attach a group, synchronize or verify, with a
+    /// clear error: reserve and warm up before capturing. Host copies (`from_host`,
+    /// `to_host`) are refused by the runtime while a capture is in progress.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{PoolConfig, ReduceOp, Stream, SymPool, SymVec, emu};
+    ///
+    /// let sums = emu::launch(2, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let stream = Stream::new(comm.runtime())?;
+    ///     let mut x = SymVec::from_host(&pool, &[1.0f32; 8])?;
+    ///     let graph = pool.capture(&stream, |s| s.all_reduce_in_place(&mut x, ReduceOp::Sum))?;
+    ///     for _ in 0..3 {
+    ///         graph.replay(&stream)?; // no pool call, no lock
+    ///     }
+    ///     x.to_host() // waits for the replays
+    /// })?;
+    /// assert_eq!(sums[0], [8.0; 8]); // 1 -> 2 -> 4 -> 8
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a capture of this pool is already in progress, or
+    /// `stream` is the pool's own stream; what `step` returns (the capture is then ended and
+    /// dropped); the runtime's error beginning or ending the capture.
+    pub fn capture(
+        &self,
+        stream: &Stream,
+        step: impl FnOnce(&SymPool) -> Result<()>,
+    ) -> Result<SymGraph> {
+        let shared = self.shared();
+        if stream.same_as(&shared.stream) {
+            return Err(Error::invalid(
+                "capture: capture on a stream of your own, not the pool's (which the pool \
+                 synchronizes)",
+            ));
+        }
+        let hold = Arc::new(GraphHold::default());
+        {
+            let mut state = shared.lock();
+            if state.capturing.is_some() {
+                return Err(Error::invalid("capture: this pool is capturing already"));
+            }
+            // Nothing queued is left to order against: a capture cannot wait for work outside.
+            shared.flush_pending(&mut state)?;
+            stream.synchronize()?;
+            stream.begin_capture()?;
+            state.capturing = Some(hold.clone());
+        }
+        let ran = step(&self.on(stream));
+        let ended = stream.end_capture();
+        shared.lock().capturing = None;
+        let graph = SymGraph {
+            graph: Some(ended?),
+            hold,
+            pool: shared.clone(),
+        };
+        ran.map(|()| graph)
+    }
+}
+
+impl PoolShared {
+    /// [`Error::InvalidArgument`] during a capture, for `what`, which the pool cannot do then.
+    pub(crate) fn check_not_capturing(&self, state: &super::PoolState, what: &str) -> Result<()> {
+        if state.capturing.is_some() {
+            return Err(Error::invalid(format!(
+                "{what} is not allowed while the pool captures a graph: do it before \
+                 SymPool::capture (reserve() makes room ahead)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl SymGraph {
+    /// Enqueues one replay on `stream`: the captured work runs again, on the same buffers,
+    /// taking fresh collective sequence numbers. Costs the pool nothing (no allocation, hash
+    /// or pool lock); host access to the graph's buffers waits for the replay.
+    ///
+    /// # Errors
+    /// The runtime's error.
+    pub fn replay(&self, stream: &Stream) -> Result<()> {
+        {
+            let mut on = self
+                .hold
+                .replayed_on
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if !on.iter().any(|s| s.same_as(stream)) {
+                on.push(stream.clone());
+            }
+        }
+        match &self.graph {
+            Some(graph) => graph.replay(stream),
+            None => Err(Error::invalid("replay: the graph is being dropped")),
+        }
+    }
+}
+
+impl Drop for SymGraph {
+    fn drop(&mut self) {
+        // The graph first: its destroy waits for replays still running. If it fails, the
+        // graph may still run: its blocks are never reused.
+        let rt = self.pool.comm.runtime();
+        if let Some(Err(e)) = self.graph.take().map(Graph::destroy) {
+            rt.record_drop_error(e);
+            return;
+        }
+        for stream in self.hold.replay_streams() {
+            if let Err(e) = stream.synchronize() {
+                rt.record_drop_error(e);
+            }
+        }
+        self.hold.released.store(true, Ordering::Release);
+        let mut state = self.pool.lock();
+        let held = std::mem::take(&mut state.held);
+        for mut h in held {
+            h.holds.retain(|g| !g.is_released());
+            if h.holds.is_empty() {
+                if let Err(e) = state.free_block(h.block) {
+                    rt.record_drop_error(e);
+                }
+            } else {
+                state.held.push(h);
+            }
+        }
+    }
+}

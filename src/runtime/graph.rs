@@ -1,0 +1,118 @@
+//! ACL graphs (`aclmdlRI`): the work queued on a stream between two calls, captured once and
+//! replayed many times.
+
+use std::sync::Arc;
+
+use super::{Runtime, Stream};
+use crate::Result;
+use crate::sys::{ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, aclmdlRI};
+
+/// A captured graph (`aclmdlRI`), destroyed (`aclmdlRIDestroy`) when the last clone drops.
+/// Made by [`Stream::end_capture`]; pooled memory is captured with
+/// [`SymPool::capture`](crate::SymPool::capture), which keeps the memory the graph uses.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    inner: Arc<GraphInner>,
+}
+
+#[derive(Debug)]
+struct GraphInner {
+    rt: Runtime,
+    raw: aclmdlRI,
+}
+
+// SAFETY: a model handle is an opaque value that may be used from any thread.
+unsafe impl Send for GraphInner {}
+// SAFETY: replaying from several threads is allowed by ACL; their order is the caller's.
+unsafe impl Sync for GraphInner {}
+
+impl Stream {
+    /// Starts capturing the work queued on this stream (`aclmdlRICaptureBegin`, global mode:
+    /// no thread may make synchronous copies meanwhile): it is kept in a graph, not run.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) without graph support; the runtime's
+    /// error (the stream already captures, say).
+    pub fn begin_capture(&self) -> Result<()> {
+        let rt = self.runtime();
+        let begin = Runtime::optional("aclmdlRICaptureBegin", rt.acl().aclmdlRICaptureBegin)?;
+        // SAFETY: a live stream.
+        let code = unsafe { begin(self.as_raw(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) };
+        rt.acl_check("aclmdlRICaptureBegin", code)
+    }
+
+    /// Ends the capture begun on this stream (`aclmdlRICaptureEnd`): the graph.
+    ///
+    /// # Errors
+    /// The runtime's error: the stream does not capture, a stream that joined did not join
+    /// back, the capture was invalidated.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let rt = self.runtime();
+        let end = Runtime::optional("aclmdlRICaptureEnd", rt.acl().aclmdlRICaptureEnd)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a live stream and a valid out-pointer.
+        let code = unsafe { end(self.as_raw(), &mut raw) };
+        rt.acl_check("aclmdlRICaptureEnd", code)?;
+        Ok(Graph {
+            inner: Arc::new(GraphInner {
+                rt: rt.clone(),
+                raw,
+            }),
+        })
+    }
+}
+
+impl Graph {
+    /// Enqueues one replay of the graph on `stream` (`aclmdlRIExecuteAsync`).
+    ///
+    /// # Errors
+    /// The runtime's error (`stream` captures, say).
+    pub fn replay(&self, stream: &Stream) -> Result<()> {
+        let rt = &self.inner.rt;
+        let execute = Runtime::optional("aclmdlRIExecuteAsync", rt.acl().aclmdlRIExecuteAsync)?;
+        // SAFETY: a live model and stream.
+        let code = unsafe { execute(self.inner.raw, stream.as_raw()) };
+        rt.acl_check("aclmdlRIExecuteAsync", code)
+    }
+
+    /// The raw handle, for calls this crate does not wrap.
+    pub fn as_raw(&self) -> aclmdlRI {
+        self.inner.raw
+    }
+
+    /// Destroys the graph now (`aclmdlRIDestroy`, which waits for running replays), if this
+    /// is its last handle; `Ok(false)` if other clones keep it.
+    ///
+    /// # Errors
+    /// The runtime's error: a replay still runs after the library's wait.
+    pub fn destroy(self) -> Result<bool> {
+        let Ok(mut inner) = Arc::try_unwrap(self.inner) else {
+            return Ok(false);
+        };
+        let raw = std::mem::replace(&mut inner.raw, std::ptr::null_mut());
+        inner.destroy(raw).map(|()| true)
+    }
+}
+
+impl GraphInner {
+    fn destroy(&self, raw: aclmdlRI) -> Result<()> {
+        // Made only where the library could capture, so it can destroy too.
+        let Some(destroy) = self.rt.acl().aclmdlRIDestroy else {
+            return Ok(());
+        };
+        // SAFETY: a live model, destroyed exactly once (by the last clone, or `destroy`).
+        let code = unsafe { destroy(raw) };
+        self.rt.acl_check("aclmdlRIDestroy", code)
+    }
+}
+
+impl Drop for GraphInner {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if let Err(e) = self.destroy(self.raw) {
+            self.rt.record_drop_error(e);
+        }
+    }
+}
