@@ -696,6 +696,90 @@ void sub_communicators(const Rank &k)
     HCCL_OK(HcclCommDestroy(tp));
 }
 
+// The host function a captured step starts with: counts its calls.
+void count_call(void *calls) { ++*static_cast<int *>(calls); }
+
+// A captured step of a host function, a device copy, an AllReduce and an AllGather on a window,
+// across two streams joined by events (the cross-stream guide's shape), replayed 100 times and
+// checked each time; then the codes of what capture forbids. Last, rank 3 leaves and the
+// others' next replay fails at once, naming it. Returns with k.comm NULL on rank 3.
+void graph_capture(Rank &k)
+{
+    aclrtStream side = nullptr;
+    ACL_OK(aclrtCreateStream(&side));
+    aclrtEvent joined = nullptr, back = nullptr, plain = nullptr;
+    ACL_OK(aclrtCreateEventExWithFlag(&joined, ACL_EVENT_SYNC));
+    ACL_OK(aclrtCreateEventExWithFlag(&back, ACL_EVENT_SYNC));
+    ACL_OK(aclrtCreateEvent(&plain));
+    const size_t bytes = 2 << 20;
+    const uint64_t count = 256;
+    void *mem = nullptr;
+    HCCL_OK((HcclResult)HcommMemAlloc(&mem, bytes));
+    HcclCommSymWindow win = nullptr;
+    HCCL_OK(HcclCommSymWinRegister(k.comm, mem, bytes, &win, 1));
+    float *pristine = (float *)mem, *work = pristine + count, *gathered = work + count;
+    upload(pristine, std::vector<float>(count, (float)(k.r + 1)));
+    int calls = 0;
+
+    aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE;
+    aclmdlRI model = nullptr;
+    ACL_OK(aclmdlRICaptureGetInfo(k.stream, &status, &model));
+    CHECK(status == ACL_MODEL_RI_CAPTURE_STATUS_NONE && model == nullptr);
+    EXPECT_ACL(aclmdlRICaptureBegin(nullptr, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_ERROR_INVALID_PARAM);
+    ACL_OK(aclmdlRICaptureBegin(k.stream, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+    EXPECT_ACL(aclmdlRICaptureBegin(k.stream, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL), ACL_ERROR_RT_STREAM_CAPTURED);
+    ACL_OK(aclrtLaunchHostFunc(k.stream, count_call, &calls));
+    ACL_OK(aclrtMemcpyAsync(work, count * 4, pristine, count * 4, ACL_MEMCPY_DEVICE_TO_DEVICE, k.stream));
+    ACL_OK(aclrtRecordEvent(joined, k.stream));
+    ACL_OK(aclrtStreamWaitEvent(side, joined));
+    ACL_OK(aclmdlRICaptureGetInfo(side, &status, nullptr));
+    CHECK(status == ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
+    HCCL_OK(HcclAllReduce(work, work, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, k.comm, side));
+    HCCL_OK(HcclAllGather(work, gathered, count, HCCL_DATA_TYPE_FP32, k.comm, side));
+    ACL_OK(aclrtRecordEvent(back, side));
+    ACL_OK(aclrtStreamWaitEvent(k.stream, back));
+    // What capture forbids, each failing alone.
+    EXPECT_ACL(aclrtSynchronizeStream(k.stream), ACL_ERROR_RT_STREAM_CAPTURED);
+    EXPECT_ACL(aclrtSynchronizeEvent(joined), ACL_ERROR_RT_EVENT_CAPTURED);
+    EXPECT_ACL(aclrtMemcpy(work, 4, pristine, 4, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT);
+    EXPECT_ACL(aclrtRecordEvent(plain, k.stream), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    EXPECT_ACL(aclrtDestroyStream(side), ACL_ERROR_RT_STREAM_CAPTURED);
+    EXPECT_ACL(aclmdlRICaptureEnd(side, &model), ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED);
+    ACL_OK(aclmdlRICaptureEnd(k.stream, &model));
+    CHECK(model != nullptr && calls == 0);
+    const float sum = (float)(k.n * (k.n + 1) / 2);
+    for (int i = 1; i <= 100; i++) {
+        ACL_OK(aclmdlRIExecuteAsync(model, k.stream));
+        ACL_OK(aclrtSynchronizeStream(k.stream));
+        CHECK(calls == i);
+        for (float v : download<float>(gathered, count * k.n)) CHECK(v == sum);
+    }
+    ACL_OK(aclmdlRIDestroy(model));
+    // The graph, then the window, then the communicator.
+    HCCL_OK(HcclCommSymWinDeregister(win));
+    HCCL_OK((HcclResult)HcommMemFree(mem));
+    if (k.r == 3) {
+        HCCL_OK(HcclCommDestroy(k.comm));
+        k.comm = nullptr;
+    } else {
+        DevBuf buf(count * 4);
+        ACL_OK(aclmdlRICaptureBegin(k.stream, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+        HCCL_OK(HcclAllReduce(buf.dev, buf.dev, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, k.comm, k.stream));
+        ACL_OK(aclmdlRICaptureEnd(k.stream, &model));
+        auto started = std::chrono::steady_clock::now();
+        ACL_OK(aclmdlRIExecuteAsync(model, k.stream));
+        EXPECT_ACL(aclrtSynchronizeStream(k.stream), ACL_ERROR_RT_INTERNAL_ERROR);
+        CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+        const char *why = aclGetRecentErrMsg();
+        CHECK(why != nullptr && strstr(why, "[3]") != nullptr);
+        ACL_OK(aclmdlRIDestroy(model));
+    }
+    ACL_OK(aclrtDestroyEvent(joined));
+    ACL_OK(aclrtDestroyEvent(back));
+    ACL_OK(aclrtDestroyEvent(plain));
+    ACL_OK(aclrtDestroyStream(side));
+}
+
 int one_rank_of_a_job()
 {
     g_rank = atoi(env("SYMHEAP_RANK"));
@@ -729,9 +813,10 @@ int one_rank_of_a_job()
     point_to_point(k);
     memory_range(k);
     sub_communicators(k);
+    graph_capture(k);
 
     ACL_OK(aclrtDestroyStream(k.stream));
-    HCCL_OK(HcclCommDestroy(k.comm));
+    if (k.comm != nullptr) HCCL_OK(HcclCommDestroy(k.comm));
     ACL_OK(aclrtResetDevice(k.device));
     ACL_OK(aclFinalize());
     EXPECT_ACL(aclFinalize(), ACL_ERROR_REPEAT_FINALIZE);
