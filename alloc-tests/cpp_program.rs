@@ -5,7 +5,8 @@
 //! that makes 4 communicators with `HcclCommInitAll`. The program checks the answer and the
 //! error code of every C function of the extended surface (events timing a collective, device
 //! memory from `aclrtMalloc`, the vector, rooted and point-to-point collectives on both paths,
-//! the VA-range calls) and exits non-zero at the first difference.
+//! the VA-range calls, sub-communicators with a window per communicator, a graph captured
+//! across two streams and replayed) and exits non-zero at the first difference.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -9,6 +9,8 @@
 //! that sleeps, as device compute costs the host nothing) into one of two buffers, and
 //! AllReduces that buffer (1 MiB); on two streams (compute, and communication behind an
 //! event) against everything on one stream.
+//!
+//! Last, the host time to enqueue a step eagerly against replaying it as a captured graph.
 
 use std::time::Instant;
 
@@ -102,6 +104,39 @@ fn overlap(comm: &symheap::Comm, two_streams: bool) -> Result<f64> {
     Ok(OVERLAP_STEPS as f64 / started.elapsed().as_secs_f64())
 }
 
+const GRAPH_STEPS: usize = 2000;
+
+/// Host time per step, in microseconds, of a step enqueued eagerly (allocate a temporary,
+/// copy into it, AllReduce it in the pair, copy the result out, free it) and of the same step
+/// captured once and replayed; each measured over `GRAPH_STEPS` steps, then synchronized.
+fn eager_vs_replayed(comm: &symheap::Comm) -> Result<(f64, f64)> {
+    let pool = SymPool::new(comm, PoolConfig::new(16 << 20))?;
+    let stream = Stream::new(comm.runtime())?;
+    let on = pool.on(&stream);
+    let input = SymVec::from_host(&pool, &[1.0f32; 4096])?;
+    let mut out = SymVec::<f32>::zeroed(&pool, 4096)?;
+    let step = |s: &SymPool, out: &mut SymVec<f32>| -> Result<()> {
+        let mut tmp = SymVec::<f32>::zeroed(s, 4096)?;
+        s.copy(&input, &mut tmp)?;
+        s.all_reduce_in_place(&mut tmp, ReduceOp::Sum)?;
+        s.copy(&tmp, out)
+    };
+    let started = Instant::now();
+    for _ in 0..GRAPH_STEPS {
+        step(&on, &mut out)?;
+    }
+    let eager = started.elapsed().as_secs_f64() * 1e6 / GRAPH_STEPS as f64;
+    pool.synchronize()?;
+    let graph = pool.capture(&stream, |s| step(s, &mut out))?;
+    let started = Instant::now();
+    for _ in 0..GRAPH_STEPS {
+        graph.replay(&stream)?;
+    }
+    let replayed = started.elapsed().as_secs_f64() * 1e6 / GRAPH_STEPS as f64;
+    stream.synchronize()?;
+    Ok((eager, replayed))
+}
+
 fn main() -> Result<()> {
     let layouts = [
         ("stream-ordered, never synchronize", false, false),
@@ -158,5 +193,16 @@ fn main() -> Result<()> {
         "  overlap speed-up:                     {:>8.2}x",
         two / one
     );
+    let host = emu::launch(2, |comm| {
+        (0..ROUNDS)
+            .map(|_| eager_vs_replayed(comm))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let eager = median(host[0].iter().map(|h| h.0).collect());
+    let replayed = median(host[0].iter().map(|h| h.1).collect());
+    println!("\na step (temporary, two copies, an AllReduce), host time to enqueue it, rank 0:");
+    println!("  eager:    {eager:>8.2} us a step");
+    println!("  replayed: {replayed:>8.2} us a step (no pool call)");
+    println!("  eager / replayed: {:>6.1}x", eager / replayed);
     Ok(())
 }
