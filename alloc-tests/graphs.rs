@@ -40,11 +40,13 @@ fn blocks_a_graph_uses_stay_reserved_until_it_drops_and_replays_reuse_them() {
             (before.alloc_count, before.collectives)
         );
         drop(graph);
+        // Released by the next synchronize (its replays and every stream done with it).
+        pool.synchronize()?;
         let again = SymVec::<f32>::zeroed(&pool, 256)?;
         assert_eq!(
             again.offset(),
             scratch_offset,
-            "released when the graph dropped"
+            "released after the graph dropped"
         );
         Ok(())
     })
@@ -122,6 +124,109 @@ fn a_graph_dropped_while_its_replay_waits_for_a_peer_waits_for_it() {
         graph.replay(&stream)?;
         drop(graph); // rank 0's replay still waits for rank 1
         assert_eq!(x.to_host()?, vec![2.0; 64]);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+/// Regressions from review: each was seen misbehaving before its fix.
+#[test]
+fn a_capture_refuses_host_functions_host_access_and_foreign_copies_without_poisoning() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let other = SymPool::new(comm, PoolConfig::new(2 << 20))?;
+        let stream = Stream::new(comm.runtime())?;
+        let mut x = SymVec::from_host(&pool, &[1.0f32; 64])?;
+        let foreign = SymVec::from_host(&other, &[1.0f32; 64])?;
+        let graph = pool.capture(&stream, |s| {
+            s.all_reduce_in_place(&mut x, ReduceOp::Sum)?;
+            // A host function would run at every replay: a once-only closure cannot.
+            assert!(s.stream().launch_host_fn(|| {}).is_err());
+            // Host access cannot wait for a capturing stream: refused, not a failure.
+            assert!(matches!(x.to_host(), Err(Error::InvalidArgument(_))));
+            // The other pool would reuse its block under the graph.
+            assert!(s.copy(&foreign, &mut x).is_err());
+            Ok(())
+        })?;
+        graph.replay(&stream)?;
+        // A host view of a buffer a live graph writes is refused; a copy waits for it.
+        assert!(x.host().is_err());
+        assert_eq!(x.to_host()?, vec![1.0; 64]);
+        drop(graph);
+        assert_eq!(x.host()?[0], 1.0);
+        pool.alloc(512, 0)?; // not poisoned
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn memory_a_dropped_graph_held_waits_for_other_streams_before_reuse() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let (stream, side) = (Stream::new(comm.runtime())?, Stream::new(comm.runtime())?);
+        let src = SymVec::from_host(&pool, &[7.0f32; 1024])?;
+        let mut x = SymVec::<f32>::zeroed(&pool, 1024)?;
+        let mut at = 0;
+        let graph = pool.capture(&stream, |s| {
+            let mut tmp = SymVec::<f32>::zeroed(s, 1024)?;
+            at = tmp.offset();
+            s.copy(&src, &mut tmp)?;
+            s.copy(&tmp, &mut x)
+        })?;
+        // A late copy on a busy side stream into a buffer, then the buffer and the graph go.
+        side.launch_host_fn(|| std::thread::sleep(Duration::from_millis(200)))?;
+        let mut late = SymVec::<f32>::zeroed(&pool, 1024)?;
+        let late_at = late.offset();
+        pool.on(&side).copy(&src, &mut late)?;
+        drop(late);
+        drop(graph);
+        // The graph's temporary waits for the next synchronize; the late buffer may be reused
+        // at once, but only after the side stream's copy (an event), so `y` reads right.
+        let y = SymVec::from_host(&pool, &[1.0f32; 1024])?;
+        assert_ne!(y.offset(), at);
+        side.synchronize()?;
+        assert_eq!(y.to_host()?, vec![1.0; 1024], "overwritten at {late_at}");
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn a_capture_that_fails_to_end_gives_back_what_it_held() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let free_before = pool.stats().largest_free;
+        let (stream, side) = (Stream::new(comm.runtime())?, Stream::new(comm.runtime())?);
+        let failed = pool.capture(&stream, |s| {
+            let mut tmp = SymVec::<f32>::zeroed(s, 1 << 18)?;
+            let joined = symheap::Event::new(comm.runtime())?;
+            joined.record(s.stream())?;
+            side.wait(&joined)?; // joins, and never joins back
+            pool.on(&side).all_reduce_in_place(&mut tmp, ReduceOp::Sum)
+        });
+        assert!(failed.is_err());
+        pool.synchronize()?;
+        assert_eq!(pool.stats().largest_free, free_before);
+        // A block used on another stream before the capture, freed inside it, is not reused
+        // by the capture (that would wait for work outside it).
+        let mut used = SymVec::from_host(&pool, &[1.0f32; 64])?;
+        pool.on(&side)
+            .all_reduce_in_place(&mut used, ReduceOp::Sum)?;
+        pool.synchronize()?;
+        let graph = pool.capture(&stream, |s| {
+            drop(used);
+            let mut fresh = SymVec::<f32>::zeroed(s, 64)?;
+            s.all_reduce_in_place(&mut fresh, ReduceOp::Sum)
+        })?;
+        graph.replay(&stream)?;
+        drop(graph);
         Ok(())
     })
     .unwrap();

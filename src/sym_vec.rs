@@ -65,7 +65,8 @@ impl<T: Element> SymVec<T> {
         let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
         if alloc.may_be_in_use() || pool.shared().lock().capture_hold().is_some() {
             // Reused memory that queued work may still use: zeroed in stream order, after it
-            // (and, during a capture, in the graph: each replay zeroes it again).
+            // (during a capture, on the capture's stream handle: in the graph, so each replay
+            // zeroes it again).
             let stream = pool.target().stream;
             // SAFETY: the block is this vector's, at least `bytes` long; host access waits
             // for the stream, on which it is marked used.
@@ -202,12 +203,19 @@ impl<T: Element> SymVec<T> {
         Ok(unsafe { std::slice::from_raw_parts_mut(self.device_ptr().as_raw().cast(), self.len) })
     }
 
+    /// A host view needs host-addressable memory that no graph may write behind its back
+    /// (a replay takes no borrow of the buffers it writes).
     fn check_host_addressable(&self) -> Result<()> {
-        if self.alloc.pool().comm().runtime().is_host_addressable() {
-            Ok(())
-        } else {
-            Err(Error::NotHostAddressable)
+        if !self.alloc.pool().comm().runtime().is_host_addressable() {
+            return Err(Error::NotHostAddressable);
         }
+        if self.alloc.is_held() {
+            return Err(Error::invalid(
+                "a host view of a buffer a live SymGraph uses: its replays may write it at any \
+                 time; use to_host / copy_from_host",
+            ));
+        }
+        Ok(())
     }
 
     /// The number of elements.

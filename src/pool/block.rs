@@ -128,6 +128,12 @@ impl SymBlock {
         }
     }
 
+    /// Whether a live graph's replays write or read this memory.
+    pub(crate) fn is_held(&self) -> bool {
+        let holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.iter().any(|h| !h.is_released())
+    }
+
     /// Whether queued work may still use this memory (it was used, or handed out again
     /// while work that used it before may not have run, since the last synchronize).
     pub(crate) fn may_be_in_use(&self) -> bool {
@@ -143,6 +149,9 @@ impl SymBlock {
         // wait is over (and has poisoned the pool if it failed).
         let state = self.pool.lock();
         self.pool.check_usable()?;
+        // The captured streams cannot be waited for: refused, not a failure of the work.
+        self.pool
+            .check_not_capturing(&state, "host access to pooled memory")?;
         drop(state);
         let used = self.used_epoch.load(Ordering::Acquire) == self.pool.current_epoch();
         // `record_stream` never records the pool's own stream, so no stream is waited twice.

@@ -56,6 +56,13 @@ impl SymPool {
         // for (as for collectives).
         let state = self.shared().lock();
         self.shared().check_usable()?;
+        let own = src.alloc().belongs_to(self.shared()) && dst.alloc().belongs_to(self.shared());
+        if state.capture_hold().is_some() && !own {
+            return Err(Error::invalid(
+                "copy: during a capture both buffers must be this pool's (the graph keeps them \
+                 from reuse)",
+            ));
+        }
         // SAFETY: both blocks are live, at least `bytes` long, distinct (`&` and `&mut`), and
         // stay allocated until the stream has run the copy: their frees wait for it in stream
         // order or, on another stream, behind an event.

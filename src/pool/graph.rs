@@ -34,10 +34,11 @@ impl GraphHold {
     }
 }
 
-/// A freed block that graphs still hold.
+/// A freed block that graphs still hold, and the streams other than the pool's that used it.
 pub(crate) struct Held {
     pub(crate) block: PoolBlock,
     pub(crate) holds: Vec<Arc<GraphHold>>,
+    pub(crate) streams: Vec<Stream>,
 }
 
 /// A step of pooled work captured once and replayed many times: an ACL graph, and the hold on
@@ -67,8 +68,13 @@ impl SymPool {
     /// block allocated during the capture, stays reserved for the graph (not reused, even when
     /// dropped) until the graph drops; the placements are the same on every rank. During the
     /// capture the pool refuses to grow, trim, attach a group, synchronize or verify, with a
-    /// clear error: reserve and warm up before capturing. Host copies (`from_host`,
-    /// `to_host`) are refused by the runtime while a capture is in progress.
+    /// clear error: reserve and warm up before capturing. Host access to pooled memory
+    /// (`from_host`, `to_host`, `host`) is refused while the capture runs, and a strict-symmetry
+    /// pool ([`PoolConfig::strict_symmetry`](crate::PoolConfig::strict_symmetry)) cannot verify
+    /// inside one, so its collectives are refused there. Blocks freed during the capture that
+    /// earlier work may still use wait for the next synchronize. Host views (`host`,
+    /// `host_mut`) of a buffer a live graph uses are refused (a replay may write it at any
+    /// time); `to_host` and `copy_from_host` wait for the replays.
     ///
     /// # Examples
     /// ```
@@ -119,8 +125,16 @@ impl SymPool {
         let ran = step(&self.on(stream));
         let ended = stream.end_capture();
         shared.lock().capturing = None;
+        let graph = match ended {
+            Ok(graph) => graph,
+            Err(e) => {
+                // No graph: what it held goes back (at the next synchronize).
+                shared.release_graph(&hold);
+                return Err(e);
+            }
+        };
         let graph = SymGraph {
-            graph: Some(ended?),
+            graph: Some(graph),
             hold,
             pool: shared.clone(),
         };
@@ -129,6 +143,29 @@ impl SymPool {
 }
 
 impl PoolShared {
+    /// The graph `hold` is gone: waits for its replays (a failure poisons the pool), then
+    /// hands the freed blocks only it held to the pending list, which the next synchronize
+    /// releases once the streams that used them are done.
+    pub(crate) fn release_graph(&self, hold: &Arc<GraphHold>) {
+        let replays = hold.replay_streams();
+        if let Err(e) = self.wait_or_poison(replays.iter()) {
+            self.comm.runtime().record_drop_error(e);
+        }
+        hold.released.store(true, Ordering::Release);
+        let mut state = self.lock();
+        for mut h in std::mem::take(&mut state.held) {
+            h.holds.retain(|g| !g.is_released());
+            if h.holds.is_empty() {
+                state.pending.push(super::Pending {
+                    block: h.block,
+                    streams: h.streams,
+                });
+            } else {
+                state.held.push(h);
+            }
+        }
+    }
+
     /// [`Error::InvalidArgument`] during a capture, for `what`, which the pool cannot do then.
     pub(crate) fn check_not_capturing(&self, state: &super::PoolState, what: &str) -> Result<()> {
         if state.capturing.is_some() {
@@ -170,28 +207,10 @@ impl Drop for SymGraph {
     fn drop(&mut self) {
         // The graph first: its destroy waits for replays still running. If it fails, the
         // graph may still run: its blocks are never reused.
-        let rt = self.pool.comm.runtime();
         if let Some(Err(e)) = self.graph.take().map(Graph::destroy) {
-            rt.record_drop_error(e);
+            self.pool.comm.runtime().record_drop_error(e);
             return;
         }
-        for stream in self.hold.replay_streams() {
-            if let Err(e) = stream.synchronize() {
-                rt.record_drop_error(e);
-            }
-        }
-        self.hold.released.store(true, Ordering::Release);
-        let mut state = self.pool.lock();
-        let held = std::mem::take(&mut state.held);
-        for mut h in held {
-            h.holds.retain(|g| !g.is_released());
-            if h.holds.is_empty() {
-                if let Err(e) = state.free_block(h.block) {
-                    rt.record_drop_error(e);
-                }
-            } else {
-                state.held.push(h);
-            }
-        }
+        self.pool.release_graph(&self.hold);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{PoolShared, SymPool};
 use crate::heap::fold_words;
-use crate::runtime::{Comm, Stream};
+use crate::runtime::{Comm, Stream, Window};
 use crate::{Error, Result};
 
 /// What the op hash records for an attach: a word no collective kind uses, then the group's
@@ -72,18 +72,29 @@ impl SymPool {
         shared.check_attachable(&state.groups, group)?;
         shared.quiesce(&mut state)?;
         let _span = tracing::info_span!("symheap.attach", rank = shared.comm.rank()).entered();
-        let name = group.name()?;
-        if state.groups.is_empty() {
-            state.names[0] = shared.comm.name()?;
-        }
-        let windows: Result<Vec<_>> = state
+        // Every step is attempted on every rank, then agreed: a rank whose step fails must
+        // not skip the registrations its peers make.
+        let name = group.name();
+        let own = state.groups.is_empty().then(|| shared.comm.name());
+        let mut attempts: Vec<Result<Window>> = state
             .segments
             .iter()
             .map(|(_, segment)| segment.register_in(group))
             .collect();
-        let windows = shared
-            .comm
-            .agree("register the pool in an attached group", windows)?;
+        let local = [
+            name.as_ref().err(),
+            own.as_ref().and_then(|o| o.as_ref().err()),
+        ];
+        if let Some(e) = local.into_iter().flatten().next() {
+            attempts.push(Err(e.clone()));
+        }
+        let what = "register the pool in an attached group";
+        let windows = super::segment::agree_on_all(&shared.comm, what, attempts)?;
+        // Agreed: both lookups succeeded here.
+        if let Some(Ok(own)) = own {
+            state.names[0] = own;
+        }
+        let name = name.unwrap_or_default();
         let registrations = windows.len() as u64;
         for ((_, segment), window) in state.segments.iter_mut().zip(windows) {
             segment.attached.push(window);

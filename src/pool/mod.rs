@@ -179,9 +179,9 @@ pub(crate) struct Placed {
 }
 
 /// A freed block that queued work may still touch.
-struct Pending {
-    block: PoolBlock,
-    streams: Vec<Stream>,
+pub(crate) struct Pending {
+    pub(crate) block: PoolBlock,
+    pub(crate) streams: Vec<Stream>,
 }
 
 impl std::fmt::Debug for SymPool {
@@ -337,14 +337,16 @@ impl SymPool {
     /// As for [`alloc`](Self::alloc).
     pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymBlock> {
         let home = self.target().stream;
-        let placed = {
+        let (placed, hold) = {
             let mut state = self.shared.lock();
-            self.shared.alloc_locked(&mut state, size, align, tag, home)
+            let placed = self.shared.alloc_locked(&mut state, size, align, tag, home);
+            (placed, state.capturing.clone())
         };
         match placed {
             Ok((placed, recycled)) => {
                 let block = SymBlock::new(Arc::clone(&self.shared), placed, size);
-                if let Some(hold) = &self.shared.lock().capturing {
+                // Allocated during a capture: the graph's.
+                if let Some(hold) = &hold {
                     block.hold_for(hold);
                 }
                 // Memory that queued work may still use: the first host access waits.
@@ -745,14 +747,20 @@ impl PoolShared {
         // Graphs that may run again keep the memory.
         holds.retain(|g| !g.is_released());
         if !holds.is_empty() {
-            state.held.push(graph::Held { block, holds });
+            state.held.push(graph::Held {
+                block,
+                holds,
+                streams,
+            });
             return;
         }
         let on_pool_stream = used_epoch == Some(self.current_epoch());
         let in_flight = on_pool_stream || !streams.is_empty();
         // Once poisoned, a peer may still write it: never reused. With deferred reuse, kept
-        // until the next synchronize while queued work may use it.
-        if self.failure.get().is_some() || (in_flight && self.config.is_deferred_reuse()) {
+        // until the next synchronize while queued work may use it. During a capture too: the
+        // captured work could not wait for work outside it.
+        let deferred = self.config.is_deferred_reuse() || state.capturing.is_some();
+        if self.failure.get().is_some() || (in_flight && deferred) {
             state.pending.push(Pending { block, streams });
             return;
         }

@@ -72,9 +72,9 @@ impl Segment {
         // Every registration is agreed before any warm-up is queued: a failure then drops
         // (deregisters) windows that no queued work uses.
         if !groups.is_empty() {
-            let registered = groups.iter().map(|g| segment.register_in(g)).collect();
+            let attempts = groups.iter().map(|g| segment.register_in(g)).collect();
             let what = "register a new segment in every attached group";
-            segment.attached = comm.agree(what, registered)?;
+            segment.attached = agree_on_all(comm, what, attempts)?;
         }
         // Groups are no larger than the world: their warm-ups fit where the world's does.
         warm_up(comm, base, stream)?;
@@ -108,6 +108,20 @@ impl Segment {
         }
         result.and(self.window.deregister())
     }
+}
+
+/// Every rank's registrations, agreed over `comm` once each was attempted (one that fails
+/// must not skip the later ones, which are collective in their groups): the windows, or on
+/// every rank an error. On failure the windows made are dropped after the agreement, so every
+/// rank deregisters them alike.
+pub(super) fn agree_on_all(
+    comm: &Comm,
+    what: &str,
+    attempts: Vec<Result<Window>>,
+) -> Result<Vec<Window>> {
+    let first_error = attempts.iter().find_map(|a| a.as_ref().err().cloned());
+    comm.agree(what, first_error.map_or(Ok(()), Err))?;
+    Ok(attempts.into_iter().flatten().collect())
 }
 
 /// The warm-up collective of a fresh window at `base` on `comm`: it gathers 8 bytes from

@@ -265,7 +265,8 @@ impl Comm {
         let mut raw_config = *config.as_raw();
         let mut parent = self.as_raw();
         let mut raw = std::ptr::null_mut();
-        let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+        // Not under the parent's call lock: the call waits for the other members, and this
+        // process's other threads must go on using the parent meanwhile (one may be a member).
         // SAFETY: every pointer is valid for the call: the parent handle, `ids.len()` rank
         // ids, a config of its own size, and the out-pointer.
         let code = unsafe {
@@ -279,7 +280,6 @@ impl Comm {
                 &mut raw,
             )
         };
-        drop(_serial);
         rt.hccl_check("HcclCreateSubCommConfig", code)?;
         let parent = Some((self.clone(), ranks.to_vec()));
         let size = ranks.len() as u32;

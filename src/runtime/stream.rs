@@ -65,6 +65,23 @@ impl Stream {
         &self.inner.rt
     }
 
+    /// Whether the stream is capturing a graph (`aclmdlRICaptureGetInfo`); `false` where the
+    /// library has no graphs.
+    ///
+    /// # Errors
+    /// The runtime's error.
+    pub fn is_capturing(&self) -> Result<bool> {
+        let rt = self.runtime();
+        let Some(info) = rt.acl().aclmdlRICaptureGetInfo else {
+            return Ok(false);
+        };
+        let mut status = crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+        // SAFETY: a live stream and a valid out-pointer (the model one may be NULL).
+        let code = unsafe { info(self.as_raw(), &mut status, std::ptr::null_mut()) };
+        rt.acl_check("aclmdlRICaptureGetInfo", code)?;
+        Ok(status != crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE)
+    }
+
     /// Whether two handles name the same stream.
     pub fn same_as(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -88,7 +105,8 @@ impl Stream {
     /// Enqueues `f` to run on the host when the stream reaches it (`aclrtLaunchHostFunc`);
     /// the stream's later work waits for it to return. A rank's host compute, modelled as
     /// stream work. It must not synchronize this stream (it would wait for itself). A panic
-    /// in `f` is caught and logged.
+    /// in `f` is caught and logged. Refused on a stream that captures a graph (a replay would
+    /// call it again).
     ///
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) if the library lacks the call; the
@@ -96,6 +114,13 @@ impl Stream {
     pub fn launch_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
         let rt = self.runtime();
         let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
+        // A captured host function runs at every replay: a closure that runs once cannot be.
+        if self.is_capturing()? {
+            return Err(crate::Error::invalid(
+                "launch_host_fn: the stream is capturing a graph, whose replays would call the \
+                 host function again; it runs once",
+            ));
+        }
         let args = Box::into_raw(Box::new(Box::new(f) as HostFn));
         // SAFETY: a live stream; `run_host_fn` takes back the box `args` points to, once.
         let code = unsafe { launch(self.as_raw(), Some(run_host_fn), args.cast()) };
