@@ -600,6 +600,7 @@ pub(crate) fn join_failed<T>(e: JoinError, rank: u32, timeout: Duration) -> Hccl
         JoinError::Formed => {
             para("rootInfo was already used by a communicator whose ranks all joined")
         }
+        JoinError::Closed => para("the rendezvous closed the connection"),
         JoinError::Timeout { missing } => hccl_fail(
             HcclResult::HCCL_E_TIMEOUT,
             format!(

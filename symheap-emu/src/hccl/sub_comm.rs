@@ -216,10 +216,13 @@ fn host_or_join(
             &never,
         );
         match joined {
-            // Bound but not listening yet, or its last member just left: try again. A
-            // formed group of the same name is one whose members are destroying it (their
-            // queued work may hold it a while) or one still in use: wait for it to go.
-            Err(JoinError::Unreachable(_) | JoinError::Formed) if !left.is_zero() => {
+            // Bound but not listening yet, or its last member just left (it may close a join
+            // as it ends): try again. A formed group of the same name is one whose members
+            // are destroying it (their queued work may hold it a while) or one still in use:
+            // wait for it to go.
+            Err(JoinError::Unreachable(_) | JoinError::Closed | JoinError::Formed)
+                if !left.is_zero() =>
+            {
                 std::thread::sleep(RETRY)
             }
             Err(JoinError::Formed) => {

@@ -105,6 +105,8 @@ pub(crate) enum JoinError {
     Refused(String),
     /// The hub's group formed already: every rank has joined.
     Formed,
+    /// The hub closed the connection without an answer (it was ending).
+    Closed,
     /// Not every rank joined within the timeout; these had not.
     Timeout { missing: Vec<u32> },
     /// The caller's cancel flag was raised while waiting (another rank of the same
@@ -160,11 +162,7 @@ impl Rendezvous {
         }
         let welcome = match conn.recv() {
             Ok(Some(m)) => m,
-            _ => {
-                return Err(JoinError::Refused(
-                    "the rendezvous closed the connection".into(),
-                ));
-            }
+            _ => return Err(JoinError::Closed),
         };
         let mut r = Reader::new(&welcome.bytes);
         match r.u8() {
