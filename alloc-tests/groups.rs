@@ -125,14 +125,7 @@ fn attached_program(world: &Comm, steps: usize) -> symheap::Result<(u64, u64, sy
                 let len = rng.log_uniform(1, 1 << 16) as usize;
                 match SymVec::<f32>::zeroed(&pool, len) {
                     Ok(v) => {
-                        // Handles differ between ranks; the window's place in the pool does not.
-                        let window = match windows.iter().position(|&w| w == v.window()) {
-                            Some(i) => i,
-                            None => {
-                                windows.push(v.window());
-                                windows.len() - 1
-                            }
-                        };
+                        let window = crate::support::window_index(&mut windows, v.window());
                         for word in [window as u64, v.offset(), len as u64] {
                             digest = (digest ^ word).wrapping_mul(0x0000_0100_0000_01b3);
                         }

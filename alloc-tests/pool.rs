@@ -31,13 +31,7 @@ pub(crate) fn random_program(
                 let len = rng.log_uniform(1, 1 << 18) as usize;
                 match SymVec::<f32>::zeroed(pool, len) {
                     Ok(v) => {
-                        let window = match windows.iter().position(|&w| w == v.window()) {
-                            Some(i) => i,
-                            None => {
-                                windows.push(v.window());
-                                windows.len() - 1
-                            }
-                        };
+                        let window = crate::support::window_index(&mut windows, v.window());
                         placements.push(Some((window, v.offset(), len as u64)));
                         live.push(v);
                     }

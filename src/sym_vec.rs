@@ -63,7 +63,8 @@ impl<T: Element> SymVec<T> {
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
         let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
-        if alloc.may_be_in_use() || pool.shared().lock().capture_hold().is_some() {
+        // A block allocated during a capture is the graph's from the start.
+        if alloc.may_be_in_use() || alloc.is_held() {
             // Reused memory that queued work may still use: zeroed in stream order, after it
             // (during a capture, on the capture's stream handle: in the graph, so each replay
             // zeroes it again).

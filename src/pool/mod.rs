@@ -146,9 +146,8 @@ pub(crate) struct PoolState {
     capturing: Option<Arc<graph::GraphHold>>,
     /// Freed blocks that graphs still hold.
     held: Vec<graph::Held>,
-    /// The pool's own communicator (for its stats), and the names of it and of each group,
-    /// read at the first attach (a pool of one communicator needs none).
-    own: Comm,
+    /// The names of the pool's communicator and of each group, read at the first attach (a
+    /// pool of one communicator needs none).
     names: Vec<String>,
 }
 
@@ -252,7 +251,6 @@ impl SymPool {
             collective_streams: Vec::new(),
             capturing: None,
             held: Vec::new(),
-            own: comm.clone(),
             names: vec![String::new()],
         };
         let segment = state.segments.insert(first);
@@ -452,7 +450,7 @@ impl SymPool {
         "memory_reserved"
     ))]
     pub fn stats(&self) -> PoolStats {
-        self.shared.lock().stats()
+        self.shared.lock().stats(&self.shared.comm)
     }
 
     /// A hash of every allocation, free, growth, trim and collective so far (and of what is
@@ -779,8 +777,9 @@ impl PoolShared {
 }
 
 impl PoolState {
-    /// The accounting, as [`SymPool::stats`] reports it.
-    fn stats(&self) -> PoolStats {
+    /// The accounting of a pool on `comm`, as [`SymPool::stats`] reports it.
+    fn stats(&self, comm: &Comm) -> PoolStats {
+        let collectives = self.paths.stats();
         let free = self.free();
         let largest_free = self.largest_free();
         PoolStats {
@@ -801,17 +800,16 @@ impl PoolState {
                 + self.groups.iter().map(|g| g.registrations).sum::<u64>(),
             pending_frees: self.pending.len(),
             tags: self.tags.stats(),
-            collectives: self.paths.stats(),
-            communicators: self.communicators(),
+            communicators: self.communicators(comm, &collectives),
+            collectives,
             private_allocated: self.private.as_ref().map_or(0, PrivateRegion::allocated),
             private_reserved: self.private.as_ref().map_or(0, PrivateRegion::size),
         }
     }
 
     /// The pool's communicator, then each attached group, with their registrations and paths.
-    fn communicators(&self) -> Vec<stats::CommStats> {
-        let paths = self.paths.stats();
-        let own = (&self.own, self.registrations);
+    fn communicators(&self, own: &Comm, paths: &[stats::CollectiveStats]) -> Vec<stats::CommStats> {
+        let own = (own, self.registrations);
         let groups = self.groups.iter().map(|g| (&g.comm, g.registrations));
         std::iter::once(own)
             .chain(groups)

@@ -177,16 +177,17 @@ pub(crate) fn memset(dst: usize, max: usize, value: i32, count: usize) -> AclRes
     Ok(())
 }
 
-/// Queues `op` on `stream`, or keeps it in the stream's capture (an empty op is still a
-/// checked no-op).
-fn enqueue(op: Option<Op>, stream: usize) -> AclResult {
-    stream::lookup(stream)?;
+/// Queues `op` on stream `handle`, or keeps it in the stream's capture (an empty op is still
+/// a checked no-op). The stream is looked up before the op is planned, so a bad stream is the
+/// error whatever the op.
+fn enqueue(op: Option<Op>, stream: &stream::Stream, handle: usize) -> AclResult {
     let Some(op) = op else {
         return Ok(());
     };
     let op = Arc::new(op);
     graph::submit(
         stream,
+        handle,
         Arc::new(move || {
             let op = op.clone();
             Ok(Box::new(move || {
@@ -206,8 +207,8 @@ pub(crate) fn memcpy_async(
     kind: aclrtMemcpyKind,
     stream: usize,
 ) -> AclResult {
-    stream::lookup(stream)?;
-    enqueue(plan_copy(dst, dest_max, src, count, kind)?, stream)
+    let s = stream::lookup(stream)?;
+    enqueue(plan_copy(dst, dest_max, src, count, kind)?, &s, stream)
 }
 
 /// `aclrtMemsetAsync`.
@@ -218,8 +219,8 @@ pub(crate) fn memset_async(
     count: usize,
     stream: usize,
 ) -> AclResult {
-    stream::lookup(stream)?;
-    enqueue(plan_set(dst, max, value, count)?, stream)
+    let s = stream::lookup(stream)?;
+    enqueue(plan_set(dst, max, value, count)?, &s, stream)
 }
 
 #[cfg(test)]

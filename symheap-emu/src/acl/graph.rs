@@ -224,11 +224,6 @@ pub(crate) fn info(stream: usize) -> AclResult<(aclmdlRICaptureStatus, usize)> {
     Ok((status, handle))
 }
 
-/// Whether `stream` captures: the model it captures into.
-pub(crate) fn capturing(stream: usize) -> Option<usize> {
-    stream::lookup(stream).ok()?.capture()
-}
-
 /// Keeps `item`, queued on `stream`, in the model `handle` that the stream captures into.
 fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
     let model = lookup(handle)?;
@@ -239,12 +234,12 @@ fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
     Ok(())
 }
 
-/// Queues stream work: into the capture `stream` is in, as a recipe made afresh per replay,
-/// or at once.
-pub(crate) fn submit(stream: usize, recipe: Recipe) -> AclResult {
-    match capturing(stream) {
-        Some(model) => keep(model, stream, Item::Work(recipe)),
-        None => stream::lookup(stream)?.enqueue(recipe()?),
+/// Queues stream work on `stream` (whose handle is `handle`): into the capture it is in, as a
+/// recipe made afresh per replay, or at once.
+pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> AclResult {
+    match stream.capture() {
+        Some(model) => keep(model, handle, Item::Work(recipe)),
+        None => stream.enqueue(recipe()?),
     }
 }
 

@@ -235,8 +235,8 @@ pub(crate) unsafe fn launch_host_func(
     let Some(func) = func else {
         return param("fn is NULL");
     };
-    lookup(handle)?;
     crate::acl::graph::submit(
+        &*lookup(handle)?,
         handle,
         Arc::new(move || {
             Ok(Box::new(move || {

@@ -124,7 +124,7 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) 
             let host_waits = host_waits.clone();
             Ok(task(comm.clone(), job.clone(), seq, move || host_waits()))
         });
-        return graph::submit(handle, recipe).map_err(stream_error);
+        return graph::submit(&stream, handle, recipe).map_err(stream_error);
     }
     stream
         .enqueue(task(comm.clone(), job, seq, stream.host_waiting()))

@@ -350,7 +350,12 @@ impl Hub {
     fn reject(&mut self, i: usize, reason: &str) {
         let mut w = Writer::default();
         w.u8(to_rank::REJECT).blob(reason.as_bytes());
-        let _ = self.members[i].conn.send(&w.bytes, &[]);
+        self.dismiss(i, &w);
+    }
+
+    /// Answers connection `i` with `answer` (after reading its join) and drops it.
+    fn dismiss(&mut self, i: usize, answer: &Writer) {
+        let _ = self.members[i].conn.send(&answer.bytes, &[]);
         self.members.remove(i);
     }
 
@@ -372,9 +377,7 @@ impl Hub {
         if self.formed {
             let mut w = Writer::default();
             w.u8(to_rank::FORMED);
-            let _ = self.members[i].conn.send(&w.bytes, &[]);
-            self.members.remove(i);
-            return;
+            return self.dismiss(i, &w);
         }
         if let Some(have) = self.n.filter(|&have| have != n) {
             return self.reject(
