@@ -699,9 +699,9 @@ void sub_communicators(const Rank &k)
 // The host function a captured step starts with: counts its calls.
 void count_call(void *calls) { ++*static_cast<int *>(calls); }
 
-// A captured step of a host function, a device copy, an AllReduce and an AllGather on a window,
-// across two streams joined by events (the cross-stream guide's shape), replayed 100 times and
-// checked each time; then the codes of what capture forbids. Last, rank 3 leaves and the
+// A captured step of a host function, a device copy, an AllReduce and an AllGather on a window
+// and a ring of sends and receives, across two streams joined by events (the cross-stream
+// guide's shape), replayed 100 times and checked each time; then the codes of what capture forbids. Last, rank 3 leaves and the
 // others' next replay fails at once, naming it. Returns with k.comm NULL on rank 3.
 void graph_capture(Rank &k)
 {
@@ -736,6 +736,13 @@ void graph_capture(Rank &k)
     CHECK(status == ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
     HCCL_OK(HcclAllReduce(work, work, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, k.comm, side));
     HCCL_OK(HcclAllGather(work, gathered, count, HCCL_DATA_TYPE_FP32, k.comm, side));
+    float *ring = gathered + count * k.n;
+    uint32_t next = (k.r + 1) % k.n, prev = (k.r + k.n - 1) % k.n;
+    HcclSendRecvItem items[2] = {
+        {HCCL_SEND, pristine, count, HCCL_DATA_TYPE_FP32, next},
+        {HCCL_RECV, ring, count, HCCL_DATA_TYPE_FP32, prev},
+    };
+    HCCL_OK(HcclBatchSendRecv(items, 2, k.comm, side));
     ACL_OK(aclrtRecordEvent(back, side));
     ACL_OK(aclrtStreamWaitEvent(k.stream, back));
     // What capture forbids, each failing alone.
@@ -743,6 +750,9 @@ void graph_capture(Rank &k)
     EXPECT_ACL(aclrtSynchronizeEvent(joined), ACL_ERROR_RT_EVENT_CAPTURED);
     EXPECT_ACL(aclrtMemcpy(work, 4, pristine, 4, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT);
     EXPECT_ACL(aclrtRecordEvent(plain, k.stream), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+    float pageable[4] = {0, 0, 0, 0};
+    EXPECT_ACL(aclrtMemcpyAsync(work, 16, pageable, 16, ACL_MEMCPY_HOST_TO_DEVICE, k.stream),
+               ACL_ERROR_RT_PARAM_INVALID);
     EXPECT_ACL(aclrtDestroyStream(side), ACL_ERROR_RT_STREAM_CAPTURED);
     EXPECT_ACL(aclmdlRICaptureEnd(side, &model), ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED);
     ACL_OK(aclmdlRICaptureEnd(k.stream, &model));
@@ -753,6 +763,7 @@ void graph_capture(Rank &k)
         ACL_OK(aclrtSynchronizeStream(k.stream));
         CHECK(calls == i);
         for (float v : download<float>(gathered, count * k.n)) CHECK(v == sum);
+        for (float v : download<float>(ring, count)) CHECK(v == (float)(prev + 1));
     }
     ACL_OK(aclmdlRIDestroy(model));
     // The graph, then the window, then the communicator.

@@ -4,11 +4,16 @@
 //! Device-side ranges are validated and pinned (see [`crate::acl::memory`]); host-side pointers are
 //! trusted, as in C, except inside `aclrtMallocHost` allocations, whose ranges are checked and
 //! pinned too (see [`crate::acl::host`]).
+//!
+//! An async copy between the device and pageable host memory (any host memory not from
+//! `aclrtMallocHost`) is what hicann/runtime's `ApiErrorDecorator::MemcpyAsync` makes of it:
+//! refused on a capturing stream, otherwise a synchronize of the stream and a synchronous
+//! copy, so the host memory is free again when the call returns.
 
-use crate::sys::aclrtMemcpyKind;
+use crate::sys::{ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, aclrtMemcpyKind};
 
 use crate::acl::memory::{self, Pins};
-use crate::base::errors::{AclResult, acl_non_null, param};
+use crate::base::errors::{AclResult, Fail, acl_non_null, param};
 use crate::{acl::graph, acl::host, acl::stream};
 use std::sync::Arc;
 
@@ -19,6 +24,8 @@ struct Op {
     src: Option<usize>,
     value: u8,
     len: usize,
+    /// A copy between the device and pageable host memory.
+    pageable: bool,
     _pins: Pins,
 }
 
@@ -47,13 +54,13 @@ fn pin(what: &str, addr: usize, len: usize) -> AclResult<Pins> {
 }
 
 /// Pins a host side of a copy if it is in `aclrtMallocHost` memory (other host memory is
-/// trusted).
-fn pin_host(what: &str, addr: usize, len: usize, pins: &mut Pins) -> AclResult {
+/// trusted, and pageable): whether it is.
+fn pin_host(what: &str, addr: usize, len: usize, pins: &mut Pins) -> AclResult<bool> {
     match host::pin(addr, len) {
-        None => Ok(()),
+        None => Ok(false),
         Some(Ok(p)) => {
             pins.push(p);
-            Ok(())
+            Ok(true)
         }
         Some(Err(e)) => param(format!("{what}: {e}")),
     }
@@ -99,21 +106,23 @@ fn plan_copy(
         return Ok(None);
     }
     let mut pins = Pins::default();
+    let mut pinned_host = true;
     if dst_dev {
         pins.extend(pin("dst", dst, count)?);
     } else {
-        pin_host("dst", dst, count, &mut pins)?;
+        pinned_host &= pin_host("dst", dst, count, &mut pins)?;
     }
     if src_dev {
         pins.extend(pin("src", src, count)?);
     } else {
-        pin_host("src", src, count, &mut pins)?;
+        pinned_host &= pin_host("src", src, count, &mut pins)?;
     }
     Ok(Some(Op {
         dst,
         src: Some(src),
         value: 0,
         len: count,
+        pageable: dst_dev != src_dev && !pinned_host,
         _pins: pins,
     }))
 }
@@ -149,6 +158,7 @@ fn plan_set(dst: usize, max: usize, value: i32, count: usize) -> AclResult<Optio
         // C's memset semantics: the value converted to unsigned char.
         value: value as u8,
         len: count,
+        pageable: false,
         _pins: pins,
     }))
 }
@@ -208,7 +218,25 @@ pub(crate) fn memcpy_async(
     stream: usize,
 ) -> AclResult {
     let s = stream::lookup(stream)?;
-    enqueue(plan_copy(dst, dest_max, src, count, kind)?, &s, stream)
+    let op = match plan_copy(dst, dest_max, src, count, kind)? {
+        Some(op) if op.pageable => op,
+        op => return enqueue(op, &s, stream),
+    };
+    if s.capture().is_some() {
+        return param(
+            "an async copy of pageable host memory cannot be captured: copy from \
+             aclrtMallocHost memory",
+        );
+    }
+    stream::synchronize(stream)?;
+    graph::check_unsafe_call("aclrtMemcpyAsync of pageable host memory").map_err(|f| {
+        Fail {
+            code: ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
+            ..f
+        }
+    })?;
+    op.run();
+    Ok(())
 }
 
 /// `aclrtMemsetAsync`.

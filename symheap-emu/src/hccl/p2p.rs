@@ -22,7 +22,11 @@
 //!    its buffer and staging section are free when its stream moves on.
 //!
 //! A side that fails (timeout, mismatch, a lost peer) marks the message finished, so its peer
-//! fails at once instead of waiting for the exec timeout. A batch progresses all its items
+//! fails at once instead of waiting for the exec timeout.
+//!
+//! On a capturing stream the checked call is kept in the graph: each replay numbers its
+//! transfers afresh, in host order when the replay is launched, as an eager call would be when
+//! queued, so a replay pairs with the peer's replay (or eager call) of the same order. A batch progresses all its items
 //! together, so a ring where every rank sends to the next and receives from the previous one
 //! in one batch does not deadlock; items of one pair run one after another, in order.
 
@@ -32,6 +36,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclResult, HcclSendRecvType};
 
 use crate::acl::memory::{self, Pins};
+use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
@@ -70,13 +75,8 @@ pub(crate) struct Item {
 /// nothing and take no number.
 pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static str) -> HcclRes {
     let comm = comm::lookup(comm)?;
+    let handle = stream;
     let stream = stream::lookup(stream).map_err(stream_error)?;
-    if stream.capture().is_some() {
-        return hccl_fail(
-            HcclResult::HCCL_E_NOT_SUPPORT,
-            format!("{name}: the emulator does not capture point-to-point calls in a graph yet"),
-        );
-    }
     let mut transfers = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = |f: Fail<HcclResult>| Fail {
@@ -90,38 +90,56 @@ pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static st
     if transfers.is_empty() {
         return Ok(());
     }
+    if stream.capture().is_some() {
+        // Kept whole: each replay numbers fresh copies (the buffers stay pinned by the
+        // graph).
+        let recipe = Arc::new(move || {
+            let mut messages = lock(&comm.messages);
+            Ok(numbered(&comm, &mut messages, transfers.clone(), name))
+        });
+        return graph::submit(&stream, handle, recipe).map_err(stream_error);
+    }
     // Numbered and queued under the lock, so numbers are taken in queue order, and only once
     // the stream accepted the task: a refused call leaves no `Batch` behind, whose drop would
     // mark messages finished that were never numbered.
     let mut messages = lock(&comm.messages);
-    let make = || -> stream::Task {
-        for t in &mut transfers {
-            let counter = match t.send {
-                true => &mut messages.sent[t.peer as usize],
-                false => &mut messages.received[t.peer as usize],
-            };
-            t.msg = *counter;
-            *counter += 1;
-        }
-        let mut batch = Batch {
-            comm: comm.clone(),
-            transfers,
+    stream
+        .enqueue_with(|| numbered(&comm, &mut messages, transfers, name))
+        .map_err(stream_error)
+}
+
+/// The stream task that runs `transfers`, numbered now as the pairs' next messages.
+fn numbered(
+    comm: &Arc<Comm>,
+    messages: &mut comm::Messages,
+    mut transfers: Vec<Transfer>,
+    name: &'static str,
+) -> stream::Task {
+    for t in &mut transfers {
+        let counter = match t.send {
+            true => &mut messages.sent[t.peer as usize],
+            false => &mut messages.received[t.peer as usize],
         };
-        Box::new(move || {
-            let comm = batch.comm.clone();
-            run(&comm, &mut batch.transfers).map_err(|f| {
-                comm.set_async_error(f.code);
-                TaskFailure {
-                    code: ACL_ERROR_RT_INTERNAL_ERROR,
-                    msg: format!(
-                        "{name} on rank {} failed with {}: {}",
-                        comm.rank, f.code, f.msg
-                    ),
-                }
-            })
-        })
+        t.msg = *counter;
+        *counter += 1;
+    }
+    let mut batch = Batch {
+        comm: comm.clone(),
+        transfers,
     };
-    stream.enqueue_with(make).map_err(stream_error)
+    Box::new(move || {
+        let comm = batch.comm.clone();
+        run(&comm, &mut batch.transfers).map_err(|f| {
+            comm.set_async_error(f.code);
+            TaskFailure {
+                code: ACL_ERROR_RT_INTERNAL_ERROR,
+                msg: format!(
+                    "{name} on rank {} failed with {}: {}",
+                    comm.rank, f.code, f.msg
+                ),
+            }
+        })
+    })
 }
 
 /// `msg`, prefixed with the item it is about when a batch has several.
@@ -185,7 +203,9 @@ enum State {
     Done,
 }
 
-/// A checked send or receive: message `msg` of its pair (numbered when queued).
+/// A checked send or receive: message `msg` of its pair (numbered when queued). A captured
+/// one is cloned for each replay, sharing its pins.
+#[derive(Clone)]
 struct Transfer {
     send: bool,
     peer: u32,
@@ -199,7 +219,7 @@ struct Transfer {
     /// Sender: the window its buffer lies in (kept alive while queued) and the offset there.
     window: Option<(Arc<Window>, usize)>,
     state: State,
-    _pins: Pins,
+    _pins: Arc<Pins>,
 }
 
 impl Transfer {
@@ -241,7 +261,7 @@ impl Transfer {
             chunk,
             window,
             state: State::Start,
-            _pins: pins,
+            _pins: Arc::new(pins),
         })
     }
 

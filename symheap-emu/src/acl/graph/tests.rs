@@ -315,3 +315,142 @@ fn replays_of_a_captured_all_reduce_take_fresh_sequence_numbers_and_a_missing_ra
     );
     assert_clean();
 }
+
+#[test]
+fn captured_point_to_point_calls_pair_with_the_peer_replay_by_replay() {
+    let _g = test_lock();
+    let (h, cfg) = (hccl(), test_config());
+    let i32t = HcclDataType::HCCL_DATA_TYPE_INT32;
+    run_ranks(2, &cfg, |r| {
+        let (send, recv) = (h.HcclSend.unwrap(), h.HcclRecv.unwrap());
+        let buf = DevBuf::new(r.rank, G);
+        let peer = 1 - r.rank;
+        // Each rank sends its first 16 ints and receives the peer's into the next 16: rank
+        // 0 sends first, rank 1 receives first, so the two calls pair across the ranks.
+        let (out, into) = (buf.at(0), buf.at(64));
+        ok(begin(r.stream, 0));
+        // SAFETY: both ranges lie in `buf`.
+        unsafe {
+            if r.rank == 0 {
+                hok(send(out, 16, i32t, peer, r.comm, r.stream));
+                hok(recv(into, 16, i32t, peer, r.comm, r.stream));
+            } else {
+                hok(recv(into, 16, i32t, peer, r.comm, r.stream));
+                hok(send(out, 16, i32t, peer, r.comm, r.stream));
+            }
+        }
+        let graph = end(r.stream).unwrap();
+        for n in 1..=3i32 {
+            buf.write(0, &[n * 10 + r.rank as i32; 16]);
+            ok(replay(graph, r.stream));
+            ok(r.sync());
+            assert_eq!(buf.read::<i32>(64, 16), [n * 10 + peer as i32; 16]);
+        }
+        // The replays took the pairs' message numbers: an eager exchange pairs after them.
+        buf.write(0, &[-1 - r.rank as i32; 16]);
+        // SAFETY: as above.
+        unsafe {
+            let items = &mut [
+                HcclSendRecvItem {
+                    sendRecvType: HcclSendRecvType::HCCL_SEND,
+                    buf: out,
+                    count: 16,
+                    dataType: i32t,
+                    remoteRank: peer,
+                },
+                HcclSendRecvItem {
+                    sendRecvType: HcclSendRecvType::HCCL_RECV,
+                    buf: into,
+                    count: 16,
+                    dataType: i32t,
+                    remoteRank: peer,
+                },
+            ];
+            hok((h.HcclBatchSendRecv.unwrap())(
+                items.as_mut_ptr(),
+                2,
+                r.comm,
+                r.stream,
+            ));
+        }
+        ok(r.sync());
+        assert_eq!(buf.read::<i32>(64, 16), [-1 - peer as i32; 16]);
+        ok(destroy(graph));
+        buf.free();
+    });
+    assert_clean();
+}
+
+unsafe extern "C" fn slow_count(_: *mut c_void) {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    CALLS.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn pageable_host_memory_is_copied_synchronously_and_cannot_be_captured() {
+    let _g = test_lock();
+    let a = acl();
+    // SAFETY: plain device binding.
+    unsafe { ok((a.aclrtSetDevice)(0)) };
+    let s = stream();
+    let buf = DevBuf::new(0, G);
+    let h2d = aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE;
+    let mut pageable = [3u8; 64];
+    let mut pinned = null_mut();
+    CALLS.store(0, Ordering::SeqCst);
+    // SAFETY: host ranges of 64 bytes, device ranges inside `buf`.
+    unsafe {
+        ok((a.aclrtMallocHost.unwrap())(&mut pinned, 64));
+        std::ptr::write_bytes(pinned.cast::<u8>(), 4, 64);
+        // Outside a capture the stream is synchronized first and the copy made at once: the
+        // slow host function queued before it has run, and the source may change at once.
+        ok((a.aclrtLaunchHostFunc.unwrap())(s, Some(slow_count), null_mut()));
+        ok((a.aclrtMemcpyAsync)(
+            buf.at(0),
+            64,
+            pageable.as_ptr().cast(),
+            64,
+            h2d,
+            s,
+        ));
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+        pageable = [9; 64];
+        assert_eq!(buf.read::<u8>(0, 64), [3; 64]);
+        ok(begin(s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+        assert_eq!(
+            (a.aclrtMemcpyAsync)(buf.at(0), 64, pageable.as_ptr().cast(), 64, h2d, s),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+        let d2h = aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST;
+        let back = pageable.as_mut_ptr().cast();
+        assert_eq!(
+            (a.aclrtMemcpyAsync)(back, 64, buf.at(0), 64, d2h, s),
+            ACL_ERROR_RT_PARAM_INVALID
+        );
+        // Pinned memory is captured, and read when the graph runs.
+        ok((a.aclrtMemcpyAsync)(buf.at(64), 64, pinned, 64, h2d, s));
+        let graph = end(s).unwrap();
+        std::ptr::write_bytes(pinned.cast::<u8>(), 5, 64);
+        ok(replay(graph, s));
+        ok((a.aclrtSynchronizeStream)(s));
+        assert_eq!(buf.read::<u8>(64, 64), [5; 64]);
+        ok(destroy(graph));
+        // Another stream's global capture forbids the synchronous copy this one becomes.
+        let other = stream();
+        ok(begin(other, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+        assert_eq!(
+            (a.aclrtMemcpyAsync)(buf.at(0), 64, pageable.as_ptr().cast(), 64, h2d, s),
+            ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC
+        );
+        ok((a.aclrtMemcpyAsync)(buf.at(0), 64, pinned, 64, h2d, s));
+        ok(destroy(end(other).unwrap()));
+        ok((a.aclrtSynchronizeStream)(s));
+        ok((a.aclrtFreeHost.unwrap())(pinned));
+        ok((a.aclrtDestroyStream)(other));
+        ok((a.aclrtDestroyStream)(s));
+        ok((a.aclrtResetDevice)(0));
+    }
+    assert_eq!(pageable, [9; 64]);
+    buf.free();
+    assert_clean();
+}
