@@ -232,3 +232,95 @@ fn a_capture_that_fails_to_end_gives_back_what_it_held() {
     .unwrap();
     session.assert_clean();
 }
+
+#[test]
+fn a_replayable_host_function_runs_at_every_replay_and_is_freed_with_its_graph() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let (stream, side) = (Stream::new(comm.runtime())?, Stream::new(comm.runtime())?);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counting = |calls: &Arc<AtomicUsize>| {
+            let c = calls.clone();
+            move || {
+                c.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        // Eager: runs once, and is freed once it ran.
+        stream.launch_replayable_host_fn(counting(&calls))?;
+        stream.synchronize()?;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(Arc::strong_count(&calls), 1);
+        let mut x = SymVec::from_host(&pool, &[1.0f32; 64])?;
+        let graph = pool.capture(&stream, |s| {
+            s.stream().launch_replayable_host_fn(counting(&calls))?;
+            s.all_reduce_in_place(&mut x, ReduceOp::Sum)
+        })?;
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "captured, not run");
+        for _ in 0..3 {
+            graph.replay(&stream)?;
+        }
+        stream.synchronize()?;
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert_eq!(Arc::strong_count(&calls), 2, "the graph keeps it");
+        drop(graph);
+        assert_eq!(Arc::strong_count(&calls), 1, "freed with the graph");
+        // A capture that fails to end frees what it captured.
+        let failed = pool.capture(&stream, |s| {
+            s.stream().launch_replayable_host_fn(counting(&calls))?;
+            let joined = symheap::Event::new(comm.runtime())?;
+            joined.record(s.stream())?;
+            side.wait(&joined) // joins, and never joins back
+        });
+        assert!(failed.is_err());
+        assert_eq!(
+            Arc::strong_count(&calls),
+            1,
+            "freed with the failed capture"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+fn pooled_work_on_a_stream_outside_the_capture_is_refused() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let (stream, side) = (Stream::new(comm.runtime())?, Stream::new(comm.runtime())?);
+        let mut x = SymVec::from_host(&pool, &[1.0f32; 64])?;
+        let y = SymVec::from_host(&pool, &[2.0f32; 64])?;
+        let graph = pool.capture(&stream, |s| {
+            // The pool's own stream and a side stream that did not join would run the work
+            // now, outside the graph.
+            let own = pool.all_reduce_in_place(&mut x, ReduceOp::Sum);
+            assert!(matches!(own, Err(Error::InvalidArgument(m)) if m.contains("takes no part")));
+            assert!(pool.on(&side).copy(&y, &mut x).is_err());
+            // Joined, the side stream is part of the capture.
+            let (joined, back) = (
+                symheap::Event::new(comm.runtime())?,
+                symheap::Event::new(comm.runtime())?,
+            );
+            joined.record(s.stream())?;
+            side.wait(&joined)?;
+            pool.on(&side).copy(&y, &mut x)?;
+            back.record(&side)?;
+            s.stream().wait(&back)
+        })?;
+        assert_eq!(
+            x.to_host()?,
+            vec![1.0; 64],
+            "nothing ran during the capture"
+        );
+        graph.replay(&stream)?;
+        assert_eq!(x.to_host()?, vec![2.0; 64]);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}

@@ -421,6 +421,7 @@ impl PoolShared {
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         tracing::debug!(rank = self.comm.rank(), ?kind, count, "symheap: collective");
+        self.check_in_capture(state, target.stream, kind.c_name())?;
         enqueue(target.comm, target.stream)?;
         self.note_collective_stream(state, target.stream);
         for alloc in buffers {

@@ -63,6 +63,7 @@ impl SymPool {
                  from reuse)",
             ));
         }
+        self.shared().check_in_capture(&state, stream, "copy")?;
         // SAFETY: both blocks are live, at least `bytes` long, distinct (`&` and `&mut`), and
         // stay allocated until the stream has run the copy: their frees wait for it in stream
         // order or, on another stream, behind an event.

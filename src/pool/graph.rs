@@ -166,6 +166,24 @@ impl PoolShared {
         }
     }
 
+    /// [`Error::InvalidArgument`] when `what`, on `stream`, would run now while the pool
+    /// captures: the stream takes no part in the capture.
+    pub(crate) fn check_in_capture(
+        &self,
+        state: &super::PoolState,
+        stream: &Stream,
+        what: &str,
+    ) -> Result<()> {
+        if state.capturing.is_none() || stream.is_capturing()? {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "{what}: the pool is capturing a graph, and this stream takes no part in the \
+             capture, so the work would run now instead of in the graph: enqueue it on the \
+             capturing stream, or first make this stream wait for an event recorded there"
+        )))
+    }
+
     /// [`Error::InvalidArgument`] during a capture, for `what`, which the pool cannot do then.
     pub(crate) fn check_not_capturing(&self, state: &super::PoolState, what: &str) -> Result<()> {
         if state.capturing.is_some() {

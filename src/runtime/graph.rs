@@ -49,10 +49,19 @@ impl Stream {
     pub fn end_capture(&self) -> Result<Graph> {
         let rt = self.runtime();
         let end = Runtime::optional("aclmdlRICaptureEnd", rt.acl().aclmdlRICaptureEnd)?;
+        let model = self.capture_model()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live stream and a valid out-pointer.
         let code = unsafe { end(self.as_raw(), &mut raw) };
-        rt.acl_check("aclmdlRICaptureEnd", code)?;
+        if let Err(e) = rt.acl_check("aclmdlRICaptureEnd", code) {
+            // The library dropped the model: its host functions never run.
+            if let Some(model) =
+                model.filter(|_| code != crate::sys::ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED)
+            {
+                rt.graph_host_fns().release(model);
+            }
+            return Err(e);
+        }
         Ok(Graph {
             inner: Arc::new(GraphInner {
                 rt: rt.clone(),
@@ -102,7 +111,9 @@ impl GraphInner {
         };
         // SAFETY: a live model, destroyed exactly once (by the last clone, or `destroy`).
         let code = unsafe { destroy(raw) };
-        self.rt.acl_check("aclmdlRIDestroy", code)
+        self.rt.acl_check("aclmdlRIDestroy", code)?;
+        self.rt.graph_host_fns().release(raw);
+        Ok(())
     }
 }
 

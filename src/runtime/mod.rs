@@ -16,6 +16,7 @@ mod element;
 mod event;
 mod graph;
 mod groups;
+mod host_fn;
 mod loader;
 mod memory;
 mod stream;
@@ -86,6 +87,8 @@ struct Inner {
     /// Whether device memory is host-addressable (true on the emulator only).
     host_addressable: bool,
     drop_errors: Mutex<Vec<Error>>,
+    /// Replayable host functions that graphs captured, kept while the graphs live.
+    graph_host_fns: host_fn::GraphHostFns,
     // Declared last: dropped after everything that could still call into the libraries.
     _keep_alive: Box<dyn Any + Send + Sync>,
 }
@@ -146,6 +149,7 @@ impl Runtime {
                 backend: origin.backend,
                 host_addressable: origin.host_addressable,
                 drop_errors: Mutex::new(Vec::new()),
+                graph_host_fns: host_fn::GraphHostFns::default(),
                 _keep_alive: origin.keep_alive,
             }),
         };
@@ -220,6 +224,11 @@ impl Runtime {
 
     /// Records an error from a `Drop` (for [`take_drop_errors`](Self::take_drop_errors)) and
     /// logs it as a `tracing` error, so it is never silently lost.
+    /// The host functions captured into graphs, kept for their replays.
+    fn graph_host_fns(&self) -> &host_fn::GraphHostFns {
+        &self.inner.graph_host_fns
+    }
+
     pub(crate) fn record_drop_error(&self, err: Error) {
         tracing::error!(error = %err, "symheap: error while dropping a handle");
         self.inner

@@ -71,65 +71,26 @@ impl Stream {
     /// # Errors
     /// The runtime's error.
     pub fn is_capturing(&self) -> Result<bool> {
+        Ok(self.capture_model()?.is_some())
+    }
+
+    /// The model the stream captures into (`aclmdlRICaptureGetInfo`), if it captures.
+    pub(crate) fn capture_model(&self) -> Result<Option<crate::sys::aclmdlRI>> {
         let rt = self.runtime();
         let Some(info) = rt.acl().aclmdlRICaptureGetInfo else {
-            return Ok(false);
+            return Ok(None);
         };
         let mut status = crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE;
-        // SAFETY: a live stream and a valid out-pointer (the model one may be NULL).
-        let code = unsafe { info(self.as_raw(), &mut status, std::ptr::null_mut()) };
+        let mut model = std::ptr::null_mut();
+        // SAFETY: a live stream and valid out-pointers.
+        let code = unsafe { info(self.as_raw(), &mut status, &mut model) };
         rt.acl_check("aclmdlRICaptureGetInfo", code)?;
-        Ok(status != crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE)
+        Ok((status != crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE).then_some(model))
     }
 
     /// Whether two handles name the same stream.
     pub fn same_as(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-    }
-}
-
-/// A boxed host function, as `aclrtLaunchHostFunc` passes it back to [`run_host_fn`].
-type HostFn = Box<dyn FnOnce() + Send>;
-
-/// Runs the host function `args` points to, once (`aclrtHostFunc`). A panic is caught and
-/// logged: it must not unwind into the runtime's thread.
-unsafe extern "C" fn run_host_fn(args: *mut std::ffi::c_void) {
-    // SAFETY: `args` is the `Box<HostFn>` that `launch_host_fn` leaked for this one call.
-    let f = unsafe { Box::from_raw(args.cast::<HostFn>()) };
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        tracing::error!("symheap: a host function launched on a stream panicked");
-    }
-}
-
-impl Stream {
-    /// Enqueues `f` to run on the host when the stream reaches it (`aclrtLaunchHostFunc`);
-    /// the stream's later work waits for it to return. A rank's host compute, modelled as
-    /// stream work. It must not synchronize this stream (it would wait for itself). A panic
-    /// in `f` is caught and logged. Refused on a stream that captures a graph (a replay would
-    /// call it again).
-    ///
-    /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) if the library lacks the call; the
-    /// runtime's error.
-    pub fn launch_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        let rt = self.runtime();
-        let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
-        // A captured host function runs at every replay: a closure that runs once cannot be.
-        if self.is_capturing()? {
-            return Err(crate::Error::invalid(
-                "launch_host_fn: the stream is capturing a graph, whose replays would call the \
-                 host function again; it runs once",
-            ));
-        }
-        let args = Box::into_raw(Box::new(Box::new(f) as HostFn));
-        // SAFETY: a live stream; `run_host_fn` takes back the box `args` points to, once.
-        let code = unsafe { launch(self.as_raw(), Some(run_host_fn), args.cast()) };
-        let launched = rt.acl_check("aclrtLaunchHostFunc", code);
-        if launched.is_err() {
-            // SAFETY: refused, so the runtime never calls `run_host_fn` with `args`.
-            drop(unsafe { Box::from_raw(args) });
-        }
-        launched
     }
 }
 

@@ -229,11 +229,9 @@ pub(crate) fn memcpy_async(
         );
     }
     stream::synchronize(stream)?;
-    graph::check_unsafe_call("aclrtMemcpyAsync of pageable host memory").map_err(|f| {
-        Fail {
-            code: ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
-            ..f
-        }
+    graph::check_unsafe_call("aclrtMemcpyAsync of pageable host memory").map_err(|f| Fail {
+        code: ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
+        ..f
     })?;
     op.run();
     Ok(())

@@ -35,8 +35,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclResult, HcclSendRecvType};
 
-use crate::acl::memory::{self, Pins};
 use crate::acl::graph;
+use crate::acl::memory::{self, Pins};
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};

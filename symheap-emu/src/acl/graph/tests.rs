@@ -404,7 +404,11 @@ fn pageable_host_memory_is_copied_synchronously_and_cannot_be_captured() {
         std::ptr::write_bytes(pinned.cast::<u8>(), 4, 64);
         // Outside a capture the stream is synchronized first and the copy made at once: the
         // slow host function queued before it has run, and the source may change at once.
-        ok((a.aclrtLaunchHostFunc.unwrap())(s, Some(slow_count), null_mut()));
+        ok((a.aclrtLaunchHostFunc.unwrap())(
+            s,
+            Some(slow_count),
+            null_mut(),
+        ));
         ok((a.aclrtMemcpyAsync)(
             buf.at(0),
             64,

@@ -1,0 +1,158 @@
+//! Host functions on a stream (`aclrtLaunchHostFunc`): a rank's host work, in stream order.
+//!
+//! A function launched on a capturing stream is part of the graph and runs at every replay,
+//! so it must be callable many times ([`Stream::launch_replayable_host_fn`]) and live as
+//! long as the graph: the runtime keeps it, under the graph's model handle, until
+//! [`Graph`](super::Graph) destroys the model or the capture fails.
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use super::{Runtime, Stream};
+use crate::Result;
+use crate::sys::aclmdlRI;
+
+/// A host function that runs once, as `aclrtLaunchHostFunc` passes it back to
+/// [`run_once`].
+type OnceFn = Box<dyn FnOnce() + Send>;
+
+/// A host function that runs every time its task runs (each replay of a graph).
+type ReplayableFn = Box<dyn Fn() + Send + Sync>;
+
+/// Runs `f`, catching a panic: it must not unwind into the runtime's thread.
+fn call_caught(f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        tracing::error!("symheap: a host function launched on a stream panicked");
+    }
+}
+
+/// `aclrtHostFunc` for [`Stream::launch_host_fn`]: runs the function once and frees it.
+unsafe extern "C" fn run_once(args: *mut c_void) {
+    // SAFETY: `args` is the `Box<OnceFn>` that `launch_host_fn` leaked for this one call.
+    let f = unsafe { Box::from_raw(args.cast::<OnceFn>()) };
+    call_caught(f);
+}
+
+/// `aclrtHostFunc` for a captured [`Stream::launch_replayable_host_fn`]: runs the function,
+/// which the runtime keeps.
+unsafe extern "C" fn run_kept(args: *mut c_void) {
+    // SAFETY: `args` points to a `ReplayableFn` that `GraphHostFns` keeps until the model that
+    // calls it is destroyed (or its capture failed), so it outlives every call.
+    let f = unsafe { &*args.cast::<ReplayableFn>() };
+    call_caught(f);
+}
+
+/// The replayable host functions captured into each model, kept until it is gone.
+#[derive(Default)]
+pub(super) struct GraphHostFns {
+    kept: Mutex<Vec<(usize, Box<ReplayableFn>)>>,
+}
+
+impl GraphHostFns {
+    fn keep(&self, model: aclmdlRI, f: Box<ReplayableFn>) -> *mut c_void {
+        let args = std::ptr::from_ref::<ReplayableFn>(&*f).cast_mut().cast();
+        self.lock().push((model as usize, f));
+        args
+    }
+
+    /// Frees the function `args` points to, which the runtime refused to launch.
+    fn forget(&self, args: *mut c_void) {
+        self.lock()
+            .retain(|(_, f)| !std::ptr::eq(std::ptr::from_ref::<ReplayableFn>(f), args.cast()));
+    }
+
+    /// Frees the functions of `model`, which will not run again.
+    pub(super) fn release(&self, model: aclmdlRI) {
+        self.lock().retain(|(m, _)| *m != model as usize);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, Box<ReplayableFn>)>> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Stream {
+    /// Enqueues `f` to run on the host when the stream reaches it (`aclrtLaunchHostFunc`);
+    /// the stream's later work waits for it to return. A rank's host compute, modelled as
+    /// stream work. It must not synchronize this stream (it would wait for itself). A panic
+    /// in `f` is caught and logged. Refused on a stream that captures a graph, whose replays
+    /// would call it again: use [`launch_replayable_host_fn`](Self::launch_replayable_host_fn)
+    /// there.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) if the library lacks the call;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) on a capturing stream; the
+    /// runtime's error.
+    pub fn launch_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let rt = self.runtime();
+        let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
+        if self.capture_model()?.is_some() {
+            return Err(crate::Error::invalid(
+                "launch_host_fn: the stream is capturing a graph, whose replays would call the \
+                 host function again; it runs once (launch_replayable_host_fn takes one that \
+                 can run at every replay)",
+            ));
+        }
+        let args = Box::into_raw(Box::new(Box::new(f) as OnceFn));
+        // SAFETY: a live stream; `run_once` takes back the box `args` points to, once.
+        let code = unsafe { launch(self.as_raw(), Some(run_once), args.cast()) };
+        let launched = rt.acl_check("aclrtLaunchHostFunc", code);
+        if launched.is_err() {
+            // SAFETY: refused, so the runtime never calls `run_once` with `args`.
+            drop(unsafe { Box::from_raw(args) });
+        }
+        launched
+    }
+
+    /// Enqueues `f` like [`launch_host_fn`](Self::launch_host_fn), on any stream, capturing
+    /// or not. On a capturing stream it becomes part of the graph and runs at every replay,
+    /// in the graph's order; the graph keeps `f` until it is destroyed (a model ended or
+    /// destroyed through the raw C calls keeps it until the runtime drops). A rank's compute
+    /// step in a captured decode loop, on the emulator.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use symheap::{Runtime, Stream};
+    ///
+    /// let rt = Runtime::emulated()?;
+    /// rt.set_device(0)?;
+    /// let stream = Stream::new(&rt)?;
+    /// let calls = Arc::new(AtomicUsize::new(0));
+    /// stream.begin_capture()?;
+    /// let c = calls.clone();
+    /// stream.launch_replayable_host_fn(move || {
+    ///     c.fetch_add(1, Ordering::Relaxed);
+    /// })?;
+    /// let graph = stream.end_capture()?;
+    /// for _ in 0..3 {
+    ///     graph.replay(&stream)?;
+    /// }
+    /// stream.synchronize()?;
+    /// assert_eq!(calls.load(Ordering::Relaxed), 3);
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`launch_host_fn`](Self::launch_host_fn), except on a capturing stream.
+    pub fn launch_replayable_host_fn(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let rt = self.runtime();
+        let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
+        let Some(model) = self.capture_model()? else {
+            return self.launch_host_fn(f);
+        };
+        // Kept before the launch: the capture may end, and the graph run, on another thread
+        // as soon as the runtime has the task.
+        let fns = rt.graph_host_fns();
+        let args = fns.keep(model, Box::new(Box::new(f)));
+        // SAFETY: a live stream; `args` points to a function the runtime keeps until the
+        // model is destroyed, and `run_kept` only borrows it.
+        let code = unsafe { launch(self.as_raw(), Some(run_kept), args) };
+        let launched = rt.acl_check("aclrtLaunchHostFunc", code);
+        if launched.is_err() {
+            fns.forget(args);
+        }
+        launched
+    }
+}
