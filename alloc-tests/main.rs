@@ -12,6 +12,7 @@ mod hardening;
 mod harness;
 mod heap;
 mod heap_map;
+mod inference_worker;
 mod inspect;
 mod moe;
 mod paths;

@@ -47,6 +47,12 @@ impl<T: Element> SymVec<T> {
     /// `len` zeroed elements. A zero-length vector still holds one granule, so it has a
     /// window and offset like any other.
     ///
+    /// Memory that queued work may still use is zeroed in stream order on the handle's stream
+    /// (the pool's own, or the one [`SymPool::on`] binds), so the pool's collectives and
+    /// copies on any stream, and host access, see the zeros. Work the pool does not enqueue
+    /// (a host function, a kernel of your own) on another stream must be ordered after that
+    /// stream: allocate on the stream that uses the vector first (`pool.on(&stream)`).
+    ///
     /// # Errors
     /// [`Error::OutOfMemory`] and the pool's other allocation errors; the runtime's error.
     #[doc(alias("zeros", "zeros_like"))]

@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo run --release --example inference_worker              # 4 processes
 //! cargo run --release --example inference_worker -- --threads # 4 threads
+//! cargo run --release --example inference_worker -- --graph   # only the graph-mode step
 //! cargo run --release --example inference_worker -- --snapshot /tmp/snap
 //! cargo run --release -p symheap-tools --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
 //! ```
@@ -29,9 +30,17 @@
 //! window per tensor (in the communicator the tensor is used in), the naive alternative, and
 //! prints both rates and their ratio.
 //!
+//! Last, the graph mode of a real decode worker ([`graph`]): the step with static shapes,
+//! compute on one stream and collectives on another, run eagerly and then captured once as an
+//! ACL graph ([`SymPool::capture`]) and replayed each step, both checked against the host
+//! reference; it prints both rates, the host time to enqueue a step and the pool calls per
+//! step (none for a replay). `--graph` runs only this part.
+//!
 //! With `--snapshot DIR` every rank writes `DIR/rank-N.json`, its pool's
 //! [`snapshot`](SymPool::snapshot) during the last decode step (weights, the KV cache, that
 //! step's tensors, tagged), and rank 0 prints the `symheap-map` command that draws them.
+
+mod graph;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -490,8 +499,16 @@ fn moe_counts(d: usize, t: usize, rank: usize, step: usize) -> (Vec<usize>, Vec<
     (sent, got)
 }
 
-/// What one rank measured.
-struct Report {
+/// What one rank measured: the dynamic loops (unless `--graph`), and the graph mode.
+pub struct Report {
+    /// The pooled and window-per-tensor loops (none with `--graph`).
+    pub dynamic: Option<Dynamic>,
+    /// The graph mode.
+    pub graph: graph::GraphReport,
+}
+
+/// What the dynamic loops measured.
+pub struct Dynamic {
     pooled_rate: f64,
     naive_rate: f64,
     tokens: Vec<usize>,
@@ -503,35 +520,64 @@ struct Report {
 }
 
 /// One rank's whole job: the pooled loop, then the window-per-tensor loop, then a check that
-/// every rank of a replica computed the same tokens. With `snapshot_dir`, writes the pool's
-/// snapshot from the last pooled step to `rank-N.json` there.
-fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>) -> Result<Report> {
+/// every rank of a replica computed the same tokens; then the graph mode (only that with
+/// `graph_only`). With `snapshot_dir`, writes the pool's snapshot from the last pooled step
+/// to `rank-N.json` there.
+pub fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>, graph_only: bool) -> Result<Report> {
     let groups = ParallelGroups::new(comm, TP as u32, EP as u32)?;
     let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
     // EP is the world itself, where the pool lives: only the TP pair is attached.
     pool.attach(groups.tp())?;
+    let expected = reference(&Weights::new());
+    let dynamic = match graph_only {
+        true => None,
+        false => Some(dynamic_loops(
+            comm,
+            &groups,
+            &pool,
+            &expected,
+            snapshot_dir,
+        )?),
+    };
+    let graph = graph::run(&pool, &groups, comm.rank() as usize, &expected)?;
+    if let Some(d) = &dynamic {
+        assert_eq!(
+            d.tokens, graph.tokens,
+            "the graph mode decoded other tokens"
+        );
+    }
+    Ok(Report { dynamic, graph })
+}
+
+/// The pooled and the window-per-tensor loops.
+fn dynamic_loops(
+    comm: &Comm,
+    groups: &ParallelGroups,
+    pool: &SymPool,
+    expected: &[Vec<Vec<f32>>],
+    snapshot_dir: Option<&Path>,
+) -> Result<Dynamic> {
     let registrations = |s: &symheap::PoolStats| -> Vec<u64> {
         s.communicators.iter().map(|c| c.registrations).collect()
     };
     let before = registrations(&pool.stats());
     let w = Weights::new();
-    let expected = reference(&w);
     // This rank's weights stay resident in device memory, as a real worker keeps them (the
     // emulated matmuls read the host copies).
     let (r, t) = (comm.rank() as usize, comm.rank() as usize % TP);
     let resident = [&w.w1[t], &w.w2[t], &w.wv[t], &w.experts[r], &w.embed]
         .into_iter()
-        .map(|v| SymVec::from_host_tagged(&pool, v, "weights"))
+        .map(|v| SymVec::from_host_tagged(pool, v, "weights"))
         .collect::<Result<Vec<_>>>()?;
     let backend = Pooled {
         tp: pool.on_group(groups.tp())?,
-        pool,
+        pool: pool.clone(),
     };
     let Decoded {
         rate: pooled_rate,
         tokens,
         snapshot,
-    } = decode(&backend, r, &expected)?;
+    } = decode(&backend, r, expected)?;
     drop(resident);
     let stats = backend.pool.stats();
     assert_eq!(
@@ -551,7 +597,7 @@ fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>) -> Result<Report> {
         rate: naive_rate,
         tokens: naive_tokens,
         ..
-    } = decode(&naive, r, &expected)?;
+    } = decode(&naive, r, expected)?;
     assert_eq!(
         naive_tokens, tokens,
         "the naive loop computed different tokens"
@@ -567,7 +613,7 @@ fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>) -> Result<Report> {
         all.to_host()?.iter().all(|&d| d == digest),
         "the ranks of a pair disagree on the tokens"
     );
-    Ok(Report {
+    Ok(Dynamic {
         pooled_rate,
         naive_rate,
         tokens,
@@ -626,7 +672,35 @@ fn print_map_command(dir: Option<&Path>) {
     }
 }
 
-fn print_report(r: &Report) {
+fn print_report(report: &Report) {
+    if let Some(r) = &report.dynamic {
+        print_dynamic(r);
+    }
+    let g = &report.graph;
+    println!(
+        "graph mode (static shapes; compute and collectives on two streams joined by events), \
+         {STEPS} steps checked against the host reference, rank 0:"
+    );
+    println!(
+        "  eager:    {:>8.1} steps/s, {:>7.1} us of host time to enqueue a step, {:.1} pool \
+         calls a step",
+        g.eager_rate, g.eager_host_us, g.eager_calls
+    );
+    println!(
+        "  replayed: {:>8.1} steps/s, {:>7.1} us of host time to enqueue a step, {:.1} pool \
+         calls a step (one aclmdlRIExecuteAsync)",
+        g.replayed_rate, g.replayed_host_us, g.replayed_calls
+    );
+    println!(
+        "  replayed / eager: {:.2}x the steps/s, {:.1}x less host time",
+        g.replayed_rate / g.eager_rate,
+        g.eager_host_us / g.replayed_host_us
+    );
+    assert_eq!(g.replayed_calls, 0.0, "a replay called the pool");
+    println!("all checks passed");
+}
+
+fn print_dynamic(r: &Dynamic) {
     println!("rank 0's pool after the decode loop (the weights already dropped):");
     println!("{}", r.summary);
     println!("checked, on every rank:");
@@ -658,7 +732,6 @@ fn print_report(r: &Report) {
         "speed-up:               {:>10.1}x",
         r.pooled_rate / r.naive_rate
     );
-    println!("all checks passed");
 }
 
 fn main() -> Result<()> {
@@ -667,10 +740,11 @@ fn main() -> Result<()> {
          replica, hidden {HIDDEN}"
     );
     let dir = snapshot_dir();
+    let graph_only = std::env::args().any(|a| a == "--graph");
     if std::env::args().any(|a| a == "--threads") {
         // All ranks as threads of this process.
         println!("symheap inference worker: {RANKS} emulated ranks as threads, {shape}");
-        let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref()))?;
+        let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref(), graph_only))?;
         print_report(&reports[0]);
         print_map_command(dir.as_deref());
         return Ok(());
@@ -687,7 +761,7 @@ fn main() -> Result<()> {
     }
     let rt = Runtime::emulated()?;
     let comm = Comm::from_env(&rt, CommConfig::new())?;
-    let report = rank_main(&comm, dir.as_deref())?;
+    let report = rank_main(&comm, dir.as_deref(), graph_only)?;
     if comm.rank() == 0 {
         print_report(&report);
         print_map_command(dir.as_deref());
