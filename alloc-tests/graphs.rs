@@ -288,11 +288,12 @@ fn a_replayable_host_function_runs_at_every_replay_and_is_freed_with_its_graph()
 }
 
 #[test]
-fn pooled_work_on_a_stream_outside_the_capture_is_refused() {
+fn pooled_work_on_a_stream_outside_the_pools_capture_is_refused() {
     let session = EmuSession::start();
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let (stream, side) = (Stream::new(comm.runtime())?, Stream::new(comm.runtime())?);
+        let other = Stream::new(comm.runtime())?;
         let mut x = SymVec::from_host(&pool, &[1.0f32; 64])?;
         let y = SymVec::from_host(&pool, &[2.0f32; 64])?;
         let graph = pool.capture(&stream, |s| {
@@ -300,7 +301,17 @@ fn pooled_work_on_a_stream_outside_the_capture_is_refused() {
             // now, outside the graph.
             let own = pool.all_reduce_in_place(&mut x, ReduceOp::Sum);
             assert!(matches!(own, Err(Error::InvalidArgument(m)) if m.contains("takes no part")));
-            assert!(pool.on(&side).copy(&y, &mut x).is_err());
+            let unjoined = pool.on(&side).copy(&y, &mut x);
+            assert!(
+                matches!(unjoined, Err(Error::InvalidArgument(m)) if m.contains("takes no part"))
+            );
+            // A stream capturing a graph of its own is not the pool's capture either.
+            other.begin_capture()?;
+            let elsewhere = pool.on(&other).copy(&y, &mut x);
+            assert!(
+                matches!(elsewhere, Err(Error::InvalidArgument(m)) if m.contains("another graph"))
+            );
+            other.end_capture()?;
             // Joined, the side stream is part of the capture.
             let (joined, back) = (
                 symheap::Event::new(comm.runtime())?,
@@ -319,6 +330,12 @@ fn pooled_work_on_a_stream_outside_the_capture_is_refused() {
         );
         graph.replay(&stream)?;
         assert_eq!(x.to_host()?, vec![2.0; 64]);
+        // Outside the pool's capture, pooled work on a capturing stream would be a graph
+        // whose memory the pool does not keep.
+        other.begin_capture()?;
+        let unknown = pool.on(&other).copy(&y, &mut x);
+        assert!(matches!(unknown, Err(Error::InvalidArgument(m)) if m.contains("does not know")));
+        other.end_capture()?;
         Ok(())
     })
     .unwrap();

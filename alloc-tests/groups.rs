@@ -339,3 +339,72 @@ fn a_rank_killed_while_its_tp_peer_waits_fails_that_peer_alone_within_2_seconds(
     }
     assert_eq!(outcome.first_failure, Some(2), "{}", failed(&outcome));
 }
+
+/// TP pairs {0,1} and {2,3} attached to a world pool; the pool grows while rank 2's
+/// registration of the new window in its pair fails. Rank 3 waits in its registration until
+/// the exec timeout, so the agreement that follows may break off. Every rank's growth fails
+/// within a few timeouts and leaves no window; then the pool either goes on (the agreement
+/// held: every rank knows) or is poisoned with the cause (it broke off: the ranks are at
+/// different steps), so that no rank starts a collective its peers will not join.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_registration_failure() {
+    let _ = placement();
+    let rt = symheap::Runtime::emulated().unwrap();
+    let world = Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(2)).unwrap();
+    let groups = ParallelGroups::new(&world, 2, 4).unwrap();
+    let pool = SymPool::new(&world, PoolConfig::new(2 << 20).max_capacity(8 << 20)).unwrap();
+    pool.attach(groups.tp()).unwrap();
+    let tp = pool.on_group(groups.tp()).unwrap();
+    let first = SymVec::<f32>::zeroed(&pool, 1 << 18).unwrap(); // 1 MiB of the 2
+    if world.rank() == 2 {
+        // Growth registers the new window in the world, then in the pair: the second fails.
+        emu::testing::inject_failure("HcclCommSymWinRegister", 2, 7);
+    }
+    let started = Instant::now();
+    let err = SymVec::<f32>::zeroed(&pool, 1 << 19).unwrap_err();
+    emu::testing::clear_injected_failures();
+    assert!(started.elapsed() < Duration::from_secs(8), "{err}");
+    if world.rank() == 2 {
+        assert!(err.to_string().contains("injected failure"), "{err}");
+    }
+    assert_eq!(
+        pool.stats().windows,
+        1,
+        "a window of the failed growth is left"
+    );
+    // Poisoned, or going on: never a collective that the peers do not join.
+    let step = || -> symheap::Result<()> {
+        for (view, ranks) in [(&pool, 4.0), (&tp, 2.0)] {
+            let mut v = SymVec::from_host(&pool, &[1.0f32; 256])?;
+            view.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+            assert_eq!(v.to_host()?, vec![ranks; 256]);
+        }
+        let mut grown = SymVec::from_host(&pool, &[1.0f32; 1 << 19])?;
+        tp.all_reduce_in_place(&mut grown, ReduceOp::Sum)?;
+        assert_eq!(grown.to_host()?[..4], [2.0; 4]);
+        assert_eq!(pool.stats().windows, 2);
+        Ok(())
+    };
+    match step() {
+        Ok(()) => eprintln!("rank {}: the pool went on", world.rank()),
+        Err(Error::Poisoned(cause)) => {
+            assert!(
+                cause.to_string().contains("HcclCommSymWinRegister")
+                    || cause.to_string().contains("HcclAllGather"),
+                "{cause}"
+            );
+            eprintln!("rank {}: poisoned by {cause}", world.rank());
+        }
+        Err(e) => panic!("rank {}: neither poisoned nor going on: {e}", world.rank()),
+    }
+    drop(first);
+}
+
+#[test]
+fn a_registration_failing_on_one_rank_of_a_pair_fails_the_growth_everywhere_without_a_stray_step() {
+    let outcome = rank_job_in("groups", 4, "rank_of_registration_failure")
+        .run()
+        .unwrap();
+    assert!(outcome.success(), "{}", failed(&outcome));
+}

@@ -736,13 +736,14 @@ fn pooled_collectives_take_the_symmetric_path() {
     })
     .unwrap();
     let after = emu::testing::counters();
-    // Per rank: the warm-up and ten AllReduces, all zero-copy; the agreement on the window's
-    // memory before it was registered (an AllGather of plain memory) staged.
+    // Per rank: the warm-up and ten AllReduces, all zero-copy; the agreements on the window's
+    // memory before it was registered and on its registration (AllGathers of plain memory)
+    // staged.
     assert_eq!(
         after.symmetric_collectives - before.symmetric_collectives,
         2 * 11
     );
-    assert_eq!(after.staged_collectives - before.staged_collectives, 2);
+    assert_eq!(after.staged_collectives - before.staged_collectives, 2 * 2);
     session.assert_clean();
 }
 
@@ -996,8 +997,9 @@ fn the_pool_knows_the_path_of_every_collective_and_the_emulator_agrees() {
             );
         }
         // Besides the pool's collectives, per rank: its window's warm-up AllGather (symmetric
-        // where the mode allows) and the agreement before registering it (always staged).
-        let warm_ups = if symmetric { (2, 2) } else { (0, 4) };
+        // where the mode allows) and the agreements before and after registering it (always
+        // staged).
+        let warm_ups = if symmetric { (2, 4) } else { (0, 6) };
         assert_eq!(
             (
                 after.symmetric_collectives - before.symmetric_collectives,

@@ -740,13 +740,13 @@ fn vector_collectives_stage_as_hccl_does_and_defer_reuse() {
     })
     .unwrap();
     let after = emu::testing::counters();
-    // Per rank: the pool's warm-up zero-copy; the agreement on its window's memory and the
-    // three V collectives staged.
+    // Per rank: the pool's warm-up zero-copy; the agreements on its window's memory and
+    // registration and the three V collectives staged.
     assert_eq!(
         after.symmetric_collectives - before.symmetric_collectives,
         2
     );
-    assert_eq!(after.staged_collectives - before.staged_collectives, 2 * 4);
+    assert_eq!(after.staged_collectives - before.staged_collectives, 2 * 5);
     session.assert_clean();
 }
 

@@ -12,8 +12,9 @@ use crate::{Error, Result};
 
 /// What a graph holds of the pool: the blocks it touched stay out of reuse while it lives,
 /// and host access to them waits for the streams it was replayed on.
-#[derive(Default)]
 pub(crate) struct GraphHold {
+    /// The model the capture records into (`aclmdlRI`, as an address).
+    model: usize,
     /// Set when the graph is dropped: its blocks may be reused.
     released: AtomicBool,
     /// The streams the graph was replayed on.
@@ -21,6 +22,14 @@ pub(crate) struct GraphHold {
 }
 
 impl GraphHold {
+    fn new(model: usize) -> Self {
+        GraphHold {
+            model,
+            released: AtomicBool::new(false),
+            replayed_on: Mutex::new(Vec::new()),
+        }
+    }
+
     pub(crate) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
     }
@@ -110,7 +119,7 @@ impl SymPool {
                  synchronizes)",
             ));
         }
-        let hold = Arc::new(GraphHold::default());
+        let hold;
         {
             let mut state = shared.lock();
             if state.capturing.is_some() {
@@ -120,6 +129,8 @@ impl SymPool {
             shared.flush_pending(&mut state)?;
             stream.synchronize()?;
             stream.begin_capture()?;
+            let model = stream.capture_model().ok().flatten();
+            hold = Arc::new(GraphHold::new(model.map_or(0, |m| m as usize)));
             state.capturing = Some(hold.clone());
         }
         let ran = step(&self.on(stream));
@@ -166,22 +177,33 @@ impl PoolShared {
         }
     }
 
-    /// [`Error::InvalidArgument`] when `what`, on `stream`, would run now while the pool
-    /// captures: the stream takes no part in the capture.
+    /// [`Error::InvalidArgument`] when `what`, on `stream`, would not be work of the pool's
+    /// capture as the pool counts it: during the pool's capture, on a stream that takes no
+    /// part in it (the work would run now, outside the graph) or captures another graph;
+    /// outside it, on a capturing stream (the pool would not keep the memory that graph
+    /// uses).
     pub(crate) fn check_in_capture(
         &self,
         state: &super::PoolState,
         stream: &Stream,
         what: &str,
     ) -> Result<()> {
-        if state.capturing.is_none() || stream.is_capturing()? {
-            return Ok(());
-        }
-        Err(Error::invalid(format!(
-            "{what}: the pool is capturing a graph, and this stream takes no part in the \
-             capture, so the work would run now instead of in the graph: enqueue it on the \
-             capturing stream, or first make this stream wait for an event recorded there"
-        )))
+        let model = stream.capture_model()?.map(|m| m as usize);
+        let why = match (&state.capturing, model) {
+            (None, None) => return Ok(()),
+            (Some(hold), Some(m)) if hold.model == m => return Ok(()),
+            (Some(_), None) => {
+                "the pool is capturing a graph, and this stream takes no part in the capture, \
+                 so the work would run now instead of in the graph: enqueue it on the \
+                 capturing stream, or first make this stream wait for an event recorded there"
+            }
+            (Some(_), Some(_)) => "the stream captures another graph than the pool's",
+            (None, Some(_)) => {
+                "the stream captures a graph that the pool does not know of, which would not \
+                 keep the memory it uses from reuse: capture pooled work with SymPool::capture"
+            }
+        };
+        Err(Error::invalid(format!("{what}: {why}")))
     }
 
     /// [`Error::InvalidArgument`] during a capture, for `what`, which the pool cannot do then.

@@ -89,7 +89,8 @@ impl SymPool {
             attempts.push(Err(e.clone()));
         }
         let what = "register the pool in an attached group";
-        let windows = super::segment::agree_on_all(&shared.comm, what, attempts)?;
+        let windows = super::segment::agree_on_all(&shared.comm, what, attempts)
+            .map_err(|unmade| shared.unmade(unmade))?;
         // Agreed: both lookups succeeded here.
         if let Some(Ok(own)) = own {
             state.names[0] = own;

@@ -230,7 +230,8 @@ impl SymPool {
             size,
             config.granularity_bytes(),
             device_granularity,
-        )?;
+        )
+        .map_err(|unmade| unmade.error)?;
         let mut state = PoolState {
             segments: Slab::new(),
             pending: Vec::new(),
@@ -625,7 +626,8 @@ impl PoolShared {
             grow_by,
             self.config.granularity_bytes(),
             self.device_granularity,
-        )?;
+        )
+        .map_err(|unmade| self.unmade(unmade))?;
         state.registrations += 1;
         for g in &mut state.groups {
             g.registrations += 1;
@@ -711,13 +713,28 @@ impl PoolShared {
             result = result.and(waited);
         }
         if let Err(e) = &result {
-            // The first failure is the cause; a later one may be a consequence of it.
-            self.failure.get_or_init(|| {
-                tracing::error!(rank = self.comm.rank(), error = %e, "symheap: pool poisoned");
-                Arc::new(e.clone())
-            });
+            self.poison(e);
         }
         result
+    }
+
+    /// Poisons the pool with `cause` (the first failure is the cause; a later one may be a
+    /// consequence of it).
+    fn poison(&self, cause: &Error) {
+        self.failure.get_or_init(|| {
+            tracing::error!(rank = self.comm.rank(), error = %cause, "symheap: pool poisoned");
+            Arc::new(cause.clone())
+        });
+    }
+
+    /// The error of a collective step of the pool's own that failed; if the ranks may not
+    /// all know it failed (its agreement broke off), the pool is poisoned first: its ranks
+    /// are at different steps and can take no further collective step together.
+    fn unmade(&self, unmade: segment::Unmade) -> Error {
+        if !unmade.agreed {
+            self.poison(&unmade.error);
+        }
+        unmade.error
     }
 
     /// [`Error::Poisoned`] once queued work has failed.

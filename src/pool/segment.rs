@@ -7,11 +7,47 @@ use crate::heap::Heap;
 use super::tags::BlockInfo;
 use std::sync::Arc;
 
-use crate::runtime::{Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
+use crate::runtime::{Agreed, Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
 use crate::{Error, Result};
 
 /// Where the warm-up collective gathers to, past its 8-byte input.
 const WARM_UP_OUTPUT: u64 = 64;
+
+/// Why a segment could not be made, and whether every rank knows it failed (then the pool
+/// goes on) or a collective step of the growth broke off, leaving the ranks at different
+/// steps (then the pool can take no further collective step).
+pub(super) struct Unmade {
+    pub(super) error: Error,
+    pub(super) agreed: bool,
+}
+
+impl From<Error> for Unmade {
+    /// A failure before the growth's first collective step, the same on every rank.
+    fn from(error: Error) -> Self {
+        Unmade {
+            error,
+            agreed: true,
+        }
+    }
+}
+
+/// An agreement's outcome as a growth step: `Broken` leaves `made` to `HcclCommDestroy`
+/// (deregistering is collective, and the peers may be elsewhere).
+fn agreed<T>(outcome: Agreed<T>, made: impl FnOnce(T) -> Vec<Window>) -> Result<T, Unmade> {
+    match outcome {
+        Agreed::Ok(value) => Ok(value),
+        Agreed::Failed(error) => Err(error.into()),
+        Agreed::Broken(error, value) => {
+            if let Some(value) = value {
+                made(value).into_iter().for_each(Window::leave_to_destroy);
+            }
+            Err(Unmade {
+                error,
+                agreed: false,
+            })
+        }
+    }
+}
 
 pub(super) struct Segment {
     pub(super) heap: Heap,
@@ -38,6 +74,11 @@ impl Segment {
     /// The caller waits for the warm-up with the segment already in its pool, so that if the
     /// wait fails (the warm-up may still be queued) the mapping is not unmapped under it: the
     /// pool is poisoned and its `Drop` waits again before releasing the segment.
+    ///
+    /// Every registration is agreed, in the world and in the groups: one that fails on some
+    /// ranks leaves their peers waiting in theirs until the exec timeout, and the agreement
+    /// makes every rank give up alike. If an agreement itself breaks off (a peer came later
+    /// than the timeout), the failure is not agreed ([`Unmade::agreed`]).
     pub(super) fn create(
         comm: &Comm,
         groups: &[Comm],
@@ -45,20 +86,24 @@ impl Segment {
         size: u64,
         block_granularity: u64,
         alignment: u64,
-    ) -> Result<Segment> {
+    ) -> Result<Segment, Unmade> {
         let warm_up_end = WARM_UP_OUTPUT + 8 * u64::from(comm.size());
         if warm_up_end > size {
             return Err(Error::invalid(format!(
                 "a {size}-byte window is too small for {} ranks",
                 comm.size()
-            )));
+            ))
+            .into());
         }
         let heap = Heap::new(size, block_granularity)?;
         let rt = comm.runtime();
         // No rank registers unless every rank has its memory (see `Comm::agree`).
         let mapping = Mapping::allocate_aligned(rt, size, alignment, comm.device());
-        let mapping = comm.agree("allocate their memory for a new segment", mapping)?;
-        let window = Window::register(comm, &Arc::new(mapping))?;
+        let what = "allocate their memory for a new segment";
+        let mapping = agreed(comm.try_agree(what, mapping), |_| Vec::new())?;
+        let window = Window::register(comm, &Arc::new(mapping));
+        let what = "register a new segment";
+        let window = agreed(comm.try_agree(what, window), |w| vec![w])?;
         let base = window.ptr();
         let mut segment = Segment {
             heap,
@@ -74,12 +119,25 @@ impl Segment {
         if !groups.is_empty() {
             let attempts = groups.iter().map(|g| segment.register_in(g)).collect();
             let what = "register a new segment in every attached group";
-            segment.attached = agree_on_all(comm, what, attempts)?;
+            match agree_on_all(comm, what, attempts) {
+                Ok(attached) => segment.attached = attached,
+                Err(unmade) => {
+                    if !unmade.agreed {
+                        segment.leave_to_destroy();
+                    }
+                    return Err(unmade);
+                }
+            }
         }
-        // Groups are no larger than the world: their warm-ups fit where the world's does.
-        warm_up(comm, base, stream)?;
+        // Groups are no larger than the world: their warm-ups fit where the world's does. A
+        // warm-up that cannot be queued leaves the ranks at different steps.
+        let unqueued = |error| Unmade {
+            error,
+            agreed: false,
+        };
+        warm_up(comm, base, stream).map_err(unqueued)?;
         for g in groups {
-            warm_up(g, base, stream)?;
+            warm_up(g, base, stream).map_err(unqueued)?;
         }
         Ok(segment)
     }
@@ -118,10 +176,15 @@ pub(super) fn agree_on_all(
     comm: &Comm,
     what: &str,
     attempts: Vec<Result<Window>>,
-) -> Result<Vec<Window>> {
+) -> Result<Vec<Window>, Unmade> {
     let first_error = attempts.iter().find_map(|a| a.as_ref().err().cloned());
-    comm.agree(what, first_error.map_or(Ok(()), Err))?;
-    Ok(attempts.into_iter().flatten().collect())
+    let windows: Vec<Window> = attempts.into_iter().flatten().collect();
+    let outcome = match comm.try_agree(what, first_error.map_or(Ok(()), Err)) {
+        Agreed::Ok(()) => Agreed::Ok(windows),
+        Agreed::Failed(e) => Agreed::Failed(e),
+        Agreed::Broken(e, _) => Agreed::Broken(e, Some(windows)),
+    };
+    agreed(outcome, |w| w)
 }
 
 /// The warm-up collective of a fresh window at `base` on `comm`: it gathers 8 bytes from

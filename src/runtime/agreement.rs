@@ -11,6 +11,20 @@ use super::{Comm, Mapping, Stream};
 use crate::sys::HcclDataType;
 use crate::{Error, Result};
 
+/// What an agreement came to.
+pub(crate) enum Agreed<T> {
+    /// Every rank succeeded.
+    Ok(T),
+    /// Some rank failed, and every rank knows it: this rank's own error, or on the others
+    /// [`Error::Asymmetric`] naming the ranks that failed.
+    Failed(Error),
+    /// The agreement itself could not run (its AllGather failed: a peer did not come in
+    /// time), so the ranks may not know the same: this rank's own error if it failed, else
+    /// the agreement's, and this rank's value if it had one (not dropped here: dropping it
+    /// may be a collective step, which peers that are elsewhere would not take).
+    Broken(Error, Option<T>),
+}
+
 impl Comm {
     /// Every rank's `mine`, agreed: `mine`'s value if every rank succeeded; this rank's own
     /// error if it failed; on the others, [`Error::Asymmetric`] naming the ranks that failed
@@ -20,11 +34,28 @@ impl Comm {
     /// As above; also the runtime's error if the agreement itself cannot run (its scratch
     /// memory, made once per communicator, or the AllGather).
     pub(crate) fn agree<T>(&self, what: &str, mine: Result<T>) -> Result<T> {
-        let failed = self.failed_ranks(mine.is_ok())?;
+        match self.try_agree(what, mine) {
+            Agreed::Ok(value) => Ok(value),
+            Agreed::Failed(e) | Agreed::Broken(e, _) => Err(e),
+        }
+    }
+
+    /// [`agree`](Self::agree), telling an agreed failure from an agreement that could not
+    /// run.
+    pub(crate) fn try_agree<T>(&self, what: &str, mine: Result<T>) -> Agreed<T> {
+        let failed = match self.failed_ranks(mine.is_ok()) {
+            Ok(failed) => failed,
+            Err(e) => {
+                return match mine {
+                    Ok(value) => Agreed::Broken(e, Some(value)),
+                    Err(own) => Agreed::Broken(own, None),
+                };
+            }
+        };
         match (mine, failed.is_empty()) {
-            (Ok(value), true) => Ok(value),
-            (Err(e), _) => Err(e),
-            (Ok(_), false) => Err(Error::Asymmetric(format!(
+            (Ok(value), true) => Agreed::Ok(value),
+            (Err(e), _) => Agreed::Failed(e),
+            (Ok(_), false) => Agreed::Failed(Error::Asymmetric(format!(
                 "rank(s) {failed:?} could not {what}; nothing was registered on any rank"
             ))),
         }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::host_fn::HostFns;
 use super::{Runtime, Stream};
 use crate::Result;
 use crate::sys::{ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, aclmdlRI};
@@ -15,10 +16,19 @@ pub struct Graph {
     inner: Arc<GraphInner>,
 }
 
-#[derive(Debug)]
 struct GraphInner {
     rt: Runtime,
     raw: aclmdlRI,
+    /// The replayable host functions the model calls: freed once it is destroyed.
+    host_fns: HostFns,
+}
+
+impl std::fmt::Debug for GraphInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphInner")
+            .field("raw", &self.raw)
+            .finish_non_exhaustive()
+    }
 }
 
 // SAFETY: a model handle is an opaque value that may be used from any thread.
@@ -50,15 +60,17 @@ impl Stream {
         let rt = self.runtime();
         let end = Runtime::optional("aclmdlRICaptureEnd", rt.acl().aclmdlRICaptureEnd)?;
         let model = self.capture_model()?;
+        let fns = rt.graph_host_fns();
+        let host_fns = model.map(|m| fns.take(m)).unwrap_or_default();
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live stream and a valid out-pointer.
         let code = unsafe { end(self.as_raw(), &mut raw) };
         if let Err(e) = rt.acl_check("aclmdlRICaptureEnd", code) {
-            // The library dropped the model: its host functions never run.
-            if let Some(model) =
-                model.filter(|_| code != crate::sys::ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED)
-            {
-                rt.graph_host_fns().release(model);
+            // If the stream still captures the model (the end was refused), it keeps its
+            // host functions; else the library dropped it, and they never run.
+            match (model, self.capture_model()) {
+                (Some(m), Ok(Some(now))) if now == m => fns.put_back(m, host_fns),
+                _ => drop(host_fns),
             }
             return Err(e);
         }
@@ -66,6 +78,7 @@ impl Stream {
             inner: Arc::new(GraphInner {
                 rt: rt.clone(),
                 raw,
+                host_fns,
             }),
         })
     }
@@ -99,7 +112,11 @@ impl Graph {
             return Ok(false);
         };
         let raw = std::mem::replace(&mut inner.raw, std::ptr::null_mut());
-        inner.destroy(raw).map(|()| true)
+        let destroyed = inner.destroy(raw);
+        if destroyed.is_err() {
+            std::mem::take(&mut inner.host_fns).leak();
+        }
+        destroyed.map(|()| true)
     }
 }
 
@@ -111,9 +128,7 @@ impl GraphInner {
         };
         // SAFETY: a live model, destroyed exactly once (by the last clone, or `destroy`).
         let code = unsafe { destroy(raw) };
-        self.rt.acl_check("aclmdlRIDestroy", code)?;
-        self.rt.graph_host_fns().release(raw);
-        Ok(())
+        self.rt.acl_check("aclmdlRIDestroy", code)
     }
 }
 
@@ -123,6 +138,8 @@ impl Drop for GraphInner {
             return;
         }
         if let Err(e) = self.destroy(self.raw) {
+            // The model may still call its host functions.
+            std::mem::take(&mut self.host_fns).leak();
             self.rt.record_drop_error(e);
         }
     }

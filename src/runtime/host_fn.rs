@@ -2,8 +2,10 @@
 //!
 //! A function launched on a capturing stream is part of the graph and runs at every replay,
 //! so it must be callable many times ([`Stream::launch_replayable_host_fn`]) and live as
-//! long as the graph: the runtime keeps it, under the graph's model handle, until
-//! [`Graph`](super::Graph) destroys the model or the capture fails.
+//! long as the graph: the runtime keeps it under the model's handle while the capture runs,
+//! then the [`Graph`](super::Graph) that the capture made owns it until the model is
+//! destroyed (a failed capture frees it; the library may reuse a freed model's handle, so
+//! nothing is looked up by handle after that).
 
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -18,6 +20,19 @@ type OnceFn = Box<dyn FnOnce() + Send>;
 
 /// A host function that runs every time its task runs (each replay of a graph).
 type ReplayableFn = Box<dyn Fn() + Send + Sync>;
+
+/// The replayable host functions of one model. Each is boxed twice: the runtime holds a
+/// thin pointer to the inner (fat) box, which must not move.
+#[derive(Default)]
+#[allow(clippy::vec_box)] // the second box is the stable address the runtime calls through
+pub(super) struct HostFns(Vec<Box<ReplayableFn>>);
+
+impl HostFns {
+    /// Never frees them: for a model whose destroy failed, which may still call them.
+    pub(super) fn leak(self) {
+        std::mem::forget(self);
+    }
+}
 
 /// Runs `f`, catching a panic: it must not unwind into the runtime's thread.
 fn call_caught(f: impl FnOnce()) {
@@ -36,13 +51,14 @@ unsafe extern "C" fn run_once(args: *mut c_void) {
 /// `aclrtHostFunc` for a captured [`Stream::launch_replayable_host_fn`]: runs the function,
 /// which the runtime keeps.
 unsafe extern "C" fn run_kept(args: *mut c_void) {
-    // SAFETY: `args` points to a `ReplayableFn` that `GraphHostFns` keeps until the model that
-    // calls it is destroyed (or its capture failed), so it outlives every call.
+    // SAFETY: `args` points to a `ReplayableFn` that `GraphHostFns`, then the model's
+    // `Graph`, keeps until the model is destroyed (or its capture failed), so it outlives
+    // every call.
     let f = unsafe { &*args.cast::<ReplayableFn>() };
     call_caught(f);
 }
 
-/// The replayable host functions captured into each model, kept until it is gone.
+/// The replayable host functions captured into each model whose capture is in progress.
 #[derive(Default)]
 pub(super) struct GraphHostFns {
     kept: Mutex<Vec<(usize, Box<ReplayableFn>)>>,
@@ -61,9 +77,20 @@ impl GraphHostFns {
             .retain(|(_, f)| !std::ptr::eq(std::ptr::from_ref::<ReplayableFn>(f), args.cast()));
     }
 
-    /// Frees the functions of `model`, which will not run again.
-    pub(super) fn release(&self, model: aclmdlRI) {
-        self.lock().retain(|(m, _)| *m != model as usize);
+    /// Takes the functions of `model`, whose capture ends.
+    pub(super) fn take(&self, model: aclmdlRI) -> HostFns {
+        let mut kept = self.lock();
+        let (mine, others) = std::mem::take(&mut *kept)
+            .into_iter()
+            .partition(|(m, _)| *m == model as usize);
+        *kept = others;
+        HostFns(mine.into_iter().map(|(_, f)| f).collect())
+    }
+
+    /// Gives back the functions of `model`, whose capture goes on (its end was refused).
+    pub(super) fn put_back(&self, model: aclmdlRI, fns: HostFns) {
+        self.lock()
+            .extend(fns.0.into_iter().map(|f| (model as usize, f)));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, Box<ReplayableFn>)>> {

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use crate::sys::{ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
 use crate::{Error, Result};
 
+pub(crate) use agreement::Agreed;
 pub use bootstrap::Placement;
 pub use collective::ReduceOp;
 pub use comm::{Comm, CommConfig, RootInfo};
@@ -222,13 +223,13 @@ impl Runtime {
         &self.inner.acl
     }
 
-    /// Records an error from a `Drop` (for [`take_drop_errors`](Self::take_drop_errors)) and
-    /// logs it as a `tracing` error, so it is never silently lost.
-    /// The host functions captured into graphs, kept for their replays.
+    /// The host functions captured into graphs in progress, kept for their replays.
     fn graph_host_fns(&self) -> &host_fn::GraphHostFns {
         &self.inner.graph_host_fns
     }
 
+    /// Records an error from a `Drop` (for [`take_drop_errors`](Self::take_drop_errors)) and
+    /// logs it as a `tracing` error, so it is never silently lost.
     pub(crate) fn record_drop_error(&self, err: Error) {
         tracing::error!(error = %err, "symheap: error while dropping a handle");
         self.inner

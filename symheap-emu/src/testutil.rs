@@ -252,6 +252,48 @@ pub(crate) fn deregister(win: HcclCommSymWindow) {
     hok(unsafe { dereg(win) });
 }
 
+/// Page-locked host memory (`aclrtMallocHost`) holding `len` values of `T`: what an async copy
+/// to or from the host needs to stay queued (one of pageable memory is made synchronously).
+pub(crate) struct PinnedBuf<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T: Copy> PinnedBuf<T> {
+    /// A copy of `data` in pinned memory.
+    pub(crate) fn new(data: &[T]) -> Self {
+        let mut ptr = null_mut();
+        let bytes = std::mem::size_of_val(data).max(1);
+        // SAFETY: a valid out-pointer.
+        ok(unsafe { (acl().aclrtMallocHost.expect("filled"))(&mut ptr, bytes) });
+        let ptr = ptr.cast::<T>();
+        // SAFETY: fresh memory of `bytes`, aligned to 64 (at least `T`'s alignment).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
+        PinnedBuf {
+            ptr,
+            len: data.len(),
+        }
+    }
+
+    /// The address, for the C calls.
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.ptr.cast()
+    }
+
+    /// What the memory holds now (read it once the copies into it are synchronized).
+    pub(crate) fn get(&self) -> Vec<T> {
+        // SAFETY: `len` values, initialized by `new`, alive until `drop`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }.to_vec()
+    }
+}
+
+impl<T> Drop for PinnedBuf<T> {
+    fn drop(&mut self) {
+        // SAFETY: from `aclrtMallocHost`, freed once.
+        ok(unsafe { (acl().aclrtFreeHost.expect("filled"))(self.ptr.cast()) });
+    }
+}
+
 /// Holds `stream` (a task that waits) until the returned sender is dropped, so work queued
 /// behind it provably has not run.
 pub(crate) fn gate(stream: aclrtStream) -> std::sync::mpsc::Sender<()> {

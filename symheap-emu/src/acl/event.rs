@@ -371,7 +371,6 @@ pub(crate) fn elapsed_ms(start: usize, end: usize) -> AclResult<f32> {
 
 #[cfg(test)]
 mod tests {
-    use std::ffi::c_void;
     use std::ptr::null_mut;
     use std::time::Duration;
 
@@ -616,7 +615,7 @@ mod tests {
         let a = acl();
         let e = ev();
         let buf = DevBuf::new(0, G);
-        let mut out = [0u8; 16];
+        let out = crate::testutil::PinnedBuf::new(&[0u8; 16]);
         on_two_streams(0, |producer, consumer| {
             let (x, done) = (e.new_event(), e.new_event());
             let open = gate(producer);
@@ -626,7 +625,7 @@ mod tests {
                 ok((e.record)(x, producer));
                 ok((e.wait)(consumer, x));
                 ok((a.aclrtMemcpyAsync)(
-                    out.as_mut_ptr().cast::<c_void>(),
+                    out.ptr(),
                     16,
                     buf.ptr,
                     16,
@@ -651,7 +650,8 @@ mod tests {
                 ok((e.destroy)(done));
             }
         });
-        assert_eq!(out, [0x11; 16]);
+        assert_eq!(out.get(), [0x11; 16]);
+        drop(out);
         buf.free();
         assert_clean();
     }

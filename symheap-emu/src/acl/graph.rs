@@ -6,8 +6,9 @@
 //! running; a stream that waits for an event recorded in the capture joins it. A replay
 //! (`aclmdlRIExecuteAsync`) makes every recipe's task afresh, in capture order (so each
 //! collective takes its communicator's next sequence number, in the host order of the
-//! replays), and runs them one after another on the replay's stream: an order that keeps
-//! every dependency the capture recorded.
+//! replays), and runs each captured stream's tasks in a lane of its own, the lanes side by
+//! side and ordered by the capture's events ([`replay`]); the replay's stream goes on when
+//! every lane is done.
 
 use std::cell::Cell;
 use std::sync::{Arc, Condvar, Mutex};
@@ -30,6 +31,7 @@ use crate::acl::stream::{self, Task, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, acl_fail, invalid, param};
 use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use replay::Step;
 
 /// Makes a task for one replay of a captured call.
 pub(crate) type Recipe = Arc<dyn Fn() -> AclResult<Task> + Send + Sync>;
@@ -449,34 +451,45 @@ pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
             "the model is still being captured",
         );
     }
-    let mut tasks = Vec::with_capacity(st.items.len());
-    for (_, item) in &st.items {
-        match item {
-            Item::Work(recipe) => tasks.push(recipe()?),
+    // One lane per captured stream, the origin's first; each record signals a slot that the
+    // waits for it (the last record of the event before them) await.
+    let mut lanes: Vec<(usize, Vec<Step>)> = vec![(st.origin, Vec::new())];
+    let mut last_record: Vec<(usize, usize)> = Vec::new();
+    let mut slots = 0;
+    for (on, item) in &st.items {
+        let step = match item {
+            Item::Work(recipe) => Step::Run(recipe()?),
             // An event destroyed since the capture has no one left to wait for its record
-            // outside the graph, and waits inside it are met by the replay's order: skipped.
+            // outside the graph: only the graph's own waits are signalled.
             Item::Record(event) => {
-                if let Ok(task) = crate::acl::event::record_task(*event) {
-                    tasks.push(task);
-                }
+                last_record.retain(|&(e, _)| e != *event);
+                last_record.push((*event, slots));
+                slots += 1;
+                Step::Signal(slots - 1, crate::acl::event::record_task(*event).ok())
             }
-            Item::Wait(_) => {}
+            Item::Wait(event) => match last_record.iter().find(|&&(e, _)| e == *event) {
+                Some(&(_, slot)) => Step::Await(slot),
+                None => continue,
+            },
+        };
+        match lanes.iter_mut().find(|(s, _)| s == on) {
+            Some((_, lane)) => lane.push(step),
+            None => lanes.push((*on, vec![step])),
         }
     }
     st.running += 1;
     drop(st);
     let running = Running(model);
+    let lanes: Vec<Vec<Step>> = lanes.into_iter().map(|(_, lane)| lane).collect();
     s.enqueue(Box::new(move || {
         let _running = running;
-        for task in tasks {
-            task().map_err(|f| TaskFailure {
-                msg: format!("in a graph replay: {}", f.msg),
-                ..f
-            })?;
-        }
-        Ok(())
+        replay::run(lanes, slots).map_err(|f| TaskFailure {
+            msg: format!("in a graph replay: {}", f.msg),
+            ..f
+        })
     }))
 }
 
+mod replay;
 #[cfg(test)]
 mod tests;

@@ -1175,7 +1175,7 @@ mod tests {
         let _g = test_lock();
         let a = acl();
         let mut s = null_mut();
-        let mut out = [0u8; 64];
+        let out = crate::testutil::PinnedBuf::new(&[0u8; 64]);
         // SAFETY: valid out-pointers; `out` outlives the synchronize.
         unsafe {
             ok((a.aclrtSetDevice)(12));
@@ -1186,7 +1186,7 @@ mod tests {
             let open = crate::testutil::gate(s);
             ok((a.aclrtMemsetAsync)(p, 64, 0x42, 64, s));
             ok((a.aclrtMemcpyAsync)(
-                out.as_mut_ptr().cast(),
+                out.ptr(),
                 64,
                 p,
                 64,
@@ -1203,7 +1203,8 @@ mod tests {
             ok((a.aclrtResetDevice)(12));
         }
         // The queued work ran on memory that stayed mapped until it was done.
-        assert_eq!(out, [0x42; 64]);
+        assert_eq!(out.get(), [0x42; 64]);
+        drop(out);
         assert_clean();
     }
 

@@ -468,8 +468,8 @@ mod tests {
         let _g = test_lock();
         on_stream(1, |s, buf| {
             let a = acl();
-            let src = [5u32; 4];
-            let mut dst = [0u32; 4];
+            let src = crate::testutil::PinnedBuf::new(&[5u32; 4]);
+            let dst = crate::testutil::PinnedBuf::new(&[0u32; 4]);
             let open = gate(s);
             // SAFETY: `src` and `dst` outlive the synchronize below; device sides are validated.
             unsafe {
@@ -477,13 +477,13 @@ mod tests {
                 ok((a.aclrtMemcpyAsync)(
                     buf.ptr,
                     16,
-                    src.as_ptr().cast(),
+                    src.ptr(),
                     16,
                     aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
                     s,
                 ));
                 ok((a.aclrtMemcpyAsync)(
-                    dst.as_mut_ptr().cast(),
+                    dst.ptr(),
                     16,
                     buf.ptr,
                     16,
@@ -491,14 +491,14 @@ mod tests {
                     s,
                 ));
                 // Nothing has run yet: the stream is held by the gate.
-                assert_eq!(dst, [0; 4]);
+                assert_eq!(dst.get(), [0; 4]);
                 // Queued work pins the mapping.
                 assert_eq!((a.aclrtUnmapMem)(buf.ptr), ACL_ERROR_RT_PARAM_INVALID);
                 assert!(recent().contains("synchronize"));
                 drop(open);
                 ok((a.aclrtSynchronizeStream)(s));
             }
-            assert_eq!(dst, [5; 4]);
+            assert_eq!(dst.get(), [5; 4]);
         });
     }
 

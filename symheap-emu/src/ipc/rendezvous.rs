@@ -142,7 +142,13 @@ impl Rendezvous {
         let mut hello = Writer::default();
         hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
         conn.send(&hello.bytes, &[staging])
-            .map_err(|e| JoinError::Refused(format!("cannot reach the rendezvous: {e}")))?;
+            .map_err(|e| match e.kind() {
+                // The hub accepted and closed at once: it was ending, like a join closed unanswered.
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                    JoinError::Closed
+                }
+                _ => JoinError::Refused(format!("cannot reach the rendezvous: {e}")),
+            })?;
         let until = deadline(timeout);
         loop {
             if cancel.load(Ordering::Acquire) {

@@ -458,3 +458,100 @@ fn pageable_host_memory_is_copied_synchronously_and_cannot_be_captured() {
     buf.free();
     assert_clean();
 }
+
+#[test]
+fn a_replay_runs_its_streams_side_by_side_so_a_send_and_a_receive_on_two_streams_meet() {
+    let _g = test_lock();
+    let (a, h, cfg) = (acl(), hccl(), test_config());
+    let i32t = HcclDataType::HCCL_DATA_TYPE_INT32;
+    run_ranks(2, &cfg, |r| {
+        let (send, recv) = (h.HcclSend.unwrap(), h.HcclRecv.unwrap());
+        let side = stream();
+        let (joined, back) = (sync_event(), sync_event());
+        let buf = DevBuf::new(r.rank, G);
+        let peer = 1 - r.rank;
+        // Both ranks send on the origin stream and receive on the side stream: run one
+        // after the other, both sends would wait for receives that never start.
+        ok(begin(r.stream, 0));
+        // SAFETY: ranges inside `buf`; live handles.
+        unsafe {
+            ok((a.aclrtRecordEvent.unwrap())(joined, r.stream));
+            ok((a.aclrtStreamWaitEvent.unwrap())(side, joined));
+            hok(send(buf.at(0), 16, i32t, peer, r.comm, r.stream));
+            hok(recv(buf.at(64), 16, i32t, peer, r.comm, side));
+            ok((a.aclrtRecordEvent.unwrap())(back, side));
+            ok((a.aclrtStreamWaitEvent.unwrap())(r.stream, back));
+        }
+        let graph = end(r.stream).unwrap();
+        for n in 1..=3i32 {
+            buf.write(0, &[n * 10 + r.rank as i32; 16]);
+            let started = std::time::Instant::now();
+            ok(replay(graph, r.stream));
+            ok(r.sync());
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+            assert_eq!(buf.read::<i32>(64, 16), [n * 10 + peer as i32; 16]);
+        }
+        ok(destroy(graph));
+        // SAFETY: live handles, destroyed once.
+        unsafe {
+            ok((a.aclrtDestroyEvent.unwrap())(joined));
+            ok((a.aclrtDestroyEvent.unwrap())(back));
+            ok((a.aclrtDestroyStream)(side));
+        }
+        buf.free();
+    });
+    assert_clean();
+}
+
+#[test]
+fn a_failing_lane_of_a_replay_stops_the_others_at_once() {
+    let _g = test_lock();
+    let (a, cfg) = (acl(), test_config());
+    run_ranks(2, &cfg, |r| {
+        let side = stream();
+        let (joined, back) = (sync_event(), sync_event());
+        let buf = DevBuf::new(r.rank, G);
+        ok(begin(r.stream, 0));
+        // SAFETY: ranges inside `buf`; live handles.
+        unsafe {
+            ok((a.aclrtRecordEvent.unwrap())(joined, r.stream));
+            ok((a.aclrtStreamWaitEvent.unwrap())(side, joined));
+            hok((hccl().HcclAllReduce)(
+                buf.at(0),
+                buf.at(0),
+                16,
+                HcclDataType::HCCL_DATA_TYPE_FP32,
+                HcclReduceOp::HCCL_REDUCE_SUM,
+                r.comm,
+                side,
+            ));
+            ok((a.aclrtRecordEvent.unwrap())(back, side));
+            ok((a.aclrtStreamWaitEvent.unwrap())(r.stream, back));
+            ok((a.aclrtLaunchHostFunc.unwrap())(
+                r.stream,
+                Some(count),
+                null_mut(),
+            ));
+        }
+        let graph = end(r.stream).unwrap();
+        CALLS.store(0, Ordering::SeqCst);
+        // Rank 1 leaves (its teardown destroys its communicator): rank 0's side lane fails
+        // and its origin lane, waiting for the side's record, stops with it.
+        if r.rank == 0 {
+            let started = std::time::Instant::now();
+            ok(replay(graph, r.stream));
+            assert_eq!(r.sync(), ACL_ERROR_RT_INTERNAL_ERROR);
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+            assert_eq!(CALLS.load(Ordering::SeqCst), 0, "the origin lane stopped");
+        }
+        ok(destroy(graph));
+        // SAFETY: live handles, destroyed once.
+        unsafe {
+            ok((a.aclrtDestroyEvent.unwrap())(joined));
+            ok((a.aclrtDestroyEvent.unwrap())(back));
+            ok((a.aclrtDestroyStream)(side));
+        }
+        buf.free();
+    });
+    assert_clean();
+}

@@ -609,15 +609,15 @@ fn stream_order_is_kept_and_reads_before_synchronize_may_be_stale() {
         let buf = DevBuf::new(r.rank, G);
         let win = register(r, &buf);
         buf.write(0, &[0f32; 4]);
-        let input = [r.rank as f32 + 1.0; 4];
-        let mut output = [0f32; 4];
+        let input = crate::testutil::PinnedBuf::new(&[r.rank as f32 + 1.0; 4]);
+        let output = crate::testutil::PinnedBuf::new(&[0f32; 4]);
         let open = gate(r.stream);
         // SAFETY: `input` / `output` outlive the synchronize; device sides are validated.
         unsafe {
             ok((a.aclrtMemcpyAsync)(
                 buf.ptr,
                 16,
-                input.as_ptr().cast(),
+                input.ptr(),
                 16,
                 aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
                 r.stream,
@@ -633,7 +633,7 @@ fn stream_order_is_kept_and_reads_before_synchronize_may_be_stale() {
                 0,
             ));
             ok((a.aclrtMemcpyAsync)(
-                output.as_mut_ptr().cast(),
+                output.ptr(),
                 16,
                 buf.at(64),
                 16,
@@ -649,7 +649,7 @@ fn stream_order_is_kept_and_reads_before_synchronize_may_be_stale() {
         assert_eq!(unsafe { dereg(win) }, HcclResult::HCCL_E_AGAIN);
         drop(open);
         ok(r.sync());
-        assert_eq!(output, [3.0; 4]);
+        assert_eq!(output.get(), [3.0; 4]);
         deregister(win);
         buf.free();
     });
