@@ -73,6 +73,13 @@ impl SymPool {
     /// on this pool bound to `stream` ([`on`](Self::on)); its collectives and copies are
     /// captured, not run, and run at each [`SymGraph::replay`].
     ///
+    /// The step's pooled collectives and copies go on `stream` or on streams that joined the
+    /// capture (they waited for an event recorded on it, and join back the same way before
+    /// `step` returns): on a stream that takes no part they would run at once, outside the
+    /// graph, and are refused, as is pooled work on a stream capturing a graph of its own
+    /// (the pool would not keep that graph's memory). Host work joins with
+    /// [`Stream::launch_replayable_host_fn`].
+    ///
     /// Before capturing, the pool synchronizes. Every block the captured work uses, and every
     /// block allocated during the capture, stays reserved for the graph (not reused, even when
     /// dropped) until the graph drops; the placements are the same on every rank. During the

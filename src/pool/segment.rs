@@ -130,14 +130,17 @@ impl Segment {
             }
         }
         // Groups are no larger than the world: their warm-ups fit where the world's does. A
-        // warm-up that cannot be queued leaves the ranks at different steps.
-        let unqueued = |error| Unmade {
-            error,
-            agreed: false,
-        };
-        warm_up(comm, base, stream).map_err(unqueued)?;
-        for g in groups {
-            warm_up(g, base, stream).map_err(unqueued)?;
+        // warm-up that cannot be queued leaves the ranks at different steps: the windows go
+        // to `HcclCommDestroy`.
+        let queued = std::iter::once(comm)
+            .chain(groups)
+            .try_for_each(|c| warm_up(c, base, stream));
+        if let Err(error) = queued {
+            segment.leave_to_destroy();
+            return Err(Unmade {
+                error,
+                agreed: false,
+            });
         }
         Ok(segment)
     }

@@ -42,8 +42,8 @@ enum Item {
     Work(Recipe),
     /// An event record: each replay records the event anew.
     Record(usize),
-    /// A wait for an event recorded earlier in the capture (kept for the join check; a
-    /// replay runs in capture order, so the record has run by then).
+    /// A wait for an event recorded earlier in the capture: the join check reads it, and a
+    /// replay's lane waits there for the record's lane.
     Wait(usize),
 }
 
@@ -72,6 +72,8 @@ struct State {
 pub(crate) struct Model {
     state: Mutex<State>,
     idle: Condvar,
+    /// The threads that run its joined streams' lanes in a replay.
+    lanes: replay::LaneThreads,
 }
 
 static MODELS: Registry<Model> = Registry::new();
@@ -192,6 +194,7 @@ pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
             running: 0,
         }),
         idle: Condvar::new(),
+        lanes: replay::LaneThreads::default(),
     });
     MODELS.insert(handle, model);
     counters::inc(Counter::Models);
@@ -434,7 +437,8 @@ impl Drop for Running {
 }
 
 /// `aclmdlRIExecuteAsync`: one replay on `stream`. Every recipe makes its task now (on this
-/// thread, in capture order), and one task on `stream` runs them in that order.
+/// thread, in capture order); one task on `stream` runs the captured streams' lanes side by
+/// side ([`replay::run`]) and ends when they all have.
 pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
     let model = lookup(handle)?;
     let s = stream::lookup(stream)?;
@@ -482,8 +486,7 @@ pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
     let running = Running(model);
     let lanes: Vec<Vec<Step>> = lanes.into_iter().map(|(_, lane)| lane).collect();
     s.enqueue(Box::new(move || {
-        let _running = running;
-        replay::run(lanes, slots).map_err(|f| TaskFailure {
+        replay::run(lanes, slots, &running.0.lanes).map_err(|f| TaskFailure {
             msg: format!("in a graph replay: {}", f.msg),
             ..f
         })

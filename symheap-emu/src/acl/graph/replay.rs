@@ -1,12 +1,49 @@
 //! One replay of a graph: the captured work of each stream in its own lane, the lanes run
 //! side by side (the origin stream's on the replay stream's thread, each joined stream's on
-//! a thread of its own) and ordered by the capture's event records and waits, as a device
-//! runs a model's streams. A lane that fails stops the others at their next wait.
+//! a thread the model keeps for it) and ordered by the capture's event records and waits, as
+//! a device runs a model's streams. A lane that fails stops the others at their next wait.
 
-use std::sync::{Condvar, Mutex};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 
 use crate::acl::stream::{Task, TaskFailure};
 use crate::base::registry::lock;
+use crate::sys::ACL_ERROR_RT_INTERNAL_ERROR;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The threads that run a model's joined lanes, one per lane after the origin's, made at the
+/// first replay that needs them; they end when the model is gone. Replays running at once
+/// queue their lanes on them in order.
+#[derive(Default)]
+pub(super) struct LaneThreads {
+    senders: Mutex<Vec<mpsc::Sender<Job>>>,
+}
+
+impl LaneThreads {
+    /// Runs `job` on lane thread `i`.
+    fn send(&self, i: usize, job: Job) -> Result<(), TaskFailure> {
+        let mut senders = lock(&self.senders);
+        while senders.len() <= i {
+            let (tx, rx) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("symheap-emu graph lane".into())
+                .spawn(move || rx.into_iter().for_each(|job| job()))
+                .map_err(|e| failure(format!("cannot start a thread for a graph lane: {e}")))?;
+            senders.push(tx);
+        }
+        senders[i]
+            .send(job)
+            .map_err(|_| failure("a graph lane's thread is gone".into()))
+    }
+}
+
+fn failure(msg: String) -> TaskFailure {
+    TaskFailure {
+        code: ACL_ERROR_RT_INTERNAL_ERROR,
+        msg,
+    }
+}
 
 /// A step of a lane.
 pub(super) enum Step {
@@ -46,13 +83,20 @@ impl Signals {
     }
 }
 
+/// Runs `task`, a panic in it a failure (a lane that unwound would leave the others waiting
+/// for its signals).
+fn run_task(task: Task) -> Result<(), TaskFailure> {
+    catch_unwind(AssertUnwindSafe(task))
+        .unwrap_or_else(|_| Err(failure("a task of the replay panicked".into())))
+}
+
 /// Runs a lane: `Ok(false)` if it stopped because another lane failed.
 fn run_lane(lane: Vec<Step>, signals: &Signals) -> Result<bool, TaskFailure> {
     for step in lane {
         let done = match step {
-            Step::Run(task) => task(),
+            Step::Run(task) => run_task(task),
             Step::Signal(slot, record) => {
-                let recorded = record.map_or(Ok(()), |r| r());
+                let recorded = record.map_or(Ok(()), run_task);
                 signals.set(slot);
                 recorded
             }
@@ -71,30 +115,46 @@ fn run_lane(lane: Vec<Step>, signals: &Signals) -> Result<bool, TaskFailure> {
     Ok(true)
 }
 
-/// Runs `lanes` (the origin's first) with `slots` signals, side by side: the first failure.
-pub(super) fn run(lanes: Vec<Vec<Step>>, slots: usize) -> Result<(), TaskFailure> {
-    let signals = Signals {
+/// Runs `lanes` (the origin's first, here; the others on `threads`) with `slots` signals,
+/// side by side: the first failure.
+pub(super) fn run(
+    lanes: Vec<Vec<Step>>,
+    slots: usize,
+    threads: &LaneThreads,
+) -> Result<(), TaskFailure> {
+    let signals = Arc::new(Signals {
         state: Mutex::new((vec![false; slots], false)),
         changed: Condvar::new(),
-    };
+    });
+    let (done, results) = mpsc::channel();
     let mut lanes = lanes.into_iter();
     let origin = lanes.next().unwrap_or_default();
-    std::thread::scope(|scope| {
-        let others: Vec<_> = lanes
-            .map(|lane| scope.spawn(|| run_lane(lane, &signals)))
-            .collect();
-        let mut result = run_lane(origin, &signals).map(drop);
-        for other in others {
-            let joined = other.join().unwrap_or_else(|_| {
-                Err(TaskFailure {
-                    code: crate::sys::ACL_ERROR_RT_INTERNAL_ERROR,
-                    msg: "a lane of the replay panicked".into(),
-                })
-            });
-            if let (Ok(()), Err(f)) = (&result, joined) {
+    let mut result = Ok(());
+    let mut others = 0;
+    for (i, lane) in lanes.enumerate() {
+        let (shared, done) = (signals.clone(), done.clone());
+        let job = Box::new(move || {
+            let _ = done.send(run_lane(lane, &shared));
+        });
+        match threads.send(i, job) {
+            Ok(()) => others += 1,
+            Err(f) => {
+                signals.abort();
                 result = Err(f);
+                break;
             }
         }
-        result
-    })
+    }
+    if result.is_ok() {
+        result = run_lane(origin, &signals).map(drop);
+    }
+    for _ in 0..others {
+        let ran = results
+            .recv()
+            .unwrap_or_else(|_| Err(failure("a graph lane's thread is gone".into())));
+        if let (Ok(()), Err(f)) = (&result, ran) {
+            result = Err(f);
+        }
+    }
+    result
 }

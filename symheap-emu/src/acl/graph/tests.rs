@@ -555,3 +555,49 @@ fn a_failing_lane_of_a_replay_stops_the_others_at_once() {
     });
     assert_clean();
 }
+
+#[test]
+fn a_task_that_panics_in_a_joined_lane_fails_the_replay_instead_of_hanging_it() {
+    let _g = test_lock();
+    let a = acl();
+    // SAFETY: plain device binding.
+    unsafe { ok((a.aclrtSetDevice)(0)) };
+    let (s, side) = (stream(), stream());
+    let (joined, back) = (sync_event(), sync_event());
+    ok(begin(s, 0));
+    // SAFETY: live handles.
+    unsafe {
+        ok((a.aclrtRecordEvent.unwrap())(joined, s));
+        ok((a.aclrtStreamWaitEvent.unwrap())(side, joined));
+    }
+    // An emulator task that panics (no C call makes one): the origin's wait for the side's
+    // record must not wait for ever.
+    let side_stream = crate::acl::stream::lookup(side as usize).unwrap();
+    let recipe: super::Recipe = std::sync::Arc::new(|| {
+        Ok(
+            Box::new(|| -> Result<(), crate::acl::stream::TaskFailure> { panic!("a task panics") })
+                as _,
+        )
+    });
+    ok(super::submit(&side_stream, side as usize, recipe).map_or_else(|f| f.code, |()| 0));
+    // SAFETY: live handles.
+    unsafe {
+        ok((a.aclrtRecordEvent.unwrap())(back, side));
+        ok((a.aclrtStreamWaitEvent.unwrap())(s, back));
+    }
+    let graph = end(s).unwrap();
+    ok(replay(graph, s));
+    // SAFETY: a live stream.
+    let synchronized = unsafe { (a.aclrtSynchronizeStream)(s) };
+    assert_eq!(synchronized, ACL_ERROR_RT_INTERNAL_ERROR);
+    ok(destroy(graph));
+    // SAFETY: live handles, destroyed once.
+    unsafe {
+        ok((a.aclrtDestroyEvent.unwrap())(joined));
+        ok((a.aclrtDestroyEvent.unwrap())(back));
+        ok((a.aclrtDestroyStream)(side));
+        ok((a.aclrtDestroyStream)(s));
+        ok((a.aclrtResetDevice)(0));
+    }
+    assert_clean();
+}
