@@ -747,6 +747,10 @@ void graph_capture(Rank &k)
     ACL_OK(aclrtStreamWaitEvent(k.stream, back));
     // What capture forbids, each failing alone.
     EXPECT_ACL(aclrtSynchronizeStream(k.stream), ACL_ERROR_RT_STREAM_CAPTURED);
+    EXPECT_ACL(aclrtSynchronizeStreamWithTimeout(side, 1000), ACL_ERROR_RT_STREAM_CAPTURED);
+    EXPECT_ACL(aclrtSynchronizeDevice(), ACL_ERROR_RT_STREAM_CAPTURED);
+    aclrtStreamStatus stream_status = ACL_STREAM_STATUS_RESERVED;
+    EXPECT_ACL(aclrtStreamQuery(k.stream, &stream_status), ACL_ERROR_RT_STREAM_CAPTURED);
     EXPECT_ACL(aclrtSynchronizeEvent(joined), ACL_ERROR_RT_EVENT_CAPTURED);
     EXPECT_ACL(aclrtMemcpy(work, 4, pristine, 4, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT);
     EXPECT_ACL(aclrtRecordEvent(plain, k.stream), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);

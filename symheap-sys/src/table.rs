@@ -132,6 +132,10 @@ macro_rules! acl_functions {
                 aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) -> aclError;
                 aclrtDestroyEvent(event: aclrtEvent) -> aclError;
                 aclrtLaunchHostFunc(stream: aclrtStream, fn_: aclrtHostFunc, args: *mut c_void) -> aclError;
+                aclrtSynchronizeStreamWithTimeout(stream: aclrtStream, timeout: i32) -> aclError;
+                aclrtStreamQuery(stream: aclrtStream, status: *mut aclrtStreamStatus) -> aclError;
+                aclrtSynchronizeDevice() -> aclError;
+                aclrtSynchronizeDeviceWithTimeout(timeout: i32) -> aclError;
                 aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
                 aclmdlRICaptureBegin(stream: aclrtStream, mode: aclmdlRICaptureMode) -> aclError;
                 aclmdlRICaptureGetInfo(stream: aclrtStream, status: *mut aclmdlRICaptureStatus, modelRI: *mut aclmdlRI) -> aclError;

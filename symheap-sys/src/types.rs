@@ -387,6 +387,16 @@ c_enum! {
 }
 
 c_enum! {
+    /// `aclrtStreamStatus`: whether a stream has run everything queued on it.
+    aclrtStreamStatus {
+        /// Everything queued has run.
+        ACL_STREAM_STATUS_COMPLETE = 0,
+        /// Work is still queued or running.
+        ACL_STREAM_STATUS_NOT_READY = 1,
+    }
+}
+
+c_enum! {
     /// `HcclSendRecvType`: one item of `HcclBatchSendRecv`.
     HcclSendRecvType {
         /// Send `buf` to `remoteRank`.

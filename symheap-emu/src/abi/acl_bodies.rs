@@ -87,6 +87,39 @@ pub(super) unsafe fn aclrtSynchronizeStream(a: args::aclrtSynchronizeStream) -> 
     stream::synchronize(a.stream as usize)
 }
 
+/// `aclrtSynchronizeStreamWithTimeout`: [`aclrtSynchronizeStream`], for at most `timeout`
+/// ms (-1: no limit).
+pub(super) unsafe fn aclrtSynchronizeStreamWithTimeout(
+    a: args::aclrtSynchronizeStreamWithTimeout,
+) -> AclResult {
+    let limit = stream::sync_timeout(a.timeout)?;
+    stream::synchronize_within(a.stream as usize, limit)
+}
+
+/// `aclrtStreamQuery`: whether the stream has run everything queued on it.
+pub(super) unsafe fn aclrtStreamQuery(a: args::aclrtStreamQuery) -> AclResult {
+    non_null(a.status, "status")?;
+    let status = match stream::query(a.stream as usize)? {
+        true => crate::sys::aclrtStreamStatus::ACL_STREAM_STATUS_COMPLETE,
+        false => crate::sys::aclrtStreamStatus::ACL_STREAM_STATUS_NOT_READY,
+    };
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.status, status, "status") }
+}
+
+/// `aclrtSynchronizeDevice`: waits for every stream of the current device.
+pub(super) unsafe fn aclrtSynchronizeDevice(_: args::aclrtSynchronizeDevice) -> AclResult {
+    stream::synchronize_device(None)
+}
+
+/// `aclrtSynchronizeDeviceWithTimeout`: [`aclrtSynchronizeDevice`], for at most `timeout` ms
+/// (-1: no limit).
+pub(super) unsafe fn aclrtSynchronizeDeviceWithTimeout(
+    a: args::aclrtSynchronizeDeviceWithTimeout,
+) -> AclResult {
+    stream::synchronize_device(stream::sync_timeout(a.timeout)?)
+}
+
 /// `aclrtMemcpy`: a synchronous copy on the calling thread.
 pub(super) unsafe fn aclrtMemcpy(a: args::aclrtMemcpy) -> AclResult {
     copy::memcpy(a.dst as usize, a.destMax, a.src as usize, a.count, a.kind)

@@ -12,10 +12,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::Instant;
 
 use crate::sys::{
     ACL_CONTINUE_ON_FAILURE, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_ERROR_RT_PARAM_INVALID, ACL_ERROR_RT_STREAM_CAPTURED, ACL_STOP_ON_FAILURE, aclError,
+    ACL_ERROR_RT_PARAM_INVALID, ACL_ERROR_RT_STREAM_CAPTURED, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+    ACL_STOP_ON_FAILURE, aclError,
 };
 
 use crate::acl::device;
@@ -189,6 +191,72 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 /// `aclrtSynchronizeStream`: waits for everything enqueued so far, then reports (and clears)
 /// the stream's failure, if any.
 pub(crate) fn synchronize(handle: usize) -> AclResult {
+    synchronize_within(handle, None)
+}
+
+/// The limit of a synchronize's `timeout` argument in ms: `None` for -1 (no limit); 0 and
+/// below -1 are 107000, as hicann/runtime's `ApiErrorDecorator::StreamSynchronize` and
+/// `DeviceSynchronize` check.
+pub(crate) fn sync_timeout(timeout: i32) -> AclResult<Option<Instant>> {
+    match timeout {
+        -1 => Ok(None),
+        t if t > 0 => Ok(Some(
+            Instant::now() + std::time::Duration::from_millis(t as u64),
+        )),
+        t => param(format!(
+            "timeout {t} is neither -1 (no limit) nor a positive number of ms"
+        )),
+    }
+}
+
+/// `aclrtStreamQuery`: whether everything enqueued so far has run (107027 while the stream
+/// captures, as `ApiErrorDecorator::StreamQuery` answers).
+pub(crate) fn query(handle: usize) -> AclResult<bool> {
+    let stream = lookup(handle)?;
+    if stream.capture().is_some() {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "the stream is capturing: it cannot be queried",
+        );
+    }
+    let q = lock(&stream.shared.queue);
+    Ok(q.completed == q.enqueued)
+}
+
+/// `aclrtSynchronizeDevice`: every stream of the current device, synchronized until `until`;
+/// 107027 (before waiting for any) if one captures, as `Context::Synchronize` checks. The
+/// first failure is reported; every stream's is cleared.
+pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
+    let device = device::current()?;
+    let streams: Vec<(usize, Arc<Stream>)> = STREAMS
+        .all()
+        .into_iter()
+        .filter(|(_, s)| s.device() == device)
+        .collect();
+    if streams.iter().any(|(_, s)| s.capture().is_some()) {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_CAPTURED,
+            "a stream of the device is capturing: the device cannot be synchronized",
+        );
+    }
+    let mut result = Ok(());
+    for (handle, _) in streams {
+        let done = synchronize_within(handle, until);
+        // A stream destroyed meanwhile has nothing left to wait for.
+        if done
+            .as_ref()
+            .is_err_and(|f| f.code == ACL_ERROR_RT_INVALID_HANDLE)
+        {
+            continue;
+        }
+        result = result.and(done);
+    }
+    result
+}
+
+/// [`synchronize`], waiting until `until` at most (`ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` then,
+/// the failure kept).
+pub(crate) fn synchronize_within(handle: usize, until: Option<Instant>) -> AclResult {
     let stream = lookup(handle)?;
     if stream.capture().is_some() {
         return acl_fail(
@@ -209,7 +277,23 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
     let mut q = lock(&shared.queue);
     let target = q.enqueued;
     while q.completed < target {
-        q = shared.done.wait(q).unwrap_or_else(|e| e.into_inner());
+        q = match until {
+            None => shared.done.wait(q).unwrap_or_else(|e| e.into_inner()),
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return acl_fail(
+                        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                        "the stream's work did not finish within the timeout",
+                    );
+                }
+                shared
+                    .done
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+        };
     }
     match q.failure.take() {
         None => Ok(()),
@@ -366,7 +450,7 @@ mod tests {
     use super::*;
     use crate::sys::{
         ACL_ERROR_INVALID_PARAM, ACL_ERROR_RT_CONTEXT_NULL, ACL_SUCCESS, aclrtMemcpyKind,
-        aclrtStream,
+        aclrtStream, aclrtStreamStatus,
     };
     use crate::testutil::{DevBuf, acl, assert_clean, gate, ok, recent};
     use crate::{GRANULARITY as G, test_lock, testing::counters};
@@ -413,6 +497,67 @@ mod tests {
             // Each call saw the memset before it, and none after.
             assert_eq!(*CALLS.lock().unwrap(), [7, 9]);
         });
+        assert_clean();
+    }
+
+    #[test]
+    fn queries_and_synchronizes_with_timeouts_see_queued_work_and_every_stream_of_the_device() {
+        let _g = test_lock();
+        let a = acl();
+        let (query, sync_for) = (
+            a.aclrtStreamQuery.unwrap(),
+            a.aclrtSynchronizeStreamWithTimeout.unwrap(),
+        );
+        let (device, device_for) = (
+            a.aclrtSynchronizeDevice.unwrap(),
+            a.aclrtSynchronizeDeviceWithTimeout.unwrap(),
+        );
+        let status = |s: aclrtStream| {
+            let mut st = aclrtStreamStatus(-1);
+            // SAFETY: a valid out-pointer.
+            ok(unsafe { query(s, &mut st) });
+            st
+        };
+        // SAFETY: plain device binding; the emulator validates handles.
+        unsafe { ok((a.aclrtSetDevice)(3)) };
+        let (s, other) = (create(), create());
+        assert_eq!(status(s), aclrtStreamStatus::ACL_STREAM_STATUS_COMPLETE);
+        let open = gate(other);
+        assert_eq!(
+            status(other),
+            aclrtStreamStatus::ACL_STREAM_STATUS_NOT_READY
+        );
+        // SAFETY: live handles; a NULL status is checked.
+        unsafe {
+            assert_eq!(query(s, null_mut()), ACL_ERROR_INVALID_PARAM);
+            for bad in [0, -2] {
+                assert_eq!(sync_for(s, bad), ACL_ERROR_RT_PARAM_INVALID);
+                assert_eq!(device_for(bad), ACL_ERROR_RT_PARAM_INVALID);
+            }
+            ok(sync_for(s, 1000));
+            // The gated stream does not finish in time, alone or as part of the device.
+            assert_eq!(sync_for(other, 20), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+            assert_eq!(device_for(20), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+        }
+        drop(open);
+        // SAFETY: live handles.
+        unsafe { ok(device()) };
+        assert_eq!(status(other), aclrtStreamStatus::ACL_STREAM_STATUS_COMPLETE);
+        // A capturing stream of the device refuses all three, before any wait.
+        // SAFETY: live handles.
+        unsafe {
+            ok((a.aclmdlRICaptureBegin.unwrap())(s, 0));
+            let mut st = aclrtStreamStatus(-1);
+            assert_eq!(query(s, &mut st), ACL_ERROR_RT_STREAM_CAPTURED);
+            assert_eq!(sync_for(s, 1000), ACL_ERROR_RT_STREAM_CAPTURED);
+            assert_eq!(device(), ACL_ERROR_RT_STREAM_CAPTURED);
+            let mut model = null_mut();
+            ok((a.aclmdlRICaptureEnd.unwrap())(s, &mut model));
+            ok((a.aclmdlRIDestroy.unwrap())(model));
+            ok((a.aclrtDestroyStream)(s));
+            ok((a.aclrtDestroyStream)(other));
+            ok((a.aclrtResetDevice)(3));
+        }
         assert_clean();
     }
 

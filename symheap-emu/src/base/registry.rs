@@ -61,6 +61,14 @@ impl<T> Registry<T> {
         lock(&self.map).get(&handle).cloned()
     }
 
+    /// Every live object with its handle, in handle order.
+    pub(crate) fn all(&self) -> Vec<(usize, Arc<T>)> {
+        lock(&self.map)
+            .iter()
+            .map(|(&h, v)| (h, Arc::clone(v)))
+            .collect()
+    }
+
     /// Forgets `handle`, returning its object.
     pub(crate) fn remove(&self, handle: usize) -> Option<Arc<T>> {
         lock(&self.map).remove(&handle)
