@@ -420,7 +420,8 @@ fn rank_of_registration_failing_everywhere() {
     let (_world, pool, tp, first, err, took) = failed_growth(|_| {
         emu::testing::inject_failure("HcclCommSymWinRegister", 2, 7);
     });
-    assert!(took < Duration::from_secs(1), "{err}");
+    // No rank waited for a peer (that would take the 2 s exec timeout).
+    assert!(took < Duration::from_millis(1900), "{took:?}: {err}");
     assert!(err.to_string().contains("injected failure"), "{err}");
     goes_on(&pool, &tp).unwrap();
     drop(first);
