@@ -298,27 +298,13 @@ fn enqueue_step(s: &Streams, k: &Kernels, b: &mut Buffers) -> Result<()> {
         s.tp.all_reduce_in_place(&mut b.y, symheap::ReduceOp::Sum)
     })?;
     s.launch(&k.dispatch)?;
-    s.communicate(1, || {
-        s.ep.all_to_all_v(
-            &b.dispatch,
-            &slots,
-            &displs,
-            &mut b.received,
-            &slots,
-            &displs,
-        )
-    })?;
+    // The MoE layer's AlltoAllV: the same fixed counts at every step.
+    let exchange = |input: &SymVec<f32>, output: &mut SymVec<f32>| {
+        s.ep.all_to_all_v(input, &slots, &displs, output, &slots, &displs)
+    };
+    s.communicate(1, || exchange(&b.dispatch, &mut b.received))?;
     s.launch(&k.expert)?;
-    s.communicate(2, || {
-        s.ep.all_to_all_v(
-            &b.expert_out,
-            &slots,
-            &displs,
-            &mut b.combined,
-            &slots,
-            &displs,
-        )
-    })?;
+    s.communicate(2, || exchange(&b.expert_out, &mut b.combined))?;
     s.launch(&k.combine)?;
     s.communicate(3, || s.tp.all_gather(&b.mine, &mut b.z))?;
     s.launch(&k.project)?;

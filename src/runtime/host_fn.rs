@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use super::{Runtime, Stream};
 use crate::Result;
-use crate::sys::aclmdlRI;
+use crate::sys::{aclError, aclmdlRI, aclrtHostFunc, aclrtStream};
 
 /// A host function that runs once, as `aclrtLaunchHostFunc` passes it back to
 /// [`run_once`].
@@ -120,10 +120,20 @@ impl Stream {
                  can run at every replay)",
             ));
         }
+        self.launch_once(launch, f)
+    }
+
+    /// Launches `f` through `launch` (`aclrtLaunchHostFunc`) to run once: the stream is not
+    /// capturing.
+    fn launch_once(
+        &self,
+        launch: unsafe extern "C" fn(aclrtStream, aclrtHostFunc, *mut c_void) -> aclError,
+        f: impl FnOnce() + Send + 'static,
+    ) -> Result<()> {
         let args = Box::into_raw(Box::new(Box::new(f) as OnceFn));
         // SAFETY: a live stream; `run_once` takes back the box `args` points to, once.
         let code = unsafe { launch(self.as_raw(), Some(run_once), args.cast()) };
-        let launched = rt.acl_check("aclrtLaunchHostFunc", code);
+        let launched = self.runtime().acl_check("aclrtLaunchHostFunc", code);
         if launched.is_err() {
             // SAFETY: refused, so the runtime never calls `run_once` with `args`.
             drop(unsafe { Box::from_raw(args) });
@@ -167,7 +177,7 @@ impl Stream {
         let rt = self.runtime();
         let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
         let Some(model) = self.capture_model()? else {
-            return self.launch_host_fn(f);
+            return self.launch_once(launch, f);
         };
         // Kept before the launch: the capture may end, and the graph run, on another thread
         // as soon as the runtime has the task.

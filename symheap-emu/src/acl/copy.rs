@@ -228,7 +228,7 @@ pub(crate) fn memcpy_async(
              aclrtMallocHost memory",
         );
     }
-    stream::synchronize(stream)?;
+    stream::wait_for(&s, None)?;
     graph::check_unsafe_call("aclrtMemcpyAsync of pageable host memory").map_err(|f| Fail {
         code: ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC,
         ..f

@@ -239,17 +239,10 @@ pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
             "a stream of the device is capturing: the device cannot be synchronized",
         );
     }
+    // Every stream is waited for (and its failure cleared), the first failure reported.
     let mut result = Ok(());
-    for (handle, _) in streams {
-        let done = synchronize_within(handle, until);
-        // A stream destroyed meanwhile has nothing left to wait for.
-        if done
-            .as_ref()
-            .is_err_and(|f| f.code == ACL_ERROR_RT_INVALID_HANDLE)
-        {
-            continue;
-        }
-        result = result.and(done);
+    for (_, s) in &streams {
+        result = result.and(wait_for(s, until));
     }
     result
 }
@@ -258,6 +251,12 @@ pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
 /// the failure kept).
 pub(crate) fn synchronize_within(handle: usize, until: Option<Instant>) -> AclResult {
     let stream = lookup(handle)?;
+    wait_for(&stream, until)
+}
+
+/// Waits until `until` at most for what `stream` has queued, then reports (and clears) its
+/// failure.
+pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     if stream.capture().is_some() {
         return acl_fail(
             ACL_ERROR_RT_STREAM_CAPTURED,

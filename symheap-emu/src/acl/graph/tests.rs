@@ -63,6 +63,55 @@ fn exchange(mode: aclmdlRICaptureMode) -> aclmdlRICaptureMode {
     m
 }
 
+/// A second stream that joins a capture of `origin` and joins back, through two events.
+struct SideStream {
+    stream: aclrtStream,
+    joined: aclrtEvent,
+    back: aclrtEvent,
+}
+
+impl SideStream {
+    fn new() -> Self {
+        SideStream {
+            stream: stream(),
+            joined: sync_event(),
+            back: sync_event(),
+        }
+    }
+
+    /// Joins the capture `origin` is in.
+    fn join(&self, origin: aclrtStream) {
+        // SAFETY: live handles.
+        unsafe {
+            ok((acl().aclrtRecordEvent.unwrap())(self.joined, origin));
+            ok((acl().aclrtStreamWaitEvent.unwrap())(
+                self.stream,
+                self.joined,
+            ));
+        }
+    }
+
+    /// Joins back: `origin` waits for what this stream queued.
+    fn join_back(&self, origin: aclrtStream) {
+        // SAFETY: live handles.
+        unsafe {
+            ok((acl().aclrtRecordEvent.unwrap())(self.back, self.stream));
+            ok((acl().aclrtStreamWaitEvent.unwrap())(origin, self.back));
+        }
+    }
+}
+
+impl Drop for SideStream {
+    fn drop(&mut self) {
+        // SAFETY: live handles, destroyed once.
+        unsafe {
+            ok((acl().aclrtDestroyEvent.unwrap())(self.joined));
+            ok((acl().aclrtDestroyEvent.unwrap())(self.back));
+            ok((acl().aclrtDestroyStream)(self.stream));
+        }
+    }
+}
+
 static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 unsafe extern "C" fn count(_: *mut c_void) {
@@ -462,26 +511,23 @@ fn pageable_host_memory_is_copied_synchronously_and_cannot_be_captured() {
 #[test]
 fn a_replay_runs_its_streams_side_by_side_so_a_send_and_a_receive_on_two_streams_meet() {
     let _g = test_lock();
-    let (a, h, cfg) = (acl(), hccl(), test_config());
+    let (h, cfg) = (hccl(), test_config());
     let i32t = HcclDataType::HCCL_DATA_TYPE_INT32;
     run_ranks(2, &cfg, |r| {
         let (send, recv) = (h.HcclSend.unwrap(), h.HcclRecv.unwrap());
-        let side = stream();
-        let (joined, back) = (sync_event(), sync_event());
+        let side = SideStream::new();
         let buf = DevBuf::new(r.rank, G);
         let peer = 1 - r.rank;
         // Both ranks send on the origin stream and receive on the side stream: run one
         // after the other, both sends would wait for receives that never start.
         ok(begin(r.stream, 0));
+        side.join(r.stream);
         // SAFETY: ranges inside `buf`; live handles.
         unsafe {
-            ok((a.aclrtRecordEvent.unwrap())(joined, r.stream));
-            ok((a.aclrtStreamWaitEvent.unwrap())(side, joined));
             hok(send(buf.at(0), 16, i32t, peer, r.comm, r.stream));
-            hok(recv(buf.at(64), 16, i32t, peer, r.comm, side));
-            ok((a.aclrtRecordEvent.unwrap())(back, side));
-            ok((a.aclrtStreamWaitEvent.unwrap())(r.stream, back));
+            hok(recv(buf.at(64), 16, i32t, peer, r.comm, side.stream));
         }
+        side.join_back(r.stream);
         let graph = end(r.stream).unwrap();
         for n in 1..=3i32 {
             buf.write(0, &[n * 10 + r.rank as i32; 16]);
@@ -492,12 +538,7 @@ fn a_replay_runs_its_streams_side_by_side_so_a_send_and_a_receive_on_two_streams
             assert_eq!(buf.read::<i32>(64, 16), [n * 10 + peer as i32; 16]);
         }
         ok(destroy(graph));
-        // SAFETY: live handles, destroyed once.
-        unsafe {
-            ok((a.aclrtDestroyEvent.unwrap())(joined));
-            ok((a.aclrtDestroyEvent.unwrap())(back));
-            ok((a.aclrtDestroyStream)(side));
-        }
+        drop(side);
         buf.free();
     });
     assert_clean();
@@ -508,14 +549,12 @@ fn a_failing_lane_of_a_replay_stops_the_others_at_once() {
     let _g = test_lock();
     let (a, cfg) = (acl(), test_config());
     run_ranks(2, &cfg, |r| {
-        let side = stream();
-        let (joined, back) = (sync_event(), sync_event());
+        let side = SideStream::new();
         let buf = DevBuf::new(r.rank, G);
         ok(begin(r.stream, 0));
+        side.join(r.stream);
         // SAFETY: ranges inside `buf`; live handles.
         unsafe {
-            ok((a.aclrtRecordEvent.unwrap())(joined, r.stream));
-            ok((a.aclrtStreamWaitEvent.unwrap())(side, joined));
             hok((hccl().HcclAllReduce)(
                 buf.at(0),
                 buf.at(0),
@@ -523,10 +562,12 @@ fn a_failing_lane_of_a_replay_stops_the_others_at_once() {
                 HcclDataType::HCCL_DATA_TYPE_FP32,
                 HcclReduceOp::HCCL_REDUCE_SUM,
                 r.comm,
-                side,
+                side.stream,
             ));
-            ok((a.aclrtRecordEvent.unwrap())(back, side));
-            ok((a.aclrtStreamWaitEvent.unwrap())(r.stream, back));
+        }
+        side.join_back(r.stream);
+        // SAFETY: a live stream.
+        unsafe {
             ok((a.aclrtLaunchHostFunc.unwrap())(
                 r.stream,
                 Some(count),
@@ -545,12 +586,7 @@ fn a_failing_lane_of_a_replay_stops_the_others_at_once() {
             assert_eq!(CALLS.load(Ordering::SeqCst), 0, "the origin lane stopped");
         }
         ok(destroy(graph));
-        // SAFETY: live handles, destroyed once.
-        unsafe {
-            ok((a.aclrtDestroyEvent.unwrap())(joined));
-            ok((a.aclrtDestroyEvent.unwrap())(back));
-            ok((a.aclrtDestroyStream)(side));
-        }
+        drop(side);
         buf.free();
     });
     assert_clean();
@@ -562,40 +598,29 @@ fn a_task_that_panics_in_a_joined_lane_fails_the_replay_instead_of_hanging_it() 
     let a = acl();
     // SAFETY: plain device binding.
     unsafe { ok((a.aclrtSetDevice)(0)) };
-    let (s, side) = (stream(), stream());
-    let (joined, back) = (sync_event(), sync_event());
+    let (s, side) = (stream(), SideStream::new());
     ok(begin(s, 0));
-    // SAFETY: live handles.
-    unsafe {
-        ok((a.aclrtRecordEvent.unwrap())(joined, s));
-        ok((a.aclrtStreamWaitEvent.unwrap())(side, joined));
-    }
+    side.join(s);
     // An emulator task that panics (no C call makes one): the origin's wait for the side's
     // record must not wait for ever.
-    let side_stream = crate::acl::stream::lookup(side as usize).unwrap();
+    let side_stream = crate::acl::stream::lookup(side.stream as usize).unwrap();
     let recipe: super::Recipe = std::sync::Arc::new(|| {
         Ok(
             Box::new(|| -> Result<(), crate::acl::stream::TaskFailure> { panic!("a task panics") })
                 as _,
         )
     });
-    ok(super::submit(&side_stream, side as usize, recipe).map_or_else(|f| f.code, |()| 0));
-    // SAFETY: live handles.
-    unsafe {
-        ok((a.aclrtRecordEvent.unwrap())(back, side));
-        ok((a.aclrtStreamWaitEvent.unwrap())(s, back));
-    }
+    ok(super::submit(&side_stream, side.stream as usize, recipe).map_or_else(|f| f.code, |()| 0));
+    side.join_back(s);
     let graph = end(s).unwrap();
     ok(replay(graph, s));
     // SAFETY: a live stream.
     let synchronized = unsafe { (a.aclrtSynchronizeStream)(s) };
     assert_eq!(synchronized, ACL_ERROR_RT_INTERNAL_ERROR);
     ok(destroy(graph));
+    drop((side, side_stream));
     // SAFETY: live handles, destroyed once.
     unsafe {
-        ok((a.aclrtDestroyEvent.unwrap())(joined));
-        ok((a.aclrtDestroyEvent.unwrap())(back));
-        ok((a.aclrtDestroyStream)(side));
         ok((a.aclrtDestroyStream)(s));
         ok((a.aclrtResetDevice)(0));
     }
