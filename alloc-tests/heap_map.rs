@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symheap::{PoolConfig, ReduceOp, RegionState, Snapshot, SymPool, SymVec, emu};
+use symheap::{AllocDesc, PoolConfig, ReduceOp, RegionState, Snapshot, SymPool, SymVec, emu};
 use symheap_tools::heap_map;
 
 /// A tag with markup in it: the page must show it as text.
@@ -20,10 +20,10 @@ const ODD_TAG: &str = "kv-cache <&\"'>";
 fn known_layout() -> Vec<Snapshot> {
     emu::launch(2, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20).deferred_reuse(true))?;
-        let weights = SymVec::<f32>::zeroed_tagged(&pool, 4096, "weights")?;
-        let hole = SymVec::<f32>::zeroed_tagged(&pool, 1024, "scratch")?;
-        let kv = SymVec::<f32>::zeroed_tagged(&pool, 2048, ODD_TAG)?;
-        let mut act = SymVec::<f32>::zeroed_tagged(&pool, 512, "activations")?;
+        let weights = SymVec::<f32>::zeroed_with(&pool, 4096, AllocDesc::tagged("weights"))?;
+        let hole = SymVec::<f32>::zeroed_with(&pool, 1024, AllocDesc::tagged("scratch"))?;
+        let kv = SymVec::<f32>::zeroed_with(&pool, 2048, AllocDesc::tagged(ODD_TAG))?;
+        let mut act = SymVec::<f32>::zeroed_with(&pool, 512, AllocDesc::tagged("activations"))?;
         let untagged = SymVec::<u8>::zeroed(&pool, 100)?;
         pool.all_reduce_in_place(&mut act, ReduceOp::Sum)?;
         drop(hole);

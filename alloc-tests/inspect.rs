@@ -1,7 +1,9 @@
 //! Looking inside a pool: tags and per-tag stats, snapshots (exact for a known layout, and
 //! through JSON), the memory summary, peaks.
 
-use symheap::{PoolConfig, ReduceOp, Region, RegionState, Snapshot, SymPool, SymVec, emu};
+use symheap::{
+    AllocDesc, PoolConfig, ReduceOp, Region, RegionState, Snapshot, SymPool, SymVec, emu,
+};
 
 use crate::harness::EmuSession;
 
@@ -32,9 +34,9 @@ fn a_known_layout_gives_exactly_this_snapshot() {
         // Deferred reuse, so the block freed after a collective shows as pending.
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).deferred_reuse(true))?;
         // The pool's own 16-byte check block takes granule 0.
-        let a = pool.alloc_tagged(1000, 0, "a")?; // 512..1536
-        let _b = pool.alloc_tagged(4096, 0, "b")?; // 1536..5632
-        let mut c = SymVec::<f32>::zeroed_tagged(&pool, 128, "c")?; // 5632..6144
+        let a = pool.alloc_with(1000, 0, AllocDesc::tagged("a"))?; // 512..1536
+        let _b = pool.alloc_with(4096, 0, AllocDesc::tagged("b"))?; // 1536..5632
+        let mut c = SymVec::<f32>::zeroed_with(&pool, 128, AllocDesc::tagged("c"))?; // 5632..6144
         drop(a); // no queued work used it: free at once
         pool.all_reduce_in_place(&mut c, ReduceOp::Sum)?;
         drop(c); // used by queued work: pending until synchronize
@@ -84,8 +86,9 @@ fn snapshots_round_trip_through_json_exactly() {
     let session = EmuSession::start();
     let snapshots = emu::launch(2, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(8 << 20))?;
-        let _w = SymVec::<f32>::zeroed_tagged(&pool, 1 << 20, "weights")?; // grows
-        let mut kv = SymVec::from_host_tagged(&pool, &[1.0f32; 300], "kv \"cache\" <&>")?;
+        let _w = SymVec::<f32>::zeroed_with(&pool, 1 << 20, AllocDesc::tagged("weights"))?; // grows
+        let mut kv =
+            SymVec::from_host_with(&pool, &[1.0f32; 300], AllocDesc::tagged("kv \"cache\" <&>"))?;
         pool.all_reduce_in_place(&mut kv, ReduceOp::Sum)?;
         drop(kv);
         Ok(pool.snapshot())
@@ -107,8 +110,8 @@ fn the_summary_and_the_peaks_account_by_tag() {
     let session = EmuSession::start();
     emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let kv = SymVec::<f32>::zeroed_tagged(&pool, 256 << 10, "kv-cache")?; // 1 MiB
-        let act = SymVec::<f32>::zeroed_tagged(&pool, 128 << 10, "activations")?;
+        let kv = SymVec::<f32>::zeroed_with(&pool, 256 << 10, AllocDesc::tagged("kv-cache"))?; // 1 MiB
+        let act = SymVec::<f32>::zeroed_with(&pool, 128 << 10, AllocDesc::tagged("activations"))?;
         let summary = pool.memory_summary();
         for needle in [
             "kv-cache",

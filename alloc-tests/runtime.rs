@@ -8,7 +8,7 @@ use symheap::sys::{
 };
 use symheap::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
 
-use symheap::{Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec};
+use symheap::{AllocDesc, Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec};
 
 use crate::harness::{DeviceBuf, EmuSession};
 
@@ -263,7 +263,7 @@ fn pool_steps_are_traced_and_out_of_memory_shows_the_summary() {
     capture_logs();
     symheap::emu::launch(1, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(2 << 20).max_capacity(4 << 20))?;
-        let grown = SymVec::<f32>::zeroed_tagged(&pool, 1 << 19, "kv-cache")?; // 2 MiB: grows
+        let grown = SymVec::<f32>::zeroed_with(&pool, 1 << 19, AllocDesc::tagged("kv-cache"))?; // 2 MiB: grows
         assert!(pool.alloc(8 << 20, 0).is_err());
         drop(grown);
         pool.trim()?;

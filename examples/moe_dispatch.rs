@@ -29,7 +29,7 @@
 use std::time::Instant;
 
 use symheap::{
-    Comm, CommConfig, PoolConfig, ReduceOp, Result, Runtime, SymPool, SymVec, emu,
+    AllocDesc, Comm, CommConfig, PoolConfig, ReduceOp, Result, Runtime, SymPool, SymVec, emu,
     packed_displacements,
 };
 use symheap_tools::launcher::{self, Job};
@@ -202,8 +202,9 @@ pub fn rank_main(comm: &Comm) -> Result<Report> {
 
         // 1. Exchange the counts: block p of the result is what rank p sends our experts.
         let counts = per_expert.map(|c| c as u64);
-        let counts_out = SymVec::from_host_tagged(&pool, &counts, "counts")?;
-        let mut counts_in = SymVec::<u64>::zeroed_tagged(&pool, EXPERTS, "counts")?;
+        let counts_out = SymVec::from_host_with(&pool, &counts, AllocDesc::tagged("counts"))?;
+        let mut counts_in =
+            SymVec::<u64>::zeroed_with(&pool, EXPERTS, AllocDesc::tagged("counts"))?;
         pool.all_to_all(&counts_out, &mut counts_in)?;
         let counts_in = counts_in.to_host()?;
         let rows_from = |p: usize| -> usize {
@@ -227,9 +228,11 @@ pub fn rank_main(comm: &Comm) -> Result<Report> {
         // sends, and the most it can receive (every token of every rank).
         let send_cap = MAX_TOKENS * TOP_K * HIDDEN;
         let recv_cap = RANKS * send_cap;
-        let mut dispatch = SymVec::<f32>::zeroed_tagged(&pool, send_cap, "dispatch")?;
+        let mut dispatch =
+            SymVec::<f32>::zeroed_with(&pool, send_cap, AllocDesc::tagged("dispatch"))?;
         dispatch.host_mut()?[..send_rows.len()].copy_from_slice(&send_rows);
-        let mut received = SymVec::<f32>::zeroed_tagged(&pool, recv_cap, "expert in")?;
+        let mut received =
+            SymVec::<f32>::zeroed_with(&pool, recv_cap, AllocDesc::tagged("expert in"))?;
         pool.all_to_all_v(
             &dispatch,
             &send_counts,
@@ -240,7 +243,8 @@ pub fn rank_main(comm: &Comm) -> Result<Report> {
         )?;
 
         // 3. The experts. From each rank p, its rows for our first expert come first.
-        let mut expert_out = SymVec::<f32>::zeroed_tagged(&pool, recv_cap, "expert out")?;
+        let mut expert_out =
+            SymVec::<f32>::zeroed_with(&pool, recv_cap, AllocDesc::tagged("expert out"))?;
         {
             let input = received.host()?;
             let output = expert_out.host_mut()?;
@@ -259,7 +263,8 @@ pub fn rank_main(comm: &Comm) -> Result<Report> {
         }
 
         // 4. Combine: the dispatch in reverse, results back in the dispatch layout.
-        let mut combined = SymVec::<f32>::zeroed_tagged(&pool, send_cap, "combine")?;
+        let mut combined =
+            SymVec::<f32>::zeroed_with(&pool, send_cap, AllocDesc::tagged("combine"))?;
         pool.all_to_all_v(
             &expert_out,
             &recv_counts,
@@ -301,7 +306,8 @@ pub fn rank_main(comm: &Comm) -> Result<Report> {
                 got != loads[e] as u64
             })
             .count() as u64;
-        let mut tally = SymVec::from_host_tagged(&pool, &[wrong, load_wrong], "tally")?;
+        let mut tally =
+            SymVec::from_host_with(&pool, &[wrong, load_wrong], AllocDesc::tagged("tally"))?;
         pool.all_reduce_in_place(&mut tally, ReduceOp::Sum)?;
         let tally = tally.to_host()?;
         report.mismatches += tally[0];

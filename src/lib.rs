@@ -24,8 +24,8 @@ pub use collectives::packed_displacements;
 pub use error::{Error, OutOfMemory, Result};
 pub use path::{Path, Staged};
 pub use pool::{
-    CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot, SymBlock,
-    SymGraph, SymPool, TagStats, WindowMap,
+    AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot,
+    SymBlock, SymGraph, SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
     Backend, Comm, CommConfig, DevicePtr, Element, Event, Graph, Mapping, Origin, ParallelGroups,

@@ -1,6 +1,6 @@
 //! [`SymBox`]: one value in pooled device memory.
 
-use crate::pool::SymPool;
+use crate::pool::{AllocDesc, SymPool};
 use crate::runtime::{DevicePtr, Element, WindowHandle};
 use crate::{Result, SymVec};
 
@@ -30,16 +30,16 @@ impl<T: Element> SymBox<T> {
     /// # Errors
     /// The pool's allocation errors; the runtime's error.
     pub fn new(pool: &SymPool, value: T) -> Result<Self> {
-        SymBox::new_tagged(pool, value, "")
+        SymBox::new_with(pool, value, AllocDesc::default())
     }
 
-    /// [`new`](Self::new), tagged (see [`SymPool::alloc_tagged`]).
+    /// [`new`](Self::new), described by `desc` (a tag, see [`AllocDesc`]).
     ///
     /// # Errors
     /// As for [`new`](Self::new).
-    pub fn new_tagged(pool: &SymPool, value: T, tag: &'static str) -> Result<Self> {
+    pub fn new_with(pool: &SymPool, value: T, desc: AllocDesc) -> Result<Self> {
         Ok(SymBox {
-            inner: SymVec::from_host_tagged(pool, &[value], tag)?,
+            inner: SymVec::from_host_with(pool, &[value], desc)?,
         })
     }
 

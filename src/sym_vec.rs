@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use crate::pool::{SymBlock, SymPool};
+use crate::pool::{AllocDesc, SymBlock, SymPool};
 use crate::runtime::{DevicePtr, Element, Stream, WindowHandle};
 use crate::{Error, Result};
 
@@ -57,18 +57,18 @@ impl<T: Element> SymVec<T> {
     /// [`Error::OutOfMemory`] and the pool's other allocation errors; the runtime's error.
     #[doc(alias("zeros", "zeros_like"))]
     pub fn zeroed(pool: &SymPool, len: usize) -> Result<Self> {
-        SymVec::zeroed_tagged(pool, len, "")
+        SymVec::zeroed_with(pool, len, AllocDesc::default())
     }
 
-    /// [`zeroed`](Self::zeroed), tagged (see [`SymPool::alloc_tagged`]).
+    /// [`zeroed`](Self::zeroed), described by `desc` (a tag, see [`AllocDesc`]).
     ///
     /// # Errors
     /// As for [`zeroed`](Self::zeroed).
-    pub fn zeroed_tagged(pool: &SymPool, len: usize, tag: &'static str) -> Result<Self> {
+    pub fn zeroed_with(pool: &SymPool, len: usize, desc: AllocDesc) -> Result<Self> {
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
-        let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
+        let alloc = pool.alloc_with(bytes.max(1) as u64, align_of::<T>() as u64, desc)?;
         // A block allocated during a capture is the graph's from the start.
         if alloc.may_be_in_use() || alloc.is_held() {
             // Reused memory that queued work may still use: zeroed in stream order, after it
@@ -95,16 +95,16 @@ impl<T: Element> SymVec<T> {
     /// # Errors
     /// As for [`zeroed`](Self::zeroed).
     pub fn from_host(pool: &SymPool, data: &[T]) -> Result<Self> {
-        SymVec::from_host_tagged(pool, data, "")
+        SymVec::from_host_with(pool, data, AllocDesc::default())
     }
 
-    /// [`from_host`](Self::from_host), tagged (see [`SymPool::alloc_tagged`]).
+    /// [`from_host`](Self::from_host), described by `desc` (a tag, see [`AllocDesc`]).
     ///
     /// # Errors
     /// As for [`zeroed`](Self::zeroed).
-    pub fn from_host_tagged(pool: &SymPool, data: &[T], tag: &'static str) -> Result<Self> {
+    pub fn from_host_with(pool: &SymPool, data: &[T], desc: AllocDesc) -> Result<Self> {
         let bytes = size_of_val(data);
-        let alloc = pool.alloc_tagged(bytes.max(1) as u64, align_of::<T>() as u64, tag)?;
+        let alloc = pool.alloc_with(bytes.max(1) as u64, align_of::<T>() as u64, desc)?;
         // Reused memory may still be used by queued work: wait for it first.
         alloc.wait_idle()?;
         // SAFETY: the block is this vector's, idle and at least `bytes` long.

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use symheap::{Event, ParallelGroups, Result, Stream, SymPool, SymVec, packed_displacements};
+use symheap::{
+    AllocDesc, Event, ParallelGroups, Result, Stream, SymPool, SymVec, packed_displacements,
+};
 
 use super::{BATCH, EP, HIDDEN, STEPS, TP, VOCAB, Weights};
 use super::{argmax_tokens, expert_of, first_tokens, gathered_index, matmul, rows_of};
@@ -96,11 +98,15 @@ struct Buffers {
 
 impl Buffers {
     fn new(pool: &SymPool, d: usize) -> Result<Self> {
-        let f = |len, tag| SymVec::<f32>::zeroed_tagged(pool, len, tag);
+        let f = |len, tag| SymVec::<f32>::zeroed_with(pool, len, AllocDesc::tagged(tag));
         let slots = EP * CAP * HIDDEN;
         Ok(Buffers {
-            tokens: SymVec::from_host_tagged(pool, &first_tokens_u32(d), "tokens")?,
-            step: SymVec::from_host_tagged(pool, &[0u32], "tokens")?,
+            tokens: SymVec::from_host_with(
+                pool,
+                &first_tokens_u32(d),
+                AllocDesc::tagged("tokens"),
+            )?,
+            step: SymVec::from_host_with(pool, &[0u32], AllocDesc::tagged("tokens"))?,
             y: f(BATCH * HIDDEN, "activations")?,
             kv: f(STEPS * BATCH * HIDDEN, "kv-cache")?,
             dispatch: f(slots, "moe")?,

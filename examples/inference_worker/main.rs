@@ -45,8 +45,10 @@ mod graph;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use symheap::{
+    AllocDesc, CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu,
+};
 use symheap::{Comm, ParallelGroups, ReduceOp, Stream, Window, packed_displacements};
-use symheap::{CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu};
 use symheap_tools::launcher::{self, Job};
 
 const RANKS: u32 = 4;
@@ -109,7 +111,7 @@ struct Pooled {
 impl Tensors for Pooled {
     type Tensor = SymVec<f32>;
     fn zeros(&self, len: usize, tag: &'static str, _: Group) -> Result<SymVec<f32>> {
-        SymVec::zeroed_tagged(&self.pool, len, tag)
+        SymVec::zeroed_with(&self.pool, len, AllocDesc::tagged(tag))
     }
     fn host<'a>(&self, t: &'a mut SymVec<f32>) -> Result<&'a mut [f32]> {
         t.host_mut()
@@ -567,7 +569,7 @@ fn dynamic_loops(
     let (r, t) = (comm.rank() as usize, comm.rank() as usize % TP);
     let resident = [&w.w1[t], &w.w2[t], &w.wv[t], &w.experts[r], &w.embed]
         .into_iter()
-        .map(|v| SymVec::from_host_tagged(pool, v, "weights"))
+        .map(|v| SymVec::from_host_with(pool, v, AllocDesc::tagged("weights")))
         .collect::<Result<Vec<_>>>()?;
     let backend = Pooled {
         tp: pool.on_group(groups.tp())?,
@@ -606,8 +608,8 @@ fn dynamic_loops(
     let digest = tokens
         .iter()
         .fold(0u64, |h, &t| h.wrapping_mul(31).wrapping_add(t as u64));
-    let mine = SymVec::from_host_tagged(&backend.pool, &[digest], "check")?;
-    let mut all = SymVec::<u64>::zeroed_tagged(&backend.pool, TP, "check")?;
+    let mine = SymVec::from_host_with(&backend.pool, &[digest], AllocDesc::tagged("check"))?;
+    let mut all = SymVec::<u64>::zeroed_with(&backend.pool, TP, AllocDesc::tagged("check"))?;
     backend.tp.all_gather(&mine, &mut all)?;
     assert!(
         all.to_host()?.iter().all(|&d| d == digest),

@@ -2,19 +2,27 @@
 //! stream.
 //!
 //! # How reuse stays safe and symmetric
-//! A freed block whose memory may still be touched by queued work (it was used by a
-//! collective since the last [`SymPool::synchronize`], or [recorded](SymBlock::record_stream)
-//! on another stream) is not returned to the heap at once: it waits in a pending list that
-//! `synchronize` releases, in the order the blocks were freed. What releases it is therefore
-//! program order, never timing, so every rank that makes the same calls makes the same heap
-//! calls and gets the same offsets. An allocation that does not fit first releases the pending
-//! list (synchronising), then grows the pool by a new window if `max_capacity` allows, and only
-//! then fails with [`Error::OutOfMemory`], identical on every rank that made the same calls.
+//! Reuse is stream-ordered by default. A freed block goes back to its heap at once, even while
+//! queued work may still touch it: later work on the streams that used it runs after that work,
+//! and a user on another stream first waits for them on an event the pool records (`Fences`, no
+//! host wait). Host access to recycled memory waits for its streams. What decides the next
+//! offsets is therefore program order, never timing, so every rank that makes the same calls
+//! makes the same heap calls and gets the same offsets.
+//!
+//! A freed block waits in a pending list instead, released in the order the blocks were freed
+//! by the next [`SymPool::synchronize`] (or by an allocation that does not fit), when
+//! [`PoolConfig::deferred_reuse`] asks for the conservative rule, while a graph is being
+//! captured (captured work could not wait for work outside it), and once the pool is poisoned.
+//! Blocks a live graph uses stay reserved until the [`SymGraph`] drops. An allocation that does
+//! not fit first releases the pending list (synchronising), then grows the pool by a new window
+//! if `max_capacity` allows, and only then fails with [`Error::OutOfMemory`], identical on
+//! every rank that made the same calls.
 //!
 //! If queued work fails (a collective times out, say), a peer may still be writing this rank's
 //! memory, so nothing pending is released and the pool refuses further work with
 //! [`Error::Poisoned`]: drop it and build a new one.
 
+mod alloc_desc;
 mod block;
 mod config;
 mod device_copy;
@@ -39,6 +47,7 @@ use crate::heap::{Block, fold_words};
 use crate::runtime::{Comm, DevicePtr, Stream, WindowHandle};
 use crate::{Error, OutOfMemory, Result};
 
+pub use alloc_desc::AllocDesc;
 pub use block::SymBlock;
 pub use config::PoolConfig;
 pub use graph::SymGraph;
@@ -70,6 +79,17 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 /// releases them locally (as hicann/hcomm's communicator does with the windows still
 /// registered), so peers waiting for this rank in a collective find it gone at once instead
 /// of waiting for the exec timeout.
+///
+/// # Methods by topic
+/// | topic | methods |
+/// |---|---|
+/// | making and inspecting | [`new`](Self::new), [`comm`](Self::comm), [`stream`](Self::stream), [`config`](Self::config) |
+/// | memory | [`alloc`](Self::alloc), [`alloc_with`](Self::alloc_with) (an [`AllocDesc`]), [`allocator`](Self::allocator) (`allocator-api2`), [`window_get`](Self::window_get); typed owners: [`SymVec`](crate::SymVec), [`SymBox`](crate::SymBox) |
+/// | collective steps of the pool | [`reserve`](Self::reserve), [`trim`](Self::trim), [`synchronize`](Self::synchronize), [`verify_symmetric`](Self::verify_symmetric) |
+/// | collectives | [`all_reduce`](Self::all_reduce), [`all_reduce_in_place`](Self::all_reduce_in_place), [`all_gather`](Self::all_gather), [`reduce_scatter`](Self::reduce_scatter), [`all_to_all`](Self::all_to_all), [`broadcast`](Self::broadcast), [`reduce`](Self::reduce), [`all_gather_v`](Self::all_gather_v), [`reduce_scatter_v`](Self::reduce_scatter_v), [`all_to_all_v`](Self::all_to_all_v); the path each takes: [`path`](Self::path) |
+/// | point to point and copies | [`send`](Self::send), [`recv`](Self::recv), [`copy`](Self::copy) |
+/// | streams, groups and graphs | [`on`](Self::on) (a stream), [`attach`](Self::attach), [`on_group`](Self::on_group), [`group`](Self::group), [`attached`](Self::attached), [`capture`](Self::capture) (a [`SymGraph`]) |
+/// | observability | [`stats`](Self::stats), [`reset_peak`](Self::reset_peak), [`memory_summary`](Self::memory_summary), [`snapshot`](Self::snapshot), [`op_hash`](Self::op_hash) |
 ///
 /// # Examples
 /// ```
@@ -325,16 +345,17 @@ impl SymPool {
     /// free region and the setting to raise; the runtime's error if growing fails.
     #[doc(alias("caching_allocator_alloc", "malloc"))]
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymBlock> {
-        self.alloc_tagged(size, align, "")
+        self.alloc_with(size, align, AllocDesc::default())
     }
 
-    /// [`alloc`](Self::alloc), with a tag saying what the memory is for ("kv-cache",
-    /// "activations", ...): [`stats`](Self::stats), [`memory_summary`](Self::memory_summary)
-    /// and [`snapshot`](Self::snapshot) account by it.
+    /// [`alloc`](Self::alloc), described by `desc` (its tag says what the memory is for:
+    /// [`stats`](Self::stats), [`memory_summary`](Self::memory_summary) and
+    /// [`snapshot`](Self::snapshot) account by it).
     ///
     /// # Errors
     /// As for [`alloc`](Self::alloc).
-    pub fn alloc_tagged(&self, size: u64, align: u64, tag: &'static str) -> Result<SymBlock> {
+    pub fn alloc_with(&self, size: u64, align: u64, desc: AllocDesc) -> Result<SymBlock> {
+        let tag = desc.tag;
         let home = self.target().stream;
         let (placed, hold) = {
             let mut state = self.shared.lock();
@@ -745,8 +766,10 @@ impl PoolShared {
         }
     }
 
-    /// Returns a block. It waits for `synchronize` if queued work may still touch it, and for
-    /// ever once the pool is poisoned.
+    /// Returns a freed block: to its heap at once (stream-ordered reuse, the default), or to
+    /// the pending list until the next `synchronize` where the rule is deferred reuse, a
+    /// capture is under way or the pool is poisoned (then for ever); to the graphs that hold
+    /// it while any may run again. See the module docs.
     pub(crate) fn release(
         &self,
         block: PoolBlock,

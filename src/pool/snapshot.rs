@@ -15,11 +15,11 @@ impl SymPool {
     ///
     /// # Examples
     /// ```
-    /// use symheap::{PoolConfig, RegionState, SymPool, SymVec, emu};
+    /// use symheap::{AllocDesc, PoolConfig, RegionState, SymPool, SymVec, emu};
     ///
     /// emu::launch(1, |comm| {
     ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-    ///     let kv = SymVec::<f32>::zeroed_tagged(&pool, 1024, "kv-cache")?;
+    ///     let kv = SymVec::<f32>::zeroed_with(&pool, 1024, AllocDesc::tagged("kv-cache"))?;
     ///     let snapshot = pool.snapshot();
     ///     let live: Vec<_> = snapshot.windows[0]
     ///         .regions

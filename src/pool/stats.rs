@@ -44,7 +44,7 @@ pub struct PoolStats {
     /// Freed blocks waiting for [`SymPool::synchronize`](super::SymPool::synchronize) because
     /// queued work may still use them.
     pub pending_frees: usize,
-    /// Live blocks and bytes by tag ([`SymPool::alloc_tagged`](super::SymPool::alloc_tagged);
+    /// Live blocks and bytes by tag ([`AllocDesc`](super::AllocDesc);
     /// "" for untagged allocations), in the order the tags first appeared.
     pub tags: Vec<TagStats>,
     /// Collectives this pool has run, by kind and the path each took

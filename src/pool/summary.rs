@@ -83,11 +83,11 @@ impl SymPool {
     ///
     /// # Examples
     /// ```
-    /// use symheap::{PoolConfig, SymPool, SymVec, emu};
+    /// use symheap::{AllocDesc, PoolConfig, SymPool, SymVec, emu};
     ///
     /// emu::launch(1, |comm| {
     ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-    ///     let _kv = SymVec::<f32>::zeroed_tagged(&pool, 256 << 10, "kv-cache")?;
+    ///     let _kv = SymVec::<f32>::zeroed_with(&pool, 256 << 10, AllocDesc::tagged("kv-cache"))?;
     ///     let summary = pool.memory_summary();
     ///     assert!(summary.contains("kv-cache"));
     ///     assert!(summary.contains("1.00 MiB"));

@@ -23,12 +23,12 @@
 //! and on the axis.
 //!
 //! ```
-//! use symheap::{PoolConfig, SymPool, SymVec, emu};
+//! use symheap::{AllocDesc, PoolConfig, SymPool, SymVec, emu};
 //! use symheap_tools::heap_map;
 //!
 //! let snapshots = emu::launch(2, |comm| {
 //!     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-//!     let _kv = SymVec::<f32>::zeroed_tagged(&pool, 1024, "kv-cache")?;
+//!     let _kv = SymVec::<f32>::zeroed_with(&pool, 1024, AllocDesc::tagged("kv-cache"))?;
 //!     Ok(pool.snapshot())
 //! })?;
 //! let html = heap_map::render(&snapshots);
