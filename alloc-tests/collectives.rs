@@ -3,8 +3,9 @@
 //!
 //! What the collectives compute for every type, op, count, rank count and path, and how they
 //! fail (asymmetric offsets, mismatched calls, missing peers), is the emulator's behaviour and
-//! is tested once, at its layer: `src/emu/collective/tests.rs`.
-//! `every_vector_wrapper` does the same for the wrappers of issue 9.
+//! is tested once, at its layer: `symheap-emu/src/hccl/collective/tests.rs`.
+//! `every_vector_wrapper` does the same for the V collectives (AllGatherV, ReduceScatterV,
+//! AlltoAllV).
 
 use symheap::emu::launch;
 use symheap::sys::{HcclSendRecvItem, HcclSendRecvType};

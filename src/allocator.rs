@@ -21,7 +21,7 @@ use crate::{Error, Result};
 /// ([`PoolConfig::private_capacity`](crate::PoolConfig::private_capacity), an eighth of the
 /// capacity by default), mapped by the first [`SymPool::allocator`] call on each rank. It
 /// never takes a collective step, never changes the [op hash](SymPool::op_hash) and never
-/// moves a [`SymVec`](crate::SymVec)'s placement. When the region is full, `allocate` fails
+/// moves a [`SymVec`](crate::SymVec)'s offset. When the region is full, `allocate` fails
 /// with `AllocError`, and logs why as a `tracing` warning (for an out-of-memory, with the
 /// setting to raise, [`PoolConfig::private_capacity`](crate::PoolConfig::private_capacity),
 /// and its value).

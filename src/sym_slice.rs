@@ -40,10 +40,10 @@ mod sealed {
     impl<T: crate::Element> Sealed for super::SymSliceMut<'_, T> {}
 }
 
-/// Where a buffer is, in terms equal on every rank, for the op hash: its block's placement,
+/// Where a buffer is, in terms equal on every rank, for the op hash: its block's location,
 /// then its first byte in the block and its length in bytes.
-pub(crate) fn placement<T: Element>(b: &(impl Buffer<T> + ?Sized)) -> [u64; 4] {
-    let [segment, offset] = b.alloc().placement();
+pub(crate) fn location<T: Element>(b: &(impl Buffer<T> + ?Sized)) -> [u64; 4] {
+    let [segment, offset] = b.alloc().location();
     let es = size_of::<T>() as u64;
     [segment, offset, b.start() as u64 * es, b.len() as u64 * es]
 }

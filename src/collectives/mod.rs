@@ -13,7 +13,7 @@ pub use v_collectives::packed_displacements;
 use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState, Target, predict};
 use crate::runtime::{Comm, Element, ReduceOp, Stream};
-use crate::sym_slice::{Buffer, BufferMut, placement};
+use crate::sym_slice::{Buffer, BufferMut, location};
 use crate::sys::Collective;
 use crate::{Error, Path, Result, SymBlock, SymPool};
 
@@ -30,7 +30,7 @@ pub(crate) struct Call<'a> {
     pub(crate) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
     pub(crate) args: &'a [u64],
-    /// Each buffer's [`placement`].
+    /// Each buffer's [`location`].
     pub(crate) buffers: &'a [[u64; 4]],
     /// The blocks the buffers are in, marked used by the queued work.
     pub(crate) blocks: &'a [&'a SymBlock],
@@ -72,7 +72,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -99,7 +99,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
-            buffers: &[placement(data)],
+            buffers: &[location(data)],
             blocks: &[data.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -132,7 +132,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -166,7 +166,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[],
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -202,7 +202,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -241,7 +241,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[u64::from(root)],
-            buffers: &[placement(data)],
+            buffers: &[location(data)],
             blocks: &[data.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -292,7 +292,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &[u64::from(root)],
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {

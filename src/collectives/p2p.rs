@@ -5,8 +5,8 @@
 //! disagree with both and fail [`SymPool::verify_symmetric`]), and strict mode does not run
 //! its check before them (the check is a collective of every rank, which the other ranks
 //! would never join). What they still do like the collectives: check their arguments before
-//! any C call, refuse to run on a poisoned pool, and mark the buffer as used by queued work so
-//! that it is not reused before the pool synchronises.
+//! any C call, refuse to run on a poisoned pool, and mark the buffer as used on their stream,
+//! so that its reuse and host access are ordered after the transfer.
 
 use crate::runtime::Element;
 use crate::sym_slice::{Buffer, BufferMut};
@@ -17,7 +17,7 @@ impl SymPool {
     /// Sends `data` to rank `peer` (`HcclSend`), which must post the matching
     /// [`recv`](Self::recv) of as many elements of the same type. Not counted in the
     /// [`op_hash`](Self::op_hash), and not preceded by strict mode's check: see the module
-    /// notes in the crate's source, `pool/p2p.rs`. An empty `data` sends nothing (its peer's
+    /// notes in the crate's source, `src/collectives/p2p.rs`. An empty `data` sends nothing (its peer's
     /// empty receive does the same).
     ///
     /// Rank pairs must order their calls so that they do not wait for each other in a cycle:

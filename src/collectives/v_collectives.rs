@@ -25,7 +25,7 @@
 
 use super::Call;
 use crate::runtime::Element;
-use crate::sym_slice::{Buffer, BufferMut, placement};
+use crate::sym_slice::{Buffer, BufferMut, location};
 use crate::sys::Collective;
 use crate::{Error, Result, SymPool};
 
@@ -209,7 +209,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &[],
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -285,7 +285,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: None,
             args: &args,
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
@@ -363,7 +363,7 @@ impl SymPool {
             dtype: T::DATA_TYPE.0,
             op: Some(op),
             args: &args,
-            buffers: &[placement(input), placement(output)],
+            buffers: &[location(input), location(output)],
             blocks: &[input.alloc(), output.alloc()],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {

@@ -35,7 +35,7 @@ pub struct Block {
     pub(super) size: u64,
     /// The key of the block's node in the heap's arena.
     pub(super) node: u32,
-    /// The id of the heap that made it (process-unique; never used for placement). Non-zero,
+    /// The id of the heap that made it (process-unique; never used to choose an offset). Non-zero,
     /// so `Option<Block>` is no bigger than `Block` (24 bytes).
     pub(super) heap: NonZeroU32,
 }

@@ -152,7 +152,7 @@ const CAPACITY_SETTING: &str = "the heap capacity (Heap::new)";
 /// A heap is deliberately not `Clone`: a clone would share the id of the original, and a block
 /// from one could then be freed into the other.
 pub struct Heap {
-    /// Process-unique; checked by `free`, never used for placement or hashing.
+    /// Process-unique; checked by `free`, never used to choose an offset or in a hash.
     id: NonZeroU32,
     granularity: u64,
     /// `log2(granularity)`: sizes and offsets are kept in granules internally.

@@ -68,7 +68,7 @@ impl SymBlock {
     }
 
     /// Where the block is, in terms equal on every rank: its segment's key and its offset.
-    pub(crate) fn placement(&self) -> [u64; 2] {
+    pub(crate) fn location(&self) -> [u64; 2] {
         let block = self.block();
         [block.segment as u64, block.offset()]
     }

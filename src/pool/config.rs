@@ -70,7 +70,7 @@ impl PoolConfig {
     /// ([`SymPool::allocator`](super::SymPool::allocator)) allocates from, in bytes, rounded
     /// up to the device granularity (default: an eighth of the capacity). It is device memory
     /// outside every window, mapped on the first `allocator()` call; containers never take
-    /// memory from the windows, so they cannot move symmetric placements.
+    /// memory from the windows, so they cannot move symmetric offsets.
     pub fn private_capacity(mut self, bytes: u64) -> Self {
         self.private_capacity = Some(bytes);
         self

@@ -6,7 +6,7 @@
 //! host wait) for every other stream with frees `T` has not waited for.
 //!
 //! Which blocks are reused, and where, depends only on the order of the calls; the events only
-//! order work, so every rank still makes the same placements.
+//! order work, so every rank still gets the same offsets.
 //!
 //! It waits for more than it must (every earlier free of the other stream, not only those that
 //! overlap the new block), and keeps one event per stream.

@@ -1,6 +1,6 @@
 //! Graph-safe pooling: [`SymPool::capture`] records a step as an ACL graph ([`SymGraph`]) and
 //! keeps every block the step touched, or allocated, out of reuse until the graph drops (the
-//! private graph pool of PyTorch, made symmetric: placements during a capture follow program
+//! private graph pool of PyTorch, made symmetric: offsets given during a capture follow program
 //! order like any others). Replays cost the pool nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,7 +82,7 @@ impl SymPool {
     ///
     /// Before capturing, the pool synchronizes. Every block the captured work uses, and every
     /// block allocated during the capture, stays reserved for the graph (not reused, even when
-    /// dropped) until the graph drops; the placements are the same on every rank. During the
+    /// dropped) until the graph drops; the offsets are the same on every rank. During the
     /// capture the pool refuses to grow, trim, attach a group, synchronize or verify, with a
     /// clear error: reserve and warm up before capturing. Host access to pooled memory
     /// (`from_host`, `to_host`, `host`) is refused while the capture runs, and a strict-symmetry
