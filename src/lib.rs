@@ -1,11 +1,11 @@
 #![doc = include_str!("../README.md")]
 
 mod allocator;
-mod collectives;
 #[cfg(feature = "emulator")]
 pub mod emu;
 mod error;
 pub mod heap;
+mod ops;
 mod path;
 mod pool;
 mod runtime;
@@ -20,8 +20,8 @@ pub use allocator::SymAllocator;
 /// re-export (`symheap::allocator_api2::vec::Vec`) rather than a separate dependency, whose
 /// version might differ.
 pub use allocator_api2;
-pub use collectives::packed_displacements;
 pub use error::{Error, OutOfMemory, Result};
+pub use ops::packed_displacements;
 pub use path::{Path, Staged};
 pub use pool::{
     AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot,

@@ -25,7 +25,6 @@
 mod alloc_desc;
 mod block;
 mod config;
-mod device_copy;
 mod fences;
 mod graph;
 mod groups;

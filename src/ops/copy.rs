@@ -1,7 +1,6 @@
 //! Device-to-device copies between pooled buffers, in stream order.
 
-use super::SymPool;
-use crate::{Buffer, BufferMut, Element, Error, Result, SymVec};
+use crate::{Buffer, BufferMut, Element, Error, Result, SymPool, SymVec};
 
 impl SymPool {
     /// Copies `src` into `dst` (whole vectors or [views](SymVec::slice)) on the device
@@ -70,7 +69,7 @@ impl SymPool {
         unsafe { stream.copy_device_async(dst.device_ptr(), src.device_ptr(), bytes)? };
         for block in [src.alloc(), dst.alloc()] {
             block.mark_used_on(stream);
-            if let Some(hold) = &state.capturing {
+            if let Some(hold) = state.capture_hold() {
                 block.hold_for(hold);
             }
         }

@@ -1,10 +1,13 @@
-//! Typed collectives on pooled memory, checked before any C call.
+//! Operations on pooled buffers, checked before any C call: the typed collectives (here and
+//! in [`v_collectives`]), point-to-point transfers ([`p2p`]) and device copies ([`copy`]). They
+//! sit above the pool and the typed owners, which know nothing of them.
 //!
 //! Every collective enters the pool's op hash as a [`Call`]: what all ranks' calls must agree
 //! on. The V collectives ([`v_collectives`]) fold their count and displacement arrays
 //! in where every rank passes the same ones; point-to-point calls ([`p2p`]) do not
 //! enter it at all, since only two ranks take part.
 
+mod copy;
 mod p2p;
 mod v_collectives;
 
