@@ -1,5 +1,6 @@
 //! A tiny deterministic PRNG (SplitMix64), shared by the tests and the benches
-//! (`#[path = "../alloc-tests/support/rng.rs"] mod rng;`).
+//! (`#[path = "../alloc-tests/support/rng.rs"] mod rng;`). The heap crate has its own copy,
+//! `symheap-heap/tests/support/rng.rs`, so that it tests alone.
 // Each includer uses a different subset of it.
 #![allow(dead_code)]
 
