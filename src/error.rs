@@ -4,7 +4,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::heap::{HeapError, OutOfSpace};
 use crate::sys::{HcclResult, aclError};
 
 /// `Result` with [`Error`] as the default error type.
@@ -210,11 +209,13 @@ impl std::error::Error for Error {
 /// What an out-of-memory error from a heap tells the caller to raise.
 const HEAP_CAPACITY_SETTING: &str = "the heap capacity (Heap::new)";
 
-/// A heap's error as symheap's: [`HeapError::InvalidArgument`] keeps its message,
-/// [`HeapError::OutOfSpace`] becomes [`Error::OutOfMemory`] naming the heap's capacity as the
-/// setting to raise. (The pool reports its own out-of-memory errors, naming its own setting.)
-impl From<HeapError> for Error {
-    fn from(e: HeapError) -> Self {
+/// A heap's error as symheap's: [`HeapError::InvalidArgument`](crate::heap::HeapError)
+/// keeps its message, [`HeapError::OutOfSpace`](crate::heap::HeapError) becomes
+/// [`Error::OutOfMemory`] naming the heap's capacity as the setting to raise. (The pool reports
+/// its own out-of-memory errors, naming its own setting.)
+impl From<crate::heap::HeapError> for Error {
+    fn from(e: crate::heap::HeapError) -> Self {
+        use crate::heap::HeapError;
         match e {
             HeapError::InvalidArgument(msg) => Error::InvalidArgument(msg),
             HeapError::OutOfSpace(oom) => Error::OutOfMemory(OutOfMemory::from(oom)),
@@ -225,8 +226,8 @@ impl From<HeapError> for Error {
     }
 }
 
-impl From<OutOfSpace> for OutOfMemory {
-    fn from(oom: OutOfSpace) -> Self {
+impl From<crate::heap::OutOfSpace> for OutOfMemory {
+    fn from(oom: crate::heap::OutOfSpace) -> Self {
         OutOfMemory {
             requested: oom.requested,
             align: oom.align,
