@@ -4,7 +4,9 @@
 //! [`Heap`] hands out `(offset, size)` ranges of an abstract region of `capacity` bytes (a
 //! device window, a GPU buffer, a file). It never reads or writes that region: all metadata
 //! lives in host memory, out of band. Every offset and size is a multiple of the heap's
-//! *granularity* (a power of two).
+//! *granularity* (a power of two). `alloc` and `free` are O(1) for small blocks (but for a walk
+//! when the heap is nearly exhausted for that size); a large block (at least `capacity / 4096`)
+//! costs a walk of one bin, of one to three blocks in practice (see [Complexity](#complexity)).
 //!
 //! The crate has no dependencies and no `unsafe` (`#![forbid(unsafe_code)]`); it knows nothing
 //! of devices or of the rest of symheap. The `symheap` crate re-exports it as `symheap::heap`
