@@ -10,7 +10,6 @@ mod graphs;
 mod groups;
 mod hardening;
 mod harness;
-mod heap;
 mod heap_map;
 mod inference_worker;
 mod inspect;

@@ -15,7 +15,7 @@ use symheap::{
     Comm, ParallelGroups, PoolConfig, PoolStats, ReduceOp, Result, SymPool, SymVec, emu,
 };
 
-#[path = "../alloc-tests/support/rng.rs"]
+#[path = "../symheap-heap/tests/support/rng.rs"]
 mod rng;
 
 const STEPS: usize = 200;

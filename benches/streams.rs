@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use symheap::{Event, PoolConfig, ReduceOp, Result, Stream, SymPool, SymVec, emu};
 
-#[path = "../alloc-tests/support/rng.rs"]
+#[path = "../symheap-heap/tests/support/rng.rs"]
 mod rng;
 
 const STEPS: usize = 5000;

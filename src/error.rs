@@ -206,6 +206,40 @@ impl std::error::Error for Error {
     }
 }
 
+/// What an out-of-memory error from a heap tells the caller to raise.
+const HEAP_CAPACITY_SETTING: &str = "the heap capacity (Heap::new)";
+
+/// A heap's error as symheap's: [`HeapError::InvalidArgument`](crate::heap::HeapError)
+/// keeps its message, [`HeapError::OutOfSpace`](crate::heap::HeapError) becomes
+/// [`Error::OutOfMemory`] naming the heap's capacity as the setting to raise. (The pool reports
+/// its own out-of-memory errors, naming its own setting.)
+impl From<crate::heap::HeapError> for Error {
+    fn from(e: crate::heap::HeapError) -> Self {
+        use crate::heap::HeapError;
+        match e {
+            HeapError::InvalidArgument(msg) => Error::InvalidArgument(msg),
+            HeapError::OutOfSpace(oom) => Error::OutOfMemory(OutOfMemory::from(oom)),
+            // `HeapError` is non-exhaustive: a case added later reads as a bad argument until
+            // it gets its own mapping.
+            other => Error::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::heap::OutOfSpace> for OutOfMemory {
+    fn from(oom: crate::heap::OutOfSpace) -> Self {
+        OutOfMemory {
+            requested: oom.requested,
+            align: oom.align,
+            capacity: oom.capacity,
+            free: oom.free,
+            largest_free: oom.largest_free,
+            setting: HEAP_CAPACITY_SETTING,
+            configured: oom.capacity,
+        }
+    }
+}
+
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
@@ -218,5 +252,42 @@ impl Error {
             what: what.into(),
             source: Arc::new(source),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heap::Heap;
+
+    #[test]
+    fn heap_errors_map_with_their_details() {
+        let mut heap = Heap::new(64 * 512, 512).unwrap();
+        let low = heap.alloc(512, 0).unwrap();
+        let Error::OutOfMemory(oom) = Error::from(heap.alloc(64 * 512, 0).unwrap_err()) else {
+            panic!("a heap out of space is out of memory");
+        };
+        let fields = (
+            oom.requested,
+            oom.align,
+            oom.capacity,
+            oom.free,
+            oom.largest_free,
+        );
+        assert_eq!(fields, (32768, 512, 32768, 32256, 32256));
+        assert_eq!(
+            (oom.setting, oom.configured),
+            (HEAP_CAPACITY_SETTING, 32768)
+        );
+        let text = Error::OutOfMemory(oom).to_string();
+        assert!(
+            text.ends_with("raise the heap capacity (Heap::new) (now 32768 bytes, 32.00 KiB)"),
+            "{text}"
+        );
+        let Error::InvalidArgument(msg) = Error::from(heap.alloc(0, 0).unwrap_err()) else {
+            panic!("a bad argument stays one");
+        };
+        assert_eq!(msg, "Heap::alloc: size must be at least 1 byte");
+        heap.free(low).unwrap();
     }
 }

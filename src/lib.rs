@@ -4,7 +4,6 @@ mod allocator;
 #[cfg(feature = "emulator")]
 pub mod emu;
 mod error;
-pub mod heap;
 mod ops;
 mod path;
 mod pool;
@@ -12,6 +11,12 @@ mod runtime;
 mod sym_box;
 mod sym_slice;
 mod sym_vec;
+/// The pure, deterministic offset allocator that places every block of the pool: the
+/// `symheap-heap` crate, re-exported so that `symheap::heap::Heap` keeps working. It depends on
+/// nothing of symheap's and has no `unsafe`; its [`HeapError`](heap::HeapError) becomes an
+/// [`Error`] through `From` (`InvalidArgument` as it is, `OutOfSpace` as
+/// [`Error::OutOfMemory`]).
+pub use symheap_heap as heap;
 /// The C types of HCCL and ACL and the function tables (the `symheap-sys` crate).
 pub use symheap_sys as sys;
 

@@ -1,5 +1,6 @@
 //! Helpers shared by the test modules.
 
+#[path = "../../symheap-heap/tests/support/rng.rs"]
 pub mod rng;
 
 /// The place of `window` in `seen` (added at the end when new): a window's number in the pool,

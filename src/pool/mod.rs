@@ -900,7 +900,7 @@ impl PoolState {
 
     /// Returns a block to its segment's heap.
     fn free_block(&mut self, block: PoolBlock) -> Result<()> {
-        self.segments[block.segment].heap.free(block.block)
+        Ok(self.segments[block.segment].heap.free(block.block)?)
     }
 
     /// The device address of a block.

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::heap::{Block, Heap};
+use crate::heap::{Block, Heap, HeapError};
 use crate::runtime::{DevicePtr, Mapping, Runtime};
 use crate::{Error, OutOfMemory, Result};
 
@@ -46,11 +46,11 @@ impl PrivateRegion {
     /// A block of `size` bytes at `align`: its address and the bytes granted.
     pub(super) fn alloc(&mut self, size: u64, align: u64) -> Result<(DevicePtr, u64)> {
         let block = self.heap.alloc(size, align).map_err(|e| match e {
-            Error::OutOfMemory(oom) => Error::OutOfMemory(OutOfMemory {
+            HeapError::OutOfSpace(oom) => Error::OutOfMemory(OutOfMemory {
                 setting: PRIVATE_SETTING,
-                ..oom
+                ..oom.into()
             }),
-            other => other,
+            other => other.into(),
         })?;
         let ptr = self.mapping.ptr().byte_add(block.offset());
         let granted = block.size();
@@ -64,7 +64,7 @@ impl PrivateRegion {
     /// [`Error::InvalidArgument`] if no live block of this region starts there.
     pub(super) fn free(&mut self, addr: u64) -> Result<()> {
         match self.blocks.remove(&addr) {
-            Some(block) => self.heap.free(block),
+            Some(block) => Ok(self.heap.free(block)?),
             None => Err(Error::invalid(format!(
                 "deallocate of {addr:#x}, which this pool's allocator did not allocate"
             ))),

@@ -95,7 +95,7 @@ impl Segment {
             ))
             .into());
         }
-        let heap = Heap::new(size, block_granularity)?;
+        let heap = Heap::new(size, block_granularity).map_err(Error::from)?;
         let rt = comm.runtime();
         // No rank registers unless every rank has its memory (see `Comm::agree`).
         let mapping = Mapping::allocate_aligned(rt, size, alignment, comm.device());

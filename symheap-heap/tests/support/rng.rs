@@ -1,5 +1,7 @@
-//! A tiny deterministic PRNG (SplitMix64), shared by the tests and the benches
-//! (`#[path = "../alloc-tests/support/rng.rs"] mod rng;`).
+//! A tiny deterministic PRNG (SplitMix64), shared by this crate's unit tests, integration test
+//! and benchmark (`#[path = "../tests/support/rng.rs"] mod rng;`), and by the workspace's
+//! `alloc-tests` and benches, which include this file: it lives here so that the heap crate
+//! tests alone.
 // Each includer uses a different subset of it.
 #![allow(dead_code)]
 

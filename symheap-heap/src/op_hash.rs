@@ -70,9 +70,24 @@ impl OpHash {
     }
 }
 
-/// Folds `words` into one checksum with the same fixed mixer (for callers that combine several
-/// heaps' hashes with their own events, like the pool).
-pub(crate) fn fold_words(words: impl IntoIterator<Item = u64>) -> u64 {
+/// Folds `words` into one checksum with the mixer of [`Heap::op_hash`](crate::Heap::op_hash):
+/// for a caller that combines several heaps' hashes with its own events into one value that
+/// ranks compare (symheap's pool folds its windows' heaps, its pending frees and its
+/// collectives).
+///
+/// Like the op hash it depends only on the words and their order, the same in every process,
+/// build and machine; it is a checksum, not a cryptographic hash. O(n) in the words.
+///
+/// ```
+/// use symheap_heap::{Heap, fold_words};
+///
+/// let (a, b) = (Heap::new(1 << 20, 512)?, Heap::new(1 << 21, 512)?);
+/// let both = fold_words([a.op_hash(), b.op_hash()]);
+/// assert_eq!(both, fold_words([a.op_hash(), b.op_hash()]));
+/// assert_ne!(both, fold_words([b.op_hash(), a.op_hash()]));
+/// # Ok::<(), symheap_heap::HeapError>(())
+/// ```
+pub fn fold_words(words: impl IntoIterator<Item = u64>) -> u64 {
     let mut hash = OpHash(K[4]);
     for word in words {
         hash.record(Op::Word, word, 0, 0);

@@ -1,8 +1,9 @@
 //! symheap's heap against its peers, all in the same run: offset-allocator 0.2 (TLSF, 512-byte
-//! units) and an exact best fit over B-trees with coalescing. Numbers: `benches/README.md`.
+//! units) and an exact best fit over B-trees with coalescing. Numbers: the workspace's
+//! `benches/README.md`.
 //! (rlsf is not among them: it keeps its headers in the memory it manages, see the README.)
 //!
-//! `cargo bench --bench heap` first prints what is not a criterion timing: the fill at the first
+//! `cargo bench -p symheap-heap --bench heap` first prints what is not a criterion timing: the fill at the first
 //! failure on four workloads (three random size mixes and the inference traces; with
 //! `HEAP_FILL_SEEDS=start..end`, also a seed-by-seed comparison with the best fit over those
 //! seeds), the inference trace's space use, and a steady-state timing taken in alternation as a
@@ -13,7 +14,7 @@
 //! * `llm_trace`: one whole inference-shaped trace (`support::workloads::llm_trace`), replayed
 //!   on a fresh allocator.
 
-#[path = "../alloc-tests/support/rng.rs"]
+#[path = "../tests/support/rng.rs"]
 mod rng;
 mod support;
 
@@ -25,7 +26,7 @@ use support::allocators::Allocator;
 use support::best_fit::BestFit;
 use support::report::{self, median, paired_round};
 use support::workloads::{self, CAPACITY, Steady, TraceOp};
-use symheap::heap::Heap;
+use symheap_heap::Heap;
 
 type OffsetAllocator = offset_allocator::Allocator;
 

@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use symheap::heap::{Block, Heap, HeapReport};
-use symheap::{Error, OutOfMemory};
+use symheap_heap::{Block, Heap, HeapError, HeapReport, OutOfSpace};
 
-use crate::support::rng::Rng;
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Every field of a [`HeapReport`], in a struct the model can build (`HeapReport` is
 /// `#[non_exhaustive]`, so only the crate can).
@@ -32,7 +33,7 @@ impl From<HeapReport> for Report {
     }
 }
 
-/// Every field of an [`OutOfMemory`], in a struct the tests can build (`OutOfMemory` is
+/// Every field of an [`OutOfSpace`], in a struct the tests can build (`OutOfSpace` is
 /// `#[non_exhaustive]`).
 #[derive(Debug, PartialEq, Eq)]
 struct Oom {
@@ -41,20 +42,16 @@ struct Oom {
     capacity: u64,
     free: u64,
     largest_free: u64,
-    setting: &'static str,
-    configured: u64,
 }
 
-impl From<&OutOfMemory> for Oom {
-    fn from(oom: &OutOfMemory) -> Self {
+impl From<&OutOfSpace> for Oom {
+    fn from(oom: &OutOfSpace) -> Self {
         Oom {
             requested: oom.requested,
             align: oom.align,
             capacity: oom.capacity,
             free: oom.free,
             largest_free: oom.largest_free,
-            setting: oom.setting,
-            configured: oom.configured,
         }
     }
 }
@@ -201,7 +198,7 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
                     blocks.push(block);
                     served += 1;
                 }
-                Err(Error::OutOfMemory(oom)) => {
+                Err(HeapError::OutOfSpace(oom)) => {
                     assert!(!fits, "refused {size} @ {align}, which fits: {oom}");
                     let expect = Oom {
                         requested: size,
@@ -209,8 +206,6 @@ fn run_model(capacity: u64, granularity: u64, spread: u64, seed: u64, steps: usi
                         capacity,
                         free: before.free,
                         largest_free: before.largest_free,
-                        setting: oom.setting,
-                        configured: capacity,
                     };
                     assert_eq!(Oom::from(&oom), expect);
                     assert_eq!(heap.report(), before, "a failed alloc changed the heap");
@@ -384,9 +379,9 @@ fn beyond_2_pow_48() {
 }
 
 /// Asserts `result` is an `InvalidArgument` whose message mentions `needle`.
-fn assert_invalid<T: std::fmt::Debug>(result: symheap::Result<T>, needle: &str) {
+fn assert_invalid<T: std::fmt::Debug>(result: Result<T, HeapError>, needle: &str) {
     match result {
-        Err(Error::InvalidArgument(msg)) => {
+        Err(HeapError::InvalidArgument(msg)) => {
             assert!(msg.contains(needle), "{msg:?} lacks {needle:?}")
         }
         other => panic!("expected InvalidArgument mentioning {needle:?}, got {other:?}"),
@@ -437,8 +432,6 @@ fn out_of_memory_reports_what_was_free() {
         capacity,
         free: capacity - 512,
         largest_free: capacity - 512,
-        setting: "the heap capacity (Heap::new)",
-        configured: capacity,
     };
     for (size, align, reported_align) in [
         (capacity, 0, 512),             // one granule too many
@@ -447,12 +440,12 @@ fn out_of_memory_reports_what_was_free() {
         (40 * 512, 32 * 512, 32 * 512), // aligned start leaves too little
     ] {
         match heap.alloc(size, align) {
-            Err(Error::OutOfMemory(oom)) => {
+            Err(HeapError::OutOfSpace(oom)) => {
                 assert_eq!(Oom::from(&oom), expect(size, reported_align));
-                let text = Error::OutOfMemory(oom).to_string();
+                let text = HeapError::OutOfSpace(oom).to_string();
                 assert!(text.contains("raise the heap capacity"), "{text}");
             }
-            other => panic!("expected OutOfMemory for {size} @ {align}, got {other:?}"),
+            other => panic!("expected OutOfSpace for {size} @ {align}, got {other:?}"),
         }
         assert_eq!(heap.report(), before);
     }

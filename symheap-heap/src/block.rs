@@ -4,7 +4,9 @@ use std::num::NonZeroU32;
 
 /// A live allocation: a range of the heap, in bytes.
 ///
-/// A `Block` is neither `Copy` nor `Clone`, and [`Heap::free`](super::Heap::free) takes it by
+/// What offset-allocator calls an `Allocation`.
+///
+/// A `Block` is neither `Copy` nor `Clone`, and [`Heap::free`](crate::Heap::free) takes it by
 /// value, so a double free cannot be written in safe code. It remembers which heap made it and
 /// where its metadata lives, so freeing it is O(1) without a lookup.
 ///
@@ -13,23 +15,24 @@ use std::num::NonZeroU32;
 ///
 /// A block cannot be cloned:
 /// ```compile_fail,E0599
-/// # use symheap::heap::Heap;
+/// # use symheap_heap::Heap;
 /// let mut heap = Heap::new(1 << 20, 512)?;
 /// let block = heap.alloc(512, 0)?;
 /// let copy = block.clone();
-/// # Ok::<(), symheap::Error>(())
+/// # Ok::<(), symheap_heap::HeapError>(())
 /// ```
 /// nor freed twice:
 /// ```compile_fail,E0382
-/// # use symheap::heap::Heap;
+/// # use symheap_heap::Heap;
 /// let mut heap = Heap::new(1 << 20, 512)?;
 /// let block = heap.alloc(512, 0)?;
 /// heap.free(block)?;
 /// heap.free(block)?;
-/// # Ok::<(), symheap::Error>(())
+/// # Ok::<(), symheap_heap::HeapError>(())
 /// ```
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a Block that is dropped instead of freed leaks its range of the heap"]
+#[doc(alias = "Allocation")]
 pub struct Block {
     pub(super) offset: u64,
     pub(super) size: u64,
@@ -41,9 +44,26 @@ pub struct Block {
 }
 
 impl Block {
-    /// The key of the block's node: unique among the heap's live blocks, and reused after a
-    /// free (the pool keys per-block data by it).
-    pub(crate) fn key(&self) -> u32 {
+    /// The block's key: unique among the heap's live blocks, reused after a free, and dense
+    /// (below the largest number of blocks and free regions the heap has held at once), so a
+    /// caller can keep its own per-block data in a `Vec` indexed by it, as symheap's pool does.
+    /// [`HeapRegion::key`] is the same key. O(1).
+    ///
+    /// ```
+    /// use symheap_heap::Heap;
+    ///
+    /// let mut heap = Heap::new(1 << 20, 512)?;
+    /// let (a, b) = (heap.alloc(512, 0)?, heap.alloc(512, 0)?);
+    /// assert_ne!(a.key(), b.key());
+    /// let key = b.key();
+    /// let region = heap.regions().into_iter().find(|r| r.offset == b.offset()).unwrap();
+    /// assert_eq!(region.key, key);
+    /// heap.free(a)?;
+    /// heap.free(b)?;
+    /// # Ok::<(), symheap_heap::HeapError>(())
+    /// ```
+    #[inline]
+    pub fn key(&self) -> u32 {
         self.node
     }
 
@@ -67,8 +87,12 @@ impl Block {
     }
 }
 
-/// A range of a heap, from [`Heap::regions`](super::Heap::regions).
+/// A range of a heap, from [`Heap::regions`](crate::Heap::regions).
+///
+/// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
+/// only the heap builds one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HeapRegion {
     /// Offset in bytes.
     pub offset: u64,
@@ -76,11 +100,13 @@ pub struct HeapRegion {
     pub size: u64,
     /// A live block (else a free region).
     pub live: bool,
-    /// The range's node: a live block's is its [`Block::key`].
-    pub(crate) key: u32,
+    /// The range's key: a live block's is its [`Block::key`]; a free region's is unique among
+    /// the heap's ranges too, but says nothing beyond this snapshot.
+    pub key: u32,
 }
 
-/// A snapshot of a heap's accounting, from [`Heap::report`](super::Heap::report).
+/// A snapshot of a heap's accounting, from [`Heap::report`](crate::Heap::report) (what
+/// offset-allocator calls a `StorageReport`).
 ///
 /// Byte counts are `u64`; counts of blocks and regions are `usize` (each one has metadata in
 /// host memory, so they are bounded by it). `allocated + free == capacity` always holds.
@@ -89,6 +115,7 @@ pub struct HeapRegion {
 /// only the heap builds one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[doc(alias = "StorageReport")]
 pub struct HeapReport {
     /// Total bytes managed.
     pub capacity: u64,
@@ -122,8 +149,18 @@ impl std::fmt::Display for HeapReport {
     }
 }
 
-/// A byte count in binary units ("512 B", "1.50 KiB", "64.00 MiB", "2.00 GiB").
-pub(crate) struct Bytes(pub(crate) u64);
+/// A byte count that displays in binary units ("512 B", "1.50 KiB", "64.00 MiB", "2.00 GiB"),
+/// with two decimals from 1 KiB on: how [`HeapReport`] and [`OutOfSpace`](crate::OutOfSpace)
+/// print sizes (and symheap's pool, so that every size it prints reads the same way).
+///
+/// ```
+/// use symheap_heap::Bytes;
+///
+/// assert_eq!(Bytes(1023).to_string(), "1023 B");
+/// assert_eq!(Bytes(3 << 29).to_string(), "1.50 GiB");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bytes(pub u64);
 
 impl std::fmt::Display for Bytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,8 +171,15 @@ impl std::fmt::Display for Bytes {
     }
 }
 
-/// `bytes` in the largest binary unit (KiB .. EiB) it reaches, or `None` below 1 KiB: the one
-/// scaling that every human-readable size in the crate uses.
+/// `bytes` in the largest binary unit (KiB .. EiB) it reaches, or `None` below 1 KiB: the
+/// scaling [`Bytes`] prints, for a caller that formats the value itself (symheap's heap map).
+///
+/// ```
+/// use symheap_heap::binary_units;
+///
+/// assert_eq!(binary_units(512), None);
+/// assert_eq!(binary_units(3 << 20), Some((3.0, "MiB")));
+/// ```
 pub fn binary_units(bytes: u64) -> Option<(f64, &'static str)> {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {

@@ -1,15 +1,69 @@
-//! A pure, deterministic offset allocator: the heap that carves blocks out of one window.
+//! symheap's heap: a pure, deterministic offset allocator. TLSF for small blocks, an exact
+//! best fit for large ones.
 //!
-//! [`Heap`] hands out `(offset, size)` ranges of an abstract region of `capacity` bytes. It never
-//! reads or writes that region: all metadata lives in host memory, out of band. Every offset and
-//! size is a multiple of the heap's *granularity* (a power of two).
+//! [`Heap`] hands out `(offset, size)` ranges of an abstract region of `capacity` bytes (a
+//! device window, a GPU buffer, a file). It never reads or writes that region: all metadata
+//! lives in host memory, out of band. Every offset and size is a multiple of the heap's
+//! *granularity* (a power of two). `alloc` and `free` are O(1) for small blocks (but for a walk
+//! when the heap is nearly exhausted for that size); a large block (at least `capacity / 4096`)
+//! costs a walk of one bin, of one to three blocks in practice (see [Complexity](#complexity)).
+//!
+//! The crate has no dependencies and no `unsafe` (`#![forbid(unsafe_code)]`); it knows nothing
+//! of devices or of the rest of symheap. The `symheap` crate re-exports it as `symheap::heap`
+//! and keeps one heap per registered window.
+//!
+//! # Example
+//!
+//! ```
+//! use symheap_heap::Heap;
+//!
+//! let mut heap = Heap::new(1 << 20, 512)?; // 1 MiB in 512-byte granules
+//! let a = heap.alloc(1000, 0)?; // 1024 bytes at offset 0
+//! let b = heap.alloc(4096, 4096)?; // 4 KiB-aligned
+//! assert_eq!((a.offset(), a.size()), (0, 1024));
+//! assert_eq!(b.offset() % 4096, 0);
+//! heap.free(a)?;
+//! heap.free(b)?;
+//! assert_eq!(heap.report().free_regions, 1);
+//! # Ok::<(), symheap_heap::HeapError>(())
+//! ```
+//!
+//! # For readers of offset-allocator
+//!
+//! The same shape as [offset-allocator](https://github.com/pcwalton/offset-allocator)'s
+//! `Allocator`, in bytes (`u64`) rather than `u32` units, with an alignment, and errors that say
+//! why:
+//!
+//! | offset-allocator | here |
+//! |---|---|
+//! | `Allocator::new(size)` | [`Heap::new(capacity, granularity)`](Heap::new) |
+//! | `allocate(size) -> Option<Allocation>` | [`Heap::alloc(size, align)`](Heap::alloc) `-> Result<Block, HeapError>`; [`Heap::try_alloc`] gives `Ok(None)` where `alloc` is out of space |
+//! | `Allocation` (`offset`, `metadata`) | [`Block`] ([`offset`](Block::offset), [`size`](Block::size), [`key`](Block::key)); neither `Copy` nor `Clone` |
+//! | `allocation_size(allocation)` | [`Block::size`]: the request rounded up to the granularity |
+//! | `free(allocation)` | [`Heap::free(block)`](Heap::free): takes the block by value; refuses one of another heap |
+//! | `storage_report()` (`total_free_space`, `largest_free_region`) | [`Heap::report`] ([`HeapReport`]: `free`, `largest_free`, and more) |
+//! | `storage_report_full()` | [`Heap::regions`]: every live block and free region in offset order |
+//! | `Allocator::with_max_allocs(size, n)` | nothing to set: the metadata grows as needed |
+//!
+//! # Errors
+//!
+//! Every fallible call returns a [`HeapError`], of two cases:
+//! [`InvalidArgument`](HeapError::InvalidArgument) for a call that can never work (its message
+//! names the call and the value), and [`OutOfSpace`](HeapError::OutOfSpace) when no free region
+//! holds the request now ([`OutOfSpace`] says what was asked, the free bytes and the largest
+//! free region). Either way the heap is unchanged, except that [`Heap::op_hash`] records the
+//! failed call. (`symheap` turns them into its own `Error::InvalidArgument` and
+//! `Error::OutOfMemory`.) A heap never panics on bad input.
 //!
 //! # Determinism
 //!
 //! Every decision depends only on the sequence of calls made on the heap (their arguments and
-//! order): never on addresses, hashing, time or the heap's id. Ranks that make the same calls get
-//! the same offsets. [`Heap::op_hash`] is a rolling hash of that sequence (including failed
-//! calls and their outcomes) so ranks can check they agree with one 8-byte exchange.
+//! order): never on addresses, hashing, time, thread timing or the heap's id. Heaps that see the
+//! same calls hand out the same offsets, in any process or on any machine: this is what lets
+//! the ranks of a job address each other's buffers by offset, and re-register a pool at the
+//! same offsets. [`Heap::op_hash`] is a rolling hash of that sequence (including failed calls
+//! and their outcomes) so ranks can check they agree with one 8-byte exchange; [`fold_words`]
+//! folds several heaps' hashes (and a caller's own events) into one with the same mixer.
 //!
 //! # Algorithm
 //!
@@ -44,7 +98,7 @@
 //!    first fit in list order.
 //!
 //! Either way the heap never refuses a request that some free region can hold: an
-//! [`Error::OutOfMemory`] means that no free region fits it (and a heap of `N` bytes serves an
+//! [`HeapError::OutOfSpace`] means that no free region fits it (and a heap of `N` bytes serves an
 //! `N`-byte request).
 //!
 //! The chosen block is split: the leading gap up to the aligned start (when the alignment exceeds
@@ -59,7 +113,8 @@
 //! barely the fill. So large blocks get the exact choice, and small ones keep TLSF's O(1)
 //! paths: the fill is an exact best fit's within noise (seed by seed over 3000 seeds), at
 //! offset-allocator's time per free + alloc pair. The measurements, the alternatives tried and
-//! why none was kept are in `benches/README.md` (`cargo bench --bench heap`).
+//! why none was kept are in the workspace's `benches/README.md`
+//! (`cargo bench -p symheap-heap --bench heap`).
 //!
 //! # Complexity
 //!
@@ -87,46 +142,29 @@
 //! found is trimmed to the request. The cost of that rounding is external fragmentation: the
 //! fast path may split a larger block while a block of the request's own bin would have fit
 //! (the good-fit look and the fallback recover some of those cases).
-//!
-//! # Example
-//!
-//! ```
-//! use symheap::heap::Heap;
-//!
-//! let mut heap = Heap::new(1 << 20, 512)?; // 1 MiB in 512-byte granules
-//! let a = heap.alloc(1000, 0)?; // 1024 bytes at offset 0
-//! let b = heap.alloc(4096, 4096)?; // 4 KiB-aligned
-//! assert_eq!((a.offset(), a.size()), (0, 1024));
-//! assert_eq!(b.offset() % 4096, 0);
-//! heap.free(a)?;
-//! heap.free(b)?;
-//! assert_eq!(heap.report().free_regions, 1);
-//! # Ok::<(), symheap::Error>(())
-//! ```
 #![forbid(unsafe_code)]
 
 mod arena;
 mod best_fit;
 mod bins;
 mod block;
+mod error;
 mod node;
 mod op_hash;
 mod size_class;
 mod tlsf;
 
-pub(crate) use block::Bytes;
-pub use block::binary_units;
-pub use block::{Block, HeapRegion, HeapReport};
+pub use block::{Block, Bytes, HeapRegion, HeapReport, binary_units};
+pub use error::{HeapError, OutOfSpace};
+pub use op_hash::fold_words;
 
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::{Error, OutOfMemory, Result};
 use arena::Arena;
 use bins::Bins;
 use node::{NIL, Node};
-pub(crate) use op_hash::fold_words;
 use op_hash::{Op, OpHash};
 
 /// Source of process-unique heap ids. An id only tells a heap its own blocks from others'.
@@ -135,22 +173,22 @@ static NEXT_HEAP_ID: AtomicU32 = AtomicU32::new(1);
 
 /// A fresh heap id, or an error once `u32::MAX - 1` heaps have been created in this process:
 /// the counter stops instead of wrapping, so two live heaps never share an id.
-fn next_heap_id() -> Result<NonZeroU32> {
+fn next_heap_id() -> Result<NonZeroU32, HeapError> {
     NEXT_HEAP_ID
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| id.checked_add(1))
         .ok()
         .and_then(NonZeroU32::new)
-        .ok_or_else(|| Error::invalid("Heap::new: this process has used up all 2^32 - 2 heap ids"))
+        .ok_or_else(|| {
+            HeapError::invalid("Heap::new: this process has used up all 2^32 - 2 heap ids")
+        })
 }
 
-/// What an out-of-memory error tells the caller to raise.
-const CAPACITY_SETTING: &str = "the heap capacity (Heap::new)";
-
 /// A deterministic offset allocator over `capacity` bytes: TLSF for small blocks, exact best
-/// fit for large ones. See the [module docs](self).
+/// fit for large ones. See the [crate docs](crate).
 ///
 /// A heap is deliberately not `Clone`: a clone would share the id of the original, and a block
 /// from one could then be freed into the other.
+#[doc(alias = "Allocator")]
 pub struct Heap {
     /// Process-unique; checked by `free`, never used to choose an offset or in a hash.
     id: NonZeroU32,
@@ -182,28 +220,28 @@ impl Heap {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `granularity` is not a power of two, or `capacity` is 0 or
+    /// [`HeapError::InvalidArgument`] if `granularity` is not a power of two, or `capacity` is 0 or
     /// not a multiple of `granularity` (it is not rounded: the caller decides what to waste); also
     /// if this process has already created `u32::MAX - 1` heaps (heap ids are never reused).
     ///
     /// # Examples
     ///
     /// ```
-    /// use symheap::heap::Heap;
+    /// use symheap_heap::Heap;
     ///
     /// let heap = Heap::new(1 << 48, 2 << 20)?; // 256 TiB of 2 MiB granules
     /// assert_eq!(heap.report().largest_free, 1 << 48);
     /// assert!(Heap::new(1000, 512).is_err());
-    /// # Ok::<(), symheap::Error>(())
+    /// # Ok::<(), symheap_heap::HeapError>(())
     /// ```
-    pub fn new(capacity: u64, granularity: u64) -> Result<Heap> {
+    pub fn new(capacity: u64, granularity: u64) -> Result<Heap, HeapError> {
         if !granularity.is_power_of_two() {
-            return Err(Error::invalid(format!(
+            return Err(HeapError::invalid(format!(
                 "Heap::new: granularity {granularity} is not a power of two"
             )));
         }
         if capacity == 0 || capacity % granularity != 0 {
-            return Err(Error::invalid(format!(
+            return Err(HeapError::invalid(format!(
                 "Heap::new: capacity {capacity} must be a non-zero multiple of the granularity \
                  {granularity}"
             )));
@@ -231,14 +269,14 @@ impl Heap {
     ///
     /// The block's size is `size` rounded up to the granularity. `align` must be 0 or a power of
     /// two; 0 and any value at or below the granularity mean "the granularity" (every block is
-    /// aligned to it anyway). O(1) except near exhaustion; see the [module docs](self).
+    /// aligned to it anyway). O(1) except near exhaustion; see the [crate docs](crate).
     ///
     /// # Errors
     ///
-    /// * [`Error::InvalidArgument`] if `size` is 0, `align` is neither 0 nor a power of two, or
+    /// * [`HeapError::InvalidArgument`] if `size` is 0, `align` is neither 0 nor a power of two, or
     ///   `size` rounded up to the granularity plus the alignment slack (`align - granularity`)
     ///   overflows `u64`.
-    /// * [`Error::OutOfMemory`] if no free region can hold the block; it reports the free bytes
+    /// * [`HeapError::OutOfSpace`] if no free region can hold the block; it reports the free bytes
     ///   and the largest free region. (Also, in theory, once the heap tracks about 4 billion
     ///   blocks and free regions: node keys are 32-bit.)
     ///
@@ -247,32 +285,33 @@ impl Heap {
     /// # Examples
     ///
     /// ```
-    /// use symheap::{Error, heap::Heap};
+    /// use symheap_heap::{Heap, HeapError};
     ///
     /// let mut heap = Heap::new(8192, 512)?;
     /// let block = heap.alloc(8192, 0)?; // the whole heap
-    /// assert!(matches!(heap.alloc(1, 0), Err(Error::OutOfMemory(_))));
-    /// assert!(matches!(heap.alloc(512, 3), Err(Error::InvalidArgument(_))));
+    /// assert!(matches!(heap.alloc(1, 0), Err(HeapError::OutOfSpace(_))));
+    /// assert!(matches!(heap.alloc(512, 3), Err(HeapError::InvalidArgument(_))));
     /// heap.free(block)?;
-    /// # Ok::<(), symheap::Error>(())
+    /// # Ok::<(), symheap_heap::HeapError>(())
     /// ```
+    #[doc(alias = "allocate")]
     #[inline]
-    pub fn alloc(&mut self, size: u64, align: u64) -> Result<Block> {
+    pub fn alloc(&mut self, size: u64, align: u64) -> Result<Block, HeapError> {
         match self.try_alloc(size, align)? {
             Some(block) => Ok(block),
-            None => Err(self.out_of_memory(size, align)),
+            None => Err(self.out_of_space(size, align)),
         }
     }
 
     /// [`alloc`](Self::alloc), with `Ok(None)` where `alloc` reports
-    /// [`Error::OutOfMemory`]: for a caller that tries several heaps and reports its own
+    /// [`HeapError::OutOfSpace`]: for a caller that tries several heaps and reports its own
     /// error, this builds no report. The op hash records the same as for `alloc`.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] as for [`alloc`](Self::alloc).
+    /// [`HeapError::InvalidArgument`] as for [`alloc`](Self::alloc).
     #[inline]
-    pub fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<Block>> {
+    pub fn try_alloc(&mut self, size: u64, align: u64) -> Result<Option<Block>, HeapError> {
         let Some(request) = self.request(size, align) else {
             return Err(self.refuse_alloc(size, align));
         };
@@ -295,24 +334,24 @@ impl Heap {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `block` was allocated by another heap. This heap is then
+    /// [`HeapError::InvalidArgument`] if `block` was allocated by another heap. This heap is then
     /// unchanged (except for [`Heap::op_hash`]), and the block is dropped: its range stays
     /// allocated in the heap it came from.
     ///
     /// # Examples
     ///
     /// ```
-    /// use symheap::heap::Heap;
+    /// use symheap_heap::Heap;
     ///
     /// let (mut a, mut b) = (Heap::new(4096, 512)?, Heap::new(4096, 512)?);
     /// let block = a.alloc(512, 0)?;
     /// assert!(b.free(block).is_err()); // not b's block: b is unchanged
     /// let block = a.alloc(512, 0)?;
     /// a.free(block)?;
-    /// # Ok::<(), symheap::Error>(())
+    /// # Ok::<(), symheap_heap::HeapError>(())
     /// ```
     #[inline]
-    pub fn free(&mut self, block: Block) -> Result<()> {
+    pub fn free(&mut self, block: Block) -> Result<(), HeapError> {
         let Some((prev, next)) = self.live_neighbours(&block) else {
             return Err(self.refuse_free(&block));
         };
@@ -323,6 +362,7 @@ impl Heap {
 
     /// Every range of the heap in offset order, live blocks and free regions, covering
     /// `0..capacity`. O(n) in the number of ranges: for snapshots, not for hot paths.
+    #[doc(alias = "storage_report_full")]
     pub fn regions(&self) -> Vec<HeapRegion> {
         let mut regions = Vec::with_capacity(self.live_blocks + self.free_regions);
         let mut key = self.nodes.key_at(0).unwrap_or(NIL);
@@ -340,6 +380,7 @@ impl Heap {
     }
 
     /// A snapshot of the heap's accounting. O(1) plus a walk of the highest non-empty bin.
+    #[doc(alias = "storage_report")]
     pub fn report(&self) -> HeapReport {
         let free = self.free_units << self.shift;
         HeapReport {
@@ -363,7 +404,7 @@ impl Heap {
     /// # Examples
     ///
     /// ```
-    /// use symheap::heap::Heap;
+    /// use symheap_heap::Heap;
     ///
     /// let (mut a, mut b) = (Heap::new(1 << 20, 512)?, Heap::new(1 << 20, 512)?);
     /// assert_eq!(a.op_hash(), b.op_hash());
@@ -371,7 +412,7 @@ impl Heap {
     /// assert_ne!(a.op_hash(), b.op_hash());
     /// let _kept_too = b.alloc(4096, 0)?;
     /// assert_eq!(a.op_hash(), b.op_hash());
-    /// # Ok::<(), symheap::Error>(())
+    /// # Ok::<(), symheap_heap::HeapError>(())
     /// ```
     pub fn op_hash(&self) -> u64 {
         self.hash.value()
@@ -409,10 +450,10 @@ impl Heap {
     /// Records an `alloc` that [`Heap::request`] refused and says why.
     #[cold]
     #[inline(never)]
-    fn refuse_alloc(&mut self, size: u64, align: u64) -> Error {
+    fn refuse_alloc(&mut self, size: u64, align: u64) -> HeapError {
         self.hash.record(Op::AllocInvalid, size, align, 0);
         let granularity = self.granularity;
-        Error::invalid(if size == 0 {
+        HeapError::invalid(if size == 0 {
             "Heap::alloc: size must be at least 1 byte".to_owned()
         } else if align != 0 && !align.is_power_of_two() {
             format!("Heap::alloc: alignment {align} is neither 0 nor a power of two")
@@ -428,16 +469,14 @@ impl Heap {
     /// Reports what there was for an `alloc` of a valid request that found no room.
     #[cold]
     #[inline(never)]
-    fn out_of_memory(&self, size: u64, align: u64) -> Error {
+    fn out_of_space(&self, size: u64, align: u64) -> HeapError {
         let align_units = self.request(size, align).map_or(0, |r| r.align_units);
-        Error::OutOfMemory(OutOfMemory {
+        HeapError::OutOfSpace(OutOfSpace {
             requested: size,
             align: align_units << self.shift,
             capacity: self.capacity,
             free: self.free_units << self.shift,
             largest_free: self.largest_free(),
-            setting: CAPACITY_SETTING,
-            configured: self.capacity,
         })
     }
 
@@ -461,7 +500,7 @@ impl Heap {
     /// Records a `free` that was refused and says why.
     #[cold]
     #[inline(never)]
-    fn refuse_free(&mut self, block: &Block) -> Error {
+    fn refuse_free(&mut self, block: &Block) -> HeapError {
         self.hash
             .record(Op::FreeInvalid, block.offset, block.size, 0);
         let why = if block.heap != self.id {
@@ -469,7 +508,7 @@ impl Heap {
         } else {
             "is not live in this heap"
         };
-        Error::invalid(format!(
+        HeapError::invalid(format!(
             "Heap::free: the block at offset {} ({} bytes) {why}",
             block.offset, block.size
         ))

@@ -257,7 +257,7 @@ impl Heap {
 
 /// The integration tests' PRNG, for the randomized unit test below.
 #[cfg(test)]
-#[path = "../../alloc-tests/support/rng.rs"]
+#[path = "../tests/support/rng.rs"]
 mod test_rng;
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! An inference-shaped workload on the heap, as two ranks would run it.
 //!
-//! `cargo run --release --example heap_trace`
+//! `cargo run --release -p symheap-heap --example heap_trace`
 //!
 //! A decode loop over a 1 GiB heap with 512-byte granules: 16 layers of activations per step
 //! (two hidden-state buffers that take turns, an MLP intermediate), one KV-cache block per
@@ -9,8 +9,10 @@
 //! 50 steps. Both "ranks" make the same calls, so they get the same offsets and the same op
 //! hash: that is what lets collectives address peers' buffers by offset.
 
-use symheap::Result;
-use symheap::heap::{Block, Heap, HeapReport};
+use symheap_heap::{Block, Heap, HeapError, HeapReport};
+
+/// `Result` with the heap's error.
+type Result<T> = std::result::Result<T, HeapError>;
 
 const MIB: u64 = 1 << 20;
 const LAYERS: usize = 16;

@@ -4,7 +4,7 @@
 //! rounding and they can be compared byte for byte.
 
 use super::best_fit::BestFit;
-use symheap::heap::{Block, Heap};
+use symheap_heap::{Block, Heap};
 
 /// 512 bytes: symheap's granularity, offset-allocator's unit, best fit's unit.
 pub const UNIT: u64 = 512;
