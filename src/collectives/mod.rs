@@ -12,10 +12,9 @@ pub use v_collectives::packed_displacements;
 
 use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState, Target, predict};
-use crate::runtime::{Comm, Element, ReduceOp, Stream};
+use crate::runtime::{Comm, Element, Stream};
 use crate::sym_slice::{Buffer, BufferMut, placement};
-use crate::sys::Collective;
-use crate::{Error, Path, Result, SymBlock, SymPool};
+use crate::{Collective, CollectivePath, Error, ReduceOp, Result, SymBlock, SymPool};
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
@@ -40,7 +39,9 @@ impl Call<'_> {
     /// The call folded into one word. The buffers enter as (window, offset) pairs in the
     /// pool's own numbering (segment key), which is the same on every rank.
     fn hash(&self) -> u64 {
-        let op = self.op.map_or(0, |op| op.to_raw().0 as u64 + 1);
+        let op = self
+            .op
+            .map_or(0, |op| crate::sys::HcclReduceOp::from(op).0 as u64 + 1);
         let count = self.count.unwrap_or(u64::MAX);
         let head = [self.kind as u64, count, self.dtype as u64, op];
         let args = [self.args.len() as u64]
@@ -369,7 +370,7 @@ impl PoolShared {
         // each belongs to this pool).
         let path = predict(target.comm, call.kind, true);
         if state.record_path(target.index, call.kind, path) {
-            if let Path::Staged(why) = path {
+            if let CollectivePath::Staged(why) = path {
                 tracing::warn!(
                     rank = self.comm.rank(),
                     group = target.index,

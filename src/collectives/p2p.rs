@@ -10,8 +10,7 @@
 
 use crate::runtime::Element;
 use crate::sym_slice::{Buffer, BufferMut};
-use crate::sys::Collective;
-use crate::{Error, Result, SymPool};
+use crate::{Collective, Error, Result, SymPool};
 
 impl SymPool {
     /// Sends `data` to rank `peer` (`HcclSend`), which must post the matching

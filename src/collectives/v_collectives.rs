@@ -26,8 +26,7 @@
 use super::Call;
 use crate::runtime::Element;
 use crate::sym_slice::{Buffer, BufferMut, placement};
-use crate::sys::Collective;
-use crate::{Error, Result, SymPool};
+use crate::{Collective, Error, Result, SymPool};
 
 /// The displacements that pack regions of `counts` elements one after another from element
 /// 0: the exclusive prefix sums, as most callers of the V collectives lay them out. The
