@@ -14,7 +14,7 @@ use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState, Target, predict};
 use crate::runtime::{Comm, Element, Stream};
 use crate::sym_slice::{Buffer, BufferMut, placement};
-use crate::{Collective, CollectivePath, Error, ReduceOp, Result, SymBlock, SymPool};
+use crate::{Collective, CollectivePath, DataType, Error, ReduceOp, Result, SymBlock, SymPool};
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
@@ -24,8 +24,8 @@ pub(crate) struct Call<'a> {
     /// The element count every rank passes alike; `None` where ranks' counts differ by design
     /// (AlltoAllV), so it is neither hashed nor a reason to skip the call.
     pub(crate) count: Option<u64>,
-    /// The element type, as its `HcclDataType` code.
-    pub(crate) dtype: i32,
+    /// The element type.
+    pub(crate) dtype: DataType,
     pub(crate) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
     pub(crate) args: &'a [u64],
@@ -43,7 +43,8 @@ impl Call<'_> {
             .op
             .map_or(0, |op| crate::sys::HcclReduceOp::from(op).0 as u64 + 1);
         let count = self.count.unwrap_or(u64::MAX);
-        let head = [self.kind as u64, count, self.dtype as u64, op];
+        let dtype = crate::sys::HcclDataType::from(self.dtype).0 as u64;
+        let head = [self.kind as u64, count, dtype, op];
         let args = [self.args.len() as u64]
             .into_iter()
             .chain(self.args.iter().copied());
@@ -70,7 +71,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllReduce,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
             buffers: &[placement(input), placement(output)],
@@ -79,7 +80,7 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
             // them alive, and the pool defers their reuse until the stream has run.
-            unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE, op, stream) }
+            unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE.into(), op, stream) }
         })
     }
 
@@ -97,7 +98,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllReduce,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
             buffers: &[placement(data)],
@@ -105,7 +106,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
-            unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE, op, stream) }
+            unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE.into(), op, stream) }
         })
     }
 
@@ -130,7 +131,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllGather,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[],
             buffers: &[placement(input), placement(output)],
@@ -138,7 +139,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
-            unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE, stream) }
+            unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE.into(), stream) }
         })
     }
 
@@ -164,7 +165,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::ReduceScatter,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
             buffers: &[placement(input), placement(output)],
@@ -172,7 +173,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
-            unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE, op, stream) }
+            unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE.into(), op, stream) }
         })
     }
 
@@ -200,7 +201,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AlltoAll,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[],
             buffers: &[placement(input), placement(output)],
@@ -208,7 +209,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
-            unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE, stream) }
+            unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE.into(), stream) }
         })
     }
 
@@ -239,7 +240,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::Broadcast,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[u64::from(root)],
             buffers: &[placement(data)],
@@ -247,7 +248,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
-            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE, root, stream) }
+            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE.into(), root, stream) }
         })
     }
 
@@ -290,7 +291,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::Reduce,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[u64::from(root)],
             buffers: &[placement(input), placement(output)],
@@ -298,7 +299,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
-            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE, op, root, stream) }
+            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE.into(), op, root, stream) }
         })
     }
 

@@ -66,7 +66,7 @@ impl SymPool {
             |comm, stream| {
                 // SAFETY: a live pool block of `count` elements; the borrow keeps it alive,
                 // and the pool defers its reuse until the stream has run.
-                unsafe { comm.send(ptr, count, T::DATA_TYPE, peer, stream) }
+                unsafe { comm.send(ptr, count, T::DATA_TYPE.into(), peer, stream) }
             },
         )
     }
@@ -90,7 +90,7 @@ impl SymPool {
             data.alloc(),
             |comm, stream| {
                 // SAFETY: as for `send`; the `&mut` borrow excludes every other use.
-                unsafe { comm.recv(ptr, count, T::DATA_TYPE, peer, stream) }
+                unsafe { comm.recv(ptr, count, T::DATA_TYPE.into(), peer, stream) }
             },
         )
     }
