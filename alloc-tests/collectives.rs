@@ -30,7 +30,7 @@ pub(crate) fn every_wrapper<T: Elem>(
     outb: &DeviceBuf,
 ) -> Result<()> {
     let (r, n) = (i64::from(comm.rank()), comm.size());
-    let (c, dt, blocks) = (COUNT as u64, T::DATA_TYPE, n as usize * COUNT);
+    let (c, dt, blocks) = (COUNT as u64, T::DATA_TYPE.into(), n as usize * COUNT);
     let factorial: i64 = (1..=i64::from(n)).product();
     let sum = i64::from(n) * (i64::from(n) + 1) / 2;
     // AllReduce: rank r contributes r + 1.
@@ -131,7 +131,7 @@ fn work_queued_after_a_copy_sees_its_result() {
                 data.ptr(),
                 data.ptr(),
                 1 << 16,
-                f32::DATA_TYPE,
+                f32::DATA_TYPE.into(),
                 ReduceOp::Sum,
                 &stream,
             )?;
@@ -158,7 +158,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     outb: &DeviceBuf,
 ) -> Result<()> {
     let (r, n) = (comm.rank() as usize, comm.size() as usize);
-    let dt = T::DATA_TYPE;
+    let dt = T::DATA_TYPE.into();
     let of = |values: &[i64]| values.iter().map(|&v| T::from_i64(v)).collect::<Vec<T>>();
     let packed = |counts: &[u64]| {
         counts
@@ -345,7 +345,7 @@ fn per_rank_arrays_of_the_wrong_length_are_refused_before_the_call() {
     launch(2, |comm| {
         let stream = Stream::new(comm.runtime())?;
         let buf = DeviceBuf::new(comm, 1, true)?;
-        let (p, dt) = (buf.ptr(), f32::DATA_TYPE);
+        let (p, dt) = (buf.ptr(), f32::DATA_TYPE.into());
         let (two, three): (&[u64], &[u64]) = (&[1, 1], &[1, 1, 1]);
         // SAFETY: refused before any C call.
         let got = unsafe {

@@ -101,7 +101,7 @@ fn allreduce_through_the_dlopened_emulator() {
                 buf.ptr(),
                 buf.ptr(),
                 1000,
-                f32::DATA_TYPE,
+                f32::DATA_TYPE.into(),
                 ReduceOp::Sum,
                 &stream,
             )?

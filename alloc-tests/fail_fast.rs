@@ -206,9 +206,9 @@ fn deadlocks_across_different_steps_fail_every_rank_at_once() {
         // SAFETY: the buffer holds 1 MiB, far more than either call touches.
         let called = unsafe {
             if comm.rank() == 0 {
-                comm.all_gather(ptr, ptr.byte_add(4096), n, f32::DATA_TYPE, &stream)
+                comm.all_gather(ptr, ptr.byte_add(4096), n, f32::DATA_TYPE.into(), &stream)
             } else {
-                comm.all_reduce(ptr, ptr, n, f32::DATA_TYPE, ReduceOp::Sum, &stream)
+                comm.all_reduce(ptr, ptr, n, f32::DATA_TYPE.into(), ReduceOp::Sum, &stream)
             }
         };
         Ok(called

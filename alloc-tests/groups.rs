@@ -258,9 +258,12 @@ fn attach_refuses_what_is_not_a_sub_communicator_of_the_pool() {
         // The pair's pool is registered in the pair alone: on the world its memory stages,
         // as the world finds no window of its own there.
         let (p, len) = (v.device_ptr(), 16);
-        let kind = symheap::sys::Collective::AllReduce;
-        assert_eq!(pair.path(kind, p, len, p, len)?, symheap::Path::Symmetric);
-        let staged = symheap::Path::Staged(symheap::Staged::NotInWindow);
+        let kind = symheap::Collective::AllReduce;
+        assert_eq!(
+            pair.path(kind, p, len, p, len)?,
+            symheap::CollectivePath::Symmetric
+        );
+        let staged = symheap::CollectivePath::Staged(symheap::Staged::NotInWindow);
         assert_eq!(world.path(kind, p, len, p, len)?, staged);
         Ok(())
     })

@@ -3,8 +3,10 @@
 //! CPU and host expansion. `Comm::path` predicts each call's path, and the emulator's
 //! counters say which path it took.
 
-use symheap::sys::{Collective, HcclDataType};
-use symheap::{Comm, CommConfig, DevicePtr, Path, ReduceOp, RootInfo, Runtime, Stream};
+use symheap::sys::HcclDataType;
+use symheap::{
+    Collective, CollectivePath, Comm, CommConfig, DevicePtr, ReduceOp, RootInfo, Runtime, Stream,
+};
 
 use crate::harness::{DeviceBuf, EmuSession};
 
@@ -93,7 +95,11 @@ fn every_kind_on_every_placement_takes_the_path_predicted() {
                     let took = symmetric_during(comm, &stream, || unsafe {
                         run(comm, kind, input, output, &stream)
                     });
-                    let want = if predicted == Path::Symmetric { 2 } else { 0 };
+                    let want = if predicted == CollectivePath::Symmetric {
+                        2
+                    } else {
+                        0
+                    };
                     assert_eq!(
                         took,
                         want,
@@ -109,7 +115,10 @@ fn every_kind_on_every_placement_takes_the_path_predicted() {
         })
         .unwrap();
         // The matrix is not trivial: both paths occur where the mode allows windows.
-        let symmetric = seen[0].iter().filter(|p| **p == Path::Symmetric).count();
+        let symmetric = seen[0]
+            .iter()
+            .filter(|p| **p == CollectivePath::Symmetric)
+            .count();
         assert_eq!(
             symmetric,
             if mode == 0 { 8 } else { 0 },

@@ -946,8 +946,7 @@ fn out_of_memory_names_the_configured_maximum() {
 /// `SymPool::path` predicts it.
 #[test]
 fn the_pool_knows_the_path_of_every_collective_and_the_emulator_agrees() {
-    use symheap::sys::Collective;
-    use symheap::{CommConfig, Path, Runtime, Staged};
+    use symheap::{Collective, CollectivePath, CommConfig, Runtime, Staged};
     let session = EmuSession::start();
     let rt = Runtime::emulated().unwrap();
     for (mode, symmetric) in [(0, true), (1, false)] {
@@ -960,13 +959,13 @@ fn the_pool_knows_the_path_of_every_collective_and_the_emulator_agrees() {
             let mut a = SymVec::from_host(&pool, &[1.0f32; 8])?;
             let mut b = SymVec::<f32>::zeroed(&pool, 16)?;
             let fast = match symmetric {
-                true => Path::Symmetric,
-                false => Path::Staged(Staged::Expansion),
+                true => CollectivePath::Symmetric,
+                false => CollectivePath::Staged(Staged::Expansion),
             };
             assert_eq!(pool.path(Collective::AllReduce, &a, &a), fast);
             assert_eq!(
                 pool.path(Collective::AlltoAllV, &a, &b),
-                Path::Staged(Staged::Kind)
+                CollectivePath::Staged(Staged::Kind)
             );
             pool.all_reduce_in_place(&mut a, ReduceOp::Sum)?;
             pool.all_gather(&a, &mut b)?;

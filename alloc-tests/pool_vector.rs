@@ -682,7 +682,7 @@ fn missing_library_entries_are_unsupported_and_change_nothing() {
         // The communicator's wrappers say the same.
         let stream = symheap::Stream::new(comm.runtime())?;
         let ptr = input.device_ptr();
-        let dt = <f32 as symheap::Element>::DATA_TYPE;
+        let dt = <f32 as symheap::Element>::DATA_TYPE.into();
         // SAFETY: never reaches a C function: the entries are missing.
         let raw = unsafe {
             [

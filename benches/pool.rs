@@ -98,7 +98,7 @@ impl RankBuffers {
                         ptr,
                         ptr,
                         count,
-                        f32::DATA_TYPE,
+                        f32::DATA_TYPE.into(),
                         ReduceOp::Sum,
                         &self.stream,
                     )?

@@ -516,7 +516,7 @@ fn enqueue<T: Element>(
     recv: DevicePtr,
     p: &Plan,
 ) -> Result<()> {
-    let (dt, op, count) = (T::DATA_TYPE, args.redop, p.count);
+    let (dt, op, count) = (T::DATA_TYPE.into(), args.redop, p.count);
     // SAFETY: both buffers were sized for the largest plan, and the host touches them only
     // after synchronising the stream.
     unsafe {
@@ -576,7 +576,7 @@ fn sum_over_ranks(comm: &Comm, stream: &Stream, buf: &Buffer, values: &[f64]) ->
             buf.ptr(),
             buf.ptr(),
             n,
-            f64::DATA_TYPE,
+            f64::DATA_TYPE.into(),
             ReduceOp::Sum,
             stream,
         )?

@@ -8,7 +8,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use symheap_emu::{BLAME_ENV, GRANULARITY, acl_api, hccl_api, testing};
+pub use symheap_emu::{GRANULARITY, acl_api, hccl_api, testing};
 
 use crate::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Runtime};
 use crate::sys::HcclResult;

@@ -27,16 +27,17 @@ pub use allocator::SymAllocator;
 pub use allocator_api2;
 pub use error::{Error, OutOfMemory, Result};
 pub use ops::packed_displacements;
-pub use path::{Path, Staged};
 pub use pool::{
     AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot,
     SymBlock, SymGraph, SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
     Backend, Comm, CommConfig, DevicePtr, Element, Event, Graph, Mapping, Origin, ParallelGroups,
-    PhysicalMemory, Placement, ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window,
-    WindowHandle,
+    PhysicalMemory, Placement, RootInfo, Runtime, Stream, VirtualRange, Window, WindowHandle,
 };
 pub use sym_box::SymBox;
 pub use sym_slice::{Buffer, BufferMut, SymSlice, SymSliceMut};
 pub use sym_vec::SymVec;
+/// The shared vocabulary (the `symheap-types` crate): which operation, reduction and element
+/// type, which path a collective takes and why it stages.
+pub use symheap_types::{Collective, CollectivePath, DataType, ReduceOp, Staged};

@@ -1,85 +1,32 @@
-//! Which path a collective takes: HCCL reads peers' windows directly (the symmetric path,
-//! zero-copy) only when `IsSupportSymmetricMemory` says so (hicann/hcomm
-//! `hccl_communicator_host.cc`), and otherwise stages the data through its HCCL buffer,
-//! saying so only in an INFO log. The pool predicts the path by the same rules, counts it in
+//! HCCL's rules for the path a collective takes ([`CollectivePath`], from `symheap-types`):
+//! HCCL reads peers' windows directly (the symmetric path, zero-copy) only when
+//! `IsSupportSymmetricMemory` says so (hicann/hcomm `hccl_communicator_host.cc`), and
+//! otherwise stages the data through its HCCL buffer, saying so only in an INFO log. The pool
+//! predicts the path by the same rules, counts it in
 //! [`PoolStats::collectives`](crate::PoolStats::collectives) and warns at the first fallback
 //! of each reason, so that a silent fallback is never silent here.
 
-use std::fmt;
-
-use crate::sys::Collective;
-
-/// The path a collective takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum Path {
-    /// Peers' windows are read and written directly: no staging copy.
-    Symmetric,
-    /// The data goes through the HCCL buffer, for this reason.
-    Staged(Staged),
-}
-
-/// Why a collective stages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum Staged {
-    /// HCCL uses windows for AllReduce, AllGather, ReduceScatter and AlltoAll only (not
-    /// their V forms, the rooted collectives or Barrier).
-    Kind,
-    /// The communicator expands collectives on the host or with AIV kernels, not on the AI
-    /// CPU (`hcclOpExpansionMode`, `HCCL_OP_EXPANSION_MODE`).
-    Expansion,
-    /// A one-rank communicator has no symmetric windows.
-    SingleRank,
-    /// A buffer is not in a window of this communicator.
-    NotInWindow,
-}
-
-impl Staged {
-    /// Every reason, in declaration order.
-    pub const ALL: [Staged; 4] = [
-        Staged::Kind,
-        Staged::Expansion,
-        Staged::SingleRank,
-        Staged::NotInWindow,
-    ];
-
-    /// What the reason means, in a few words.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Staged::Kind => {
-                "HCCL uses windows only for AllReduce, AllGather, ReduceScatter, AlltoAll"
-            }
-            Staged::Expansion => "the communicator does not expand collectives on the AI CPU",
-            Staged::SingleRank => "a one-rank communicator has no symmetric windows",
-            Staged::NotInWindow => "a buffer is not in a window of this communicator",
-        }
-    }
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Symmetric => f.write_str("symmetric"),
-            Path::Staged(why) => write!(f, "staged ({})", why.describe()),
-        }
-    }
-}
+use crate::{Collective, CollectivePath, Staged};
 
 /// The path of a `kind` collective on a communicator of `ranks` ranks whose expansion does
 /// (`ai_cpu`) or does not use windows, with both buffers in its windows (`in_windows`).
 /// HCCL's checks, in its order.
-pub(crate) fn predict(kind: Collective, ai_cpu: bool, ranks: u32, in_windows: bool) -> Path {
+pub(crate) fn predict(
+    kind: Collective,
+    ai_cpu: bool,
+    ranks: u32,
+    in_windows: bool,
+) -> CollectivePath {
     if !kind.may_use_windows() {
-        Path::Staged(Staged::Kind)
+        CollectivePath::Staged(Staged::Kind)
     } else if ranks == 1 {
-        Path::Staged(Staged::SingleRank)
+        CollectivePath::Staged(Staged::SingleRank)
     } else if !ai_cpu {
-        Path::Staged(Staged::Expansion)
+        CollectivePath::Staged(Staged::Expansion)
     } else if !in_windows {
-        Path::Staged(Staged::NotInWindow)
+        CollectivePath::Staged(Staged::NotInWindow)
     } else {
-        Path::Symmetric
+        CollectivePath::Symmetric
     }
 }
 
@@ -101,10 +48,10 @@ mod tests {
 
     #[test]
     fn hccl_s_checks_in_order() {
-        let staged = |why| Path::Staged(why);
+        let staged = |why| CollectivePath::Staged(why);
         assert_eq!(
             predict(Collective::AllReduce, true, 2, true),
-            Path::Symmetric
+            CollectivePath::Symmetric
         );
         assert_eq!(
             predict(Collective::AlltoAllV, true, 2, true),

@@ -185,7 +185,7 @@ impl Tensors for PerTensor {
                 p,
                 p,
                 t.len as u64,
-                f32::DATA_TYPE,
+                f32::DATA_TYPE.into(),
                 ReduceOp::Sum,
                 &self.stream,
             )?
@@ -196,7 +196,7 @@ impl Tensors for PerTensor {
         let tp = self.groups.tp();
         let (i, o) = (input.window.ptr(), output.window.ptr());
         // SAFETY: live windows sized for the gather, synchronised before returning.
-        unsafe { tp.all_gather(i, o, input.len as u64, f32::DATA_TYPE, &self.stream)? };
+        unsafe { tp.all_gather(i, o, input.len as u64, f32::DATA_TYPE.into(), &self.stream)? };
         tp.synchronize(&self.stream)
     }
     fn ep_all_to_all_v(
@@ -215,7 +215,18 @@ impl Tensors for PerTensor {
         );
         let (i, o) = (input.window.ptr(), output.window.ptr());
         // SAFETY: live windows holding every packed region, synchronised before returning.
-        unsafe { ep.all_to_all_v(i, &sc, &sd, o, &rc, &rd, f32::DATA_TYPE, &self.stream)? };
+        unsafe {
+            ep.all_to_all_v(
+                i,
+                &sc,
+                &sd,
+                o,
+                &rc,
+                &rd,
+                f32::DATA_TYPE.into(),
+                &self.stream,
+            )?
+        };
         ep.synchronize(&self.stream)
     }
     fn end_step(&self) -> Result<()> {

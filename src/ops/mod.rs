@@ -15,10 +15,9 @@ pub use v_collectives::packed_displacements;
 
 use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState, Target, predict};
-use crate::runtime::{Comm, Element, ReduceOp, Stream};
+use crate::runtime::{Comm, Element, Stream};
 use crate::sym_slice::{Buffer, BufferMut, location};
-use crate::sys::Collective;
-use crate::{Error, Path, Result, SymBlock, SymPool};
+use crate::{Collective, CollectivePath, DataType, Error, ReduceOp, Result, SymBlock, SymPool};
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
 /// the kind, the element count and type, the reduction, further arguments (a root, the
@@ -28,8 +27,8 @@ pub(crate) struct Call<'a> {
     /// The element count every rank passes alike; `None` where ranks' counts differ by design
     /// (AlltoAllV), so it is neither hashed nor a reason to skip the call.
     pub(crate) count: Option<u64>,
-    /// The element type, as its `HcclDataType` code.
-    pub(crate) dtype: i32,
+    /// The element type.
+    pub(crate) dtype: DataType,
     pub(crate) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
     pub(crate) args: &'a [u64],
@@ -43,9 +42,12 @@ impl Call<'_> {
     /// The call folded into one word. The buffers enter as (window, offset) pairs in the
     /// pool's own numbering (segment key), which is the same on every rank.
     fn hash(&self) -> u64 {
-        let op = self.op.map_or(0, |op| op.to_raw().0 as u64 + 1);
+        let op = self
+            .op
+            .map_or(0, |op| crate::sys::HcclReduceOp::from(op).0 as u64 + 1);
         let count = self.count.unwrap_or(u64::MAX);
-        let head = [self.kind as u64, count, self.dtype as u64, op];
+        let dtype = crate::sys::HcclDataType::from(self.dtype).0 as u64;
+        let head = [self.kind as u64, count, dtype, op];
         let args = [self.args.len() as u64]
             .into_iter()
             .chain(self.args.iter().copied());
@@ -72,7 +74,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllReduce,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
             buffers: &[location(input), location(output)],
@@ -81,7 +83,7 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
             // them alive, and the pool defers their reuse until the stream has run.
-            unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE, op, stream) }
+            unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE.into(), op, stream) }
         })
     }
 
@@ -99,7 +101,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllReduce,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
             buffers: &[location(data)],
@@ -107,7 +109,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
-            unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE, op, stream) }
+            unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE.into(), op, stream) }
         })
     }
 
@@ -132,7 +134,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllGather,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[],
             buffers: &[location(input), location(output)],
@@ -140,7 +142,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
-            unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE, stream) }
+            unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE.into(), stream) }
         })
     }
 
@@ -166,7 +168,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::ReduceScatter,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
             buffers: &[location(input), location(output)],
@@ -174,7 +176,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
-            unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE, op, stream) }
+            unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE.into(), op, stream) }
         })
     }
 
@@ -202,7 +204,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AlltoAll,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[],
             buffers: &[location(input), location(output)],
@@ -210,7 +212,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
-            unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE, stream) }
+            unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE.into(), stream) }
         })
     }
 
@@ -241,7 +243,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::Broadcast,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[u64::from(root)],
             buffers: &[location(data)],
@@ -249,7 +251,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
-            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE, root, stream) }
+            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE.into(), root, stream) }
         })
     }
 
@@ -292,7 +294,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::Reduce,
             count: Some(count),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[u64::from(root)],
             buffers: &[location(input), location(output)],
@@ -300,7 +302,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
-            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE, op, root, stream) }
+            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE.into(), op, root, stream) }
         })
     }
 
@@ -372,7 +374,7 @@ impl PoolShared {
         // each belongs to this pool).
         let path = predict(target.comm, call.kind, true);
         if state.record_path(target.index, call.kind, path) {
-            if let Path::Staged(why) = path {
+            if let CollectivePath::Staged(why) = path {
                 tracing::warn!(
                     rank = self.comm.rank(),
                     group = target.index,

@@ -10,8 +10,7 @@
 
 use crate::runtime::Element;
 use crate::sym_slice::{Buffer, BufferMut};
-use crate::sys::Collective;
-use crate::{Error, Result, SymPool};
+use crate::{Collective, Error, Result, SymPool};
 
 impl SymPool {
     /// Sends `data` to rank `peer` (`HcclSend`), which must post the matching
@@ -67,7 +66,7 @@ impl SymPool {
             |comm, stream| {
                 // SAFETY: a live pool block of `count` elements; the borrow keeps it alive,
                 // and the pool defers its reuse until the stream has run.
-                unsafe { comm.send(ptr, count, T::DATA_TYPE, peer, stream) }
+                unsafe { comm.send(ptr, count, T::DATA_TYPE.into(), peer, stream) }
             },
         )
     }
@@ -91,7 +90,7 @@ impl SymPool {
             data.alloc(),
             |comm, stream| {
                 // SAFETY: as for `send`; the `&mut` borrow excludes every other use.
-                unsafe { comm.recv(ptr, count, T::DATA_TYPE, peer, stream) }
+                unsafe { comm.recv(ptr, count, T::DATA_TYPE.into(), peer, stream) }
             },
         )
     }

@@ -26,8 +26,7 @@
 use super::Call;
 use crate::runtime::Element;
 use crate::sym_slice::{Buffer, BufferMut, location};
-use crate::sys::Collective;
-use crate::{Error, Result, SymPool};
+use crate::{Collective, Error, Result, SymPool};
 
 /// The displacements that pack regions of `counts` elements one after another from element
 /// 0: the exclusive prefix sums, as most callers of the V collectives lay them out. The
@@ -206,7 +205,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AlltoAllV,
             count: None,
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &[],
             buffers: &[location(input), location(output)],
@@ -215,7 +214,18 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: every region lies inside its pool block (checked above); the borrows
             // keep both alive, and the pool defers their reuse until the stream has run.
-            unsafe { comm.all_to_all_v(sendp, &sc, &sd, recvp, &rc, &rd, T::DATA_TYPE, stream) }
+            unsafe {
+                comm.all_to_all_v(
+                    sendp,
+                    &sc,
+                    &sd,
+                    recvp,
+                    &rc,
+                    &rd,
+                    T::DATA_TYPE.into(),
+                    stream,
+                )
+            }
         })
     }
 
@@ -282,7 +292,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::AllGatherV,
             count: Some(rc.iter().sum()),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: None,
             args: &args,
             buffers: &[location(input), location(output)],
@@ -290,7 +300,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the input holds `count` elements.
-            unsafe { comm.all_gather_v(sendp, count, recvp, &rc, &rd, T::DATA_TYPE, stream) }
+            unsafe { comm.all_gather_v(sendp, count, recvp, &rc, &rd, T::DATA_TYPE.into(), stream) }
         })
     }
 
@@ -360,7 +370,7 @@ impl SymPool {
         let call = Call {
             kind: Collective::ReduceScatterV,
             count: Some(sc.iter().sum()),
-            dtype: T::DATA_TYPE.0,
+            dtype: T::DATA_TYPE,
             op: Some(op),
             args: &args,
             buffers: &[location(input), location(output)],
@@ -369,7 +379,16 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the output holds `count` elements.
             unsafe {
-                comm.reduce_scatter_v(sendp, &sc, &sd, recvp, count, T::DATA_TYPE, op, stream)
+                comm.reduce_scatter_v(
+                    sendp,
+                    &sc,
+                    &sd,
+                    recvp,
+                    count,
+                    T::DATA_TYPE.into(),
+                    op,
+                    stream,
+                )
             }
         })
     }

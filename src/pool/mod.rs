@@ -857,7 +857,7 @@ impl PoolState {
             .map(|(i, ((comm, registrations), name))| {
                 let on = |symmetric: bool| {
                     let mine = paths.iter().filter(|c| c.comm == i);
-                    mine.filter(|c| (c.path == crate::Path::Symmetric) == symmetric)
+                    mine.filter(|c| (c.path == crate::CollectivePath::Symmetric) == symmetric)
                         .map(|c| c.count)
                         .sum()
                 };
@@ -975,8 +975,8 @@ impl PoolState {
     pub(crate) fn record_path(
         &mut self,
         comm: usize,
-        kind: crate::sys::Collective,
-        path: crate::Path,
+        kind: crate::Collective,
+        path: crate::CollectivePath,
     ) -> bool {
         self.paths.record(comm, kind, path)
     }

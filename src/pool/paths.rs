@@ -1,20 +1,19 @@
-//! How many collectives of each kind took each path ([`Path`]): kept by the pool, shown in
+//! How many collectives of each kind took each path ([`CollectivePath`]): kept by the pool, shown in
 //! its stats and summary, and a warning at the first fallback of each reason.
 
 use std::collections::BTreeMap;
 
 use super::SymPool;
 use super::stats::CollectiveStats;
-use crate::path::{self, Path, Staged};
+use crate::path;
 use crate::runtime::Comm;
-use crate::sys::Collective;
-use crate::{Element, SymVec};
+use crate::{Collective, CollectivePath, Element, Staged, SymVec};
 
 /// Collectives by kind and path.
 #[derive(Default)]
 pub(crate) struct PathCounts {
     /// By communicator (0: the pool's own; k: the k-th attached group), kind and path.
-    counts: BTreeMap<(usize, u8, Path), u64>,
+    counts: BTreeMap<(usize, Collective, CollectivePath), u64>,
     /// The reasons already warned about.
     warned: Vec<Staged>,
 }
@@ -22,10 +21,10 @@ pub(crate) struct PathCounts {
 impl PathCounts {
     /// Counts one `kind` collective on `path`; `true` for the first that staged for its
     /// reason (the caller warns).
-    pub(crate) fn record(&mut self, comm: usize, kind: Collective, path: Path) -> bool {
-        *self.counts.entry((comm, kind as u8, path)).or_default() += 1;
+    pub(crate) fn record(&mut self, comm: usize, kind: Collective, path: CollectivePath) -> bool {
+        *self.counts.entry((comm, kind, path)).or_default() += 1;
         match path {
-            Path::Staged(why) if !self.warned.contains(&why) => {
+            CollectivePath::Staged(why) if !self.warned.contains(&why) => {
                 self.warned.push(why);
                 true
             }
@@ -37,20 +36,18 @@ impl PathCounts {
     pub(crate) fn stats(&self) -> Vec<CollectiveStats> {
         self.counts
             .iter()
-            .filter_map(|(&(comm, kind, path), &count)| {
-                Some(CollectiveStats {
-                    comm,
-                    kind: Collective::from_u8(kind)?.c_name().into(),
-                    path,
-                    count,
-                })
+            .map(|(&(comm, kind, path), &count)| CollectiveStats {
+                comm,
+                kind,
+                path,
+                count,
             })
             .collect()
     }
 }
 
 impl SymPool {
-    /// The path a `kind` collective from `input` to `output` takes: [`Path::Symmetric`]
+    /// The path a `kind` collective from `input` to `output` takes: [`CollectivePath::Symmetric`]
     /// when HCCL reads the pool's windows directly, else why it stages, by HCCL's rules
     /// (the same on real hardware and on the emulator): the kind (AllReduce, AllGather,
     /// ReduceScatter and AlltoAll only), a one-rank communicator, the expansion mode (AI
@@ -58,15 +55,14 @@ impl SymPool {
     ///
     /// # Examples
     /// ```
-    /// use symheap::sys::Collective;
-    /// use symheap::{Path, PoolConfig, Staged, SymPool, SymVec, emu};
+    /// use symheap::{Collective, CollectivePath, PoolConfig, Staged, SymPool, SymVec, emu};
     ///
     /// emu::launch(2, |comm| {
     ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
     ///     let (a, b) = (SymVec::<f32>::zeroed(&pool, 8)?, SymVec::<f32>::zeroed(&pool, 16)?);
-    ///     assert_eq!(pool.path(Collective::AllGather, &a, &b), Path::Symmetric);
+    ///     assert_eq!(pool.path(Collective::AllGather, &a, &b), CollectivePath::Symmetric);
     ///     let staged = pool.path(Collective::AllGatherV, &a, &b);
-    ///     assert_eq!(staged, Path::Staged(Staged::Kind));
+    ///     assert_eq!(staged, CollectivePath::Staged(Staged::Kind));
     ///     Ok(())
     /// })?;
     /// # Ok::<(), symheap::Error>(())
@@ -76,7 +72,7 @@ impl SymPool {
         kind: Collective,
         input: &SymVec<T>,
         output: &SymVec<U>,
-    ) -> Path {
+    ) -> CollectivePath {
         let ours = [input.alloc(), output.alloc()]
             .iter()
             .all(|b| b.belongs_to(self.shared()));
@@ -86,6 +82,6 @@ impl SymPool {
 
 /// The path of a `kind` collective on `comm` whose buffers are (`in_windows`) or are not
 /// all in windows of `comm`.
-pub(crate) fn predict(comm: &Comm, kind: Collective, in_windows: bool) -> Path {
+pub(crate) fn predict(comm: &Comm, kind: Collective, in_windows: bool) -> CollectivePath {
     path::predict(kind, comm.expands_on_ai_cpu(), comm.size(), in_windows)
 }

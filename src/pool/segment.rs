@@ -202,7 +202,7 @@ fn warm_up(comm: &Comm, base: DevicePtr, stream: &Stream) -> Result<()> {
             base,
             base.byte_add(WARM_UP_OUTPUT),
             8,
-            u8::DATA_TYPE,
+            u8::DATA_TYPE.into(),
             stream,
         )
     }

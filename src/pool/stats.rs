@@ -90,17 +90,17 @@ pub struct CollectiveStats {
     /// pool's own).
     #[cfg_attr(feature = "serde", serde(default))]
     pub comm: usize,
-    /// The C function, e.g. `"HcclAllReduce"`.
-    pub kind: String,
+    /// Which collective (in JSON, its C function's name, e.g. `"HcclAllReduce"`).
+    pub kind: crate::Collective,
     /// The path they took.
-    pub path: crate::Path,
+    pub path: crate::CollectivePath,
     /// How many.
     pub count: u64,
 }
 
 impl PoolStats {
     /// How many collectives took `path` (any kind).
-    pub fn collectives_on(&self, path: crate::Path) -> u64 {
+    pub fn collectives_on(&self, path: crate::CollectivePath) -> u64 {
         self.collectives
             .iter()
             .filter(|c| c.path == path)
@@ -110,7 +110,7 @@ impl PoolStats {
 
     /// How many collectives took the symmetric path, and how many staged.
     pub fn symmetric_and_staged(&self) -> (u64, u64) {
-        let symmetric = self.collectives_on(crate::Path::Symmetric);
+        let symmetric = self.collectives_on(crate::CollectivePath::Symmetric);
         let all: u64 = self.collectives.iter().map(|c| c.count).sum();
         (symmetric, all - symmetric)
     }
@@ -140,5 +140,34 @@ impl SymPool {
         let mut state = self.shared.lock();
         state.peak_allocated = state.allocated;
         state.tags.reset_peaks();
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod tests {
+    use super::CollectiveStats;
+    use crate::{Collective, CollectivePath, Staged};
+
+    /// The kind was a string (the C function's name) before it was a [`Collective`]: a
+    /// snapshot written then still loads, and one written now reads the same.
+    #[test]
+    fn collective_stats_keep_their_json_form() {
+        let written_before =
+            r#"{"comm":1,"kind":"HcclReduceScatter","path":{"Staged":"Expansion"},"count":3}"#;
+        let stats: CollectiveStats = serde_json::from_str(written_before).unwrap();
+        let want = CollectiveStats {
+            comm: 1,
+            kind: Collective::ReduceScatter,
+            path: CollectivePath::Staged(Staged::Expansion),
+            count: 3,
+        };
+        assert_eq!(stats, want);
+        assert_eq!(serde_json::to_string(&stats).unwrap(), written_before);
+        let without_comm = r#"{"kind":"HcclAllReduce","path":"Symmetric","count":2}"#;
+        let stats: CollectiveStats = serde_json::from_str(without_comm).unwrap();
+        assert_eq!(
+            (stats.comm, stats.kind, stats.path),
+            (0, Collective::AllReduce, CollectivePath::Symmetric)
+        );
     }
 }

@@ -51,7 +51,7 @@ impl fmt::Display for PoolStats {
         for c in self
             .collectives
             .iter()
-            .filter(|c| c.path != crate::Path::Symmetric)
+            .filter(|c| c.path != crate::CollectivePath::Symmetric)
         {
             write!(f, "\n           {} x {}: {}", c.count, c.kind, c.path)?;
         }

@@ -59,8 +59,13 @@ impl PoolShared {
         unsafe { rt.copy_to_device(base, u64::slice_as_bytes(&[mine]))? };
         // SAFETY: as above; the gathered hashes land after our own.
         unsafe {
-            self.comm
-                .all_gather(base, base.byte_add(8), 1, u64::DATA_TYPE, &self.stream)?
+            self.comm.all_gather(
+                base,
+                base.byte_add(8),
+                1,
+                u64::DATA_TYPE.into(),
+                &self.stream,
+            )?
         };
         self.wait_or_poison([&self.stream])?;
         let mut hashes = vec![0u64; ranks];

@@ -5,16 +5,17 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use symheap_types::launch::{self, ROOT_INFO};
+
 use super::{Comm, CommConfig, RootInfo, Runtime};
 use crate::sys::HCCL_ROOT_INFO_BYTES;
 use crate::{Error, Result};
 
-/// The variables [`Comm::from_env`] reads, each value from the first one that is set.
-const RANK: [&str; 3] = ["SYMHEAP_RANK", "RANK", "OMPI_COMM_WORLD_RANK"];
-const WORLD_SIZE: [&str; 3] = ["SYMHEAP_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"];
-const DEVICE: [&str; 3] = ["SYMHEAP_DEVICE", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"];
-/// The root-info file.
-pub(crate) const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
+/// The variables [`Comm::from_env`] reads, each value from the first one that is set: the
+/// launch protocol's (`symheap-types`' `launch`), then torchrun's, then Open MPI's.
+const RANK: [&str; 3] = [launch::RANK, "RANK", "OMPI_COMM_WORLD_RANK"];
+const WORLD_SIZE: [&str; 3] = [launch::WORLD_SIZE, "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"];
+const DEVICE: [&str; 3] = [launch::DEVICE, "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"];
 
 /// How long ranks other than 0 wait for the root-info file when the config sets no exec
 /// timeout, and at least in any case: processes of one job may start seconds apart.

@@ -4,32 +4,7 @@ use std::ffi::c_void;
 
 use super::{Comm, DevicePtr, Runtime, Stream};
 use crate::sys::{HcclDataType, HcclReduceOp, HcclSendRecvItem};
-use crate::{Error, Result};
-
-/// The reduction of a reducing collective (AllReduce, ReduceScatter, ReduceScatterV, Reduce).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    /// Element-wise sum.
-    Sum,
-    /// Element-wise product.
-    Prod,
-    /// Element-wise maximum.
-    Max,
-    /// Element-wise minimum.
-    Min,
-}
-
-impl ReduceOp {
-    /// The C value.
-    pub fn to_raw(self) -> HcclReduceOp {
-        match self {
-            ReduceOp::Sum => HcclReduceOp::HCCL_REDUCE_SUM,
-            ReduceOp::Prod => HcclReduceOp::HCCL_REDUCE_PROD,
-            ReduceOp::Max => HcclReduceOp::HCCL_REDUCE_MAX,
-            ReduceOp::Min => HcclReduceOp::HCCL_REDUCE_MIN,
-        }
-    }
-}
+use crate::{Error, ReduceOp, Result};
 
 /// The collectives enqueue work on `stream` and return; [`Comm::synchronize`] waits for it.
 ///
@@ -73,7 +48,7 @@ impl Comm {
                     recv.as_raw(),
                     count,
                     dtype,
-                    op.to_raw(),
+                    HcclReduceOp::from(op),
                     comm,
                     stream.as_raw(),
                 )
@@ -137,7 +112,7 @@ impl Comm {
                     recv.as_raw(),
                     recv_count,
                     dtype,
-                    op.to_raw(),
+                    HcclReduceOp::from(op),
                     comm,
                     stream.as_raw(),
                 )
@@ -282,7 +257,7 @@ impl Comm {
                     recv.as_raw(),
                     recv_count,
                     dtype,
-                    op.to_raw(),
+                    HcclReduceOp::from(op),
                     comm,
                     stream.as_raw(),
                 )
@@ -371,7 +346,7 @@ impl Comm {
                     recv.as_raw(),
                     count,
                     dtype,
-                    op.to_raw(),
+                    HcclReduceOp::from(op),
                     root,
                     comm,
                     stream.as_raw(),

@@ -1,8 +1,9 @@
-//! Element types of device buffers and collectives, mapped to `HcclDataType`.
+//! Element types of device buffers and collectives, each named by its [`DataType`] (whose C
+//! value, `HcclDataType`, `symheap-sys` converts to).
 
 use half::{bf16, f16};
 
-use crate::sys::HcclDataType;
+use crate::DataType;
 
 /// A number type that can live in device memory and travel through collectives.
 ///
@@ -11,8 +12,9 @@ use crate::sys::HcclDataType;
 /// value, and `DATA_TYPE` describes exactly their size and encoding. This lets device bytes be
 /// copied back into them.
 pub unsafe trait Element: Copy + Send + Sync + 'static {
-    /// The HCCL data type of this element.
-    const DATA_TYPE: HcclDataType;
+    /// The data type of this element; `HcclDataType::from(T::DATA_TYPE)` (or `.into()`) is
+    /// its C value, for the raw collectives.
+    const DATA_TYPE: DataType;
 
     /// Views elements as their bytes.
     fn slice_as_bytes(elems: &[Self]) -> &[u8] {
@@ -33,24 +35,44 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
 macro_rules! element {
     ($($t:ty => $dt:ident),* $(,)?) => {$(
         // SAFETY: a primitive number type: no padding, every bit pattern valid, and the HCCL
-        // type has the same size and encoding.
+        // type has the same size and encoding (the test below checks the size).
         unsafe impl Element for $t {
-            const DATA_TYPE: HcclDataType = HcclDataType::$dt;
+            const DATA_TYPE: DataType = DataType::$dt;
         }
     )*};
 }
 
 element! {
-    i8 => HCCL_DATA_TYPE_INT8,
-    i16 => HCCL_DATA_TYPE_INT16,
-    i32 => HCCL_DATA_TYPE_INT32,
-    i64 => HCCL_DATA_TYPE_INT64,
-    u8 => HCCL_DATA_TYPE_UINT8,
-    u16 => HCCL_DATA_TYPE_UINT16,
-    u32 => HCCL_DATA_TYPE_UINT32,
-    u64 => HCCL_DATA_TYPE_UINT64,
-    f16 => HCCL_DATA_TYPE_FP16,
-    bf16 => HCCL_DATA_TYPE_BFP16,
-    f32 => HCCL_DATA_TYPE_FP32,
-    f64 => HCCL_DATA_TYPE_FP64,
+    i8 => I8,
+    i16 => I16,
+    i32 => I32,
+    i64 => I64,
+    u8 => U8,
+    u16 => U16,
+    u32 => U32,
+    u64 => U64,
+    f16 => F16,
+    bf16 => BF16,
+    f32 => F32,
+    f64 => F64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Element;
+
+    fn size_matches<T: Element>() -> bool {
+        T::DATA_TYPE.size() == std::mem::size_of::<T>()
+    }
+
+    /// The trait's contract: each data type describes its Rust type's size.
+    #[test]
+    fn every_element_has_its_data_type_s_size() {
+        assert!(size_matches::<i8>() && size_matches::<i16>());
+        assert!(size_matches::<i32>() && size_matches::<i64>());
+        assert!(size_matches::<u8>() && size_matches::<u16>());
+        assert!(size_matches::<u32>() && size_matches::<u64>());
+        assert!(size_matches::<half::f16>() && size_matches::<half::bf16>());
+        assert!(size_matches::<f32>() && size_matches::<f64>());
+    }
 }

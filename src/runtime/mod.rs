@@ -32,7 +32,6 @@ use crate::{Error, Result};
 
 pub(crate) use agreement::Agreed;
 pub use bootstrap::Placement;
-pub use collective::ReduceOp;
 pub use comm::{Comm, CommConfig, RootInfo};
 pub use element::Element;
 pub use event::Event;

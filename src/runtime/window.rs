@@ -232,12 +232,12 @@ impl Comm {
     /// windows; the library's error for a lookup that fails other than "not found".
     pub fn path(
         &self,
-        kind: crate::sys::Collective,
+        kind: crate::Collective,
         input: DevicePtr,
         input_len: u64,
         output: DevicePtr,
         output_len: u64,
-    ) -> Result<crate::Path> {
+    ) -> Result<crate::CollectivePath> {
         let windowed = |ptr, len| match self.window_get(ptr, len) {
             Ok(_) => Ok(true),
             Err(crate::Error::Hccl { code, .. })

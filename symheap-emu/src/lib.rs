@@ -15,7 +15,6 @@ mod testutil;
 use symheap_sys as sys;
 
 pub use abi::exports::{acl_api, hccl_api};
-pub use ipc::blame::BLAME_ENV;
 
 /// The allocation granularity of device memory (2 MiB), for both granularity options.
 pub const GRANULARITY: usize = 2 << 20;

@@ -7,13 +7,14 @@
 //!
 //! [`hccl_functions!`] and [`acl_functions!`] are the one list of C functions: the tables here
 //! ([`HcclApi`], [`AclApi`]) and the emulator's exported functions are expanded from it.
-//! [`Collective`] names the HCCL operations, for the pool and the emulator alike.
+//! The words above the C types (which operation, which reduction, which element type) are
+//! in `symheap-types`, which knows no C; this crate converts them to their C values
+//! (`HcclReduceOp::from(ReduceOp::Sum)`, `HcclDataType::from(DataType::F32)`).
 #![allow(non_camel_case_types, non_snake_case)]
 
-mod collective;
+mod convert;
 mod table;
 mod types;
 
-pub use collective::Collective;
 pub use table::{AclApi, CFunction, FnTable, HcclApi};
 pub use types::*;

@@ -1,9 +1,10 @@
 //! Starting a job of N ranks on this machine, one process each, the way torchrun or mpirun do
 //! on one node: the library side of the `symheap-run` binary.
 //!
-//! Each process gets `SYMHEAP_RANK`, `SYMHEAP_WORLD_SIZE`, `SYMHEAP_DEVICE` (its rank) and
-//! `SYMHEAP_ROOT_INFO` (a fresh file path for this run), which is what
-//! [`Comm::from_env`](symheap::Comm::from_env) reads. Every line a rank prints is prefixed with
+//! Each process gets `SYMHEAP_RANK`, `SYMHEAP_WORLD_SIZE`, `SYMHEAP_DEVICE` (its rank),
+//! `SYMHEAP_ROOT_INFO` (a fresh file path for this run) and `SYMHEAP_RUN_BLAME` (see
+//! [`launch::BLAME`]): the launch protocol of [`symheap_types::launch`], which is what
+//! [`Comm::from_env`](symheap::Comm::from_env) and the emulator's ranks read. Every line a rank prints is prefixed with
 //! `[rank R] `. When a rank fails (a non-zero exit or a signal), the others get a grace period
 //! to notice and exit on their own, then are killed. Only the rank processes themselves are
 //! killed: a rank that starts processes of its own must stop them.
@@ -26,15 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use symheap::{Error, Result};
-
-/// The root-info file's variable, which [`Comm::from_env`](symheap::Comm::from_env) reads.
-const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
-
-/// The variable naming the file in which the emulator's ranks say whom a failure blames, one
-/// line `blamed-pid reporter-pid why` each, in the order they failed: a rank's peers usually
-/// exit before it does when they fail because of it, so its exit time alone does not say it
-/// failed first.
-pub const BLAME_ENV: &str = "SYMHEAP_RUN_BLAME";
+use symheap_types::launch;
 
 /// An [`Error::Io`] saying what failed.
 fn io_error(what: impl Into<String>, source: std::io::Error) -> Error {
@@ -108,7 +101,7 @@ pub struct Job {
 /// Whether this process was started as a rank by a launcher: `SYMHEAP_RANK` is set (by
 /// [`Job::run`] or `symheap-run`).
 pub fn in_a_rank() -> bool {
-    std::env::var_os("SYMHEAP_RANK").is_some_and(|v| !v.is_empty())
+    std::env::var_os(launch::RANK).is_some_and(|v| !v.is_empty())
 }
 
 /// How each rank of a finished job ended.
@@ -119,7 +112,7 @@ pub struct Outcome {
     /// Each rank's exit status, in rank order.
     pub statuses: Vec<ExitStatus>,
     /// The rank that failed first, if any did: the first failed rank a peer blamed for its
-    /// own failure (see [`BLAME_ENV`]), or else the failed rank whose process ended first.
+    /// own failure (see [`launch::BLAME`]), or else the failed rank whose process ended first.
     pub first_failure: Option<u32>,
     /// Why [`first_failure`](Self::first_failure) is that rank when a peer blamed it, e.g.
     /// `rank 0 says: exited`.
@@ -261,11 +254,11 @@ impl Job {
         let mut child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("SYMHEAP_RANK", rank.to_string())
-            .env("SYMHEAP_WORLD_SIZE", self.ranks.to_string())
-            .env("SYMHEAP_DEVICE", rank.to_string())
-            .env(ROOT_INFO, dir.root_info())
-            .env(BLAME_ENV, dir.blame())
+            .env(launch::RANK, rank.to_string())
+            .env(launch::WORLD_SIZE, self.ranks.to_string())
+            .env(launch::DEVICE, rank.to_string())
+            .env(launch::ROOT_INFO, dir.root_info())
+            .env(launch::BLAME, dir.blame())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -393,7 +386,7 @@ fn wait_for_exit(pid: u32) {
 
 impl Outcome {
     /// Takes as the first failure the first failed rank that a line of `blame` (the
-    /// [`BLAME_ENV`] file's contents) names.
+    /// [`launch::BLAME`] file's contents) names.
     fn name_the_blamed(&mut self, blame: &str) {
         let rank_of = |pid: &str| {
             let pid: u32 = pid.parse().ok()?;
@@ -583,7 +576,7 @@ impl RunDir {
         self.0.join("root-info")
     }
 
-    /// The [`BLAME_ENV`] file, made empty by [`RunDir::create`].
+    /// The [`launch::BLAME`] file, made empty by [`RunDir::create`].
     fn blame(&self) -> PathBuf {
         self.0.join("blame")
     }
@@ -644,11 +637,6 @@ mod tests {
             summary.contains("rank 0 failed: killed by signal 9 (SIGKILL)"),
             "{summary}"
         );
-    }
-
-    #[test]
-    fn the_blame_file_is_the_one_the_emulator_writes() {
-        assert_eq!(BLAME_ENV, symheap::emu::BLAME_ENV);
     }
 
     /// Rank 0 fails because of rank 1, says so in the blame file, and exits long before rank 1

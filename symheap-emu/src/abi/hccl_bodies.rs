@@ -27,11 +27,11 @@ use crate::hccl::job::{Request, Signature};
 use crate::hccl::memory_range;
 use crate::hccl::sub_comm;
 use crate::hccl::v_layout::{self, Blocks};
-use crate::sys::Collective::{
+use crate::{hccl::p2p, hccl::registration};
+use symheap_types::Collective::{
     self, AllGather, AllGatherV, AllReduce, AlltoAll, AlltoAllV, AlltoAllVC, Barrier, Broadcast,
     Reduce, ReduceScatter, ReduceScatterV, Scatter,
 };
-use crate::{hccl::p2p, hccl::registration};
 
 /// Fails with `HCCL_E_PTR` on a NULL pointer argument.
 fn non_null<T>(ptr: *const T, what: &str) -> HcclRes {

@@ -16,8 +16,8 @@ use crate::hccl::comm::Comm;
 use crate::hccl::job::{self, Job, Path, Place, Request, Signature};
 use crate::hccl::steps::Steps;
 use crate::ipc::wire::{Reader, Wire, Writer};
-use crate::sys::Collective;
 use crate::{hccl::staged, hccl::symmetric, hccl::v_layout, ipc::os};
+use symheap_types::Collective;
 
 #[cfg(test)]
 pub(crate) mod tests;

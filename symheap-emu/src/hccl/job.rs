@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::sys::{Collective, HcclDataType, HcclReduceOp};
+use crate::sys::{HcclDataType, HcclReduceOp};
+use symheap_types::Collective;
 
 use crate::acl::memory::{self, Pins};
 use crate::base::errors::{HcclRes, hccl_non_null, para};

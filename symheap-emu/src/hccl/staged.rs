@@ -14,7 +14,7 @@ use crate::base::reduce::reduce;
 use crate::hccl::job::Job;
 use crate::hccl::steps::Steps;
 use crate::hccl::v_layout::{Blocks, Table};
-use crate::sys::Collective;
+use symheap_types::Collective;
 
 /// Runs `job` through the staging buffers `staging[r]` (one per rank) of `cap` bytes each.
 pub(crate) fn run(steps: &mut Steps<'_>, job: &Job, staging: &[usize], cap: usize) -> HcclRes {

@@ -7,7 +7,7 @@ use crate::base::primitives::{copy, part};
 use crate::base::reduce::reduce;
 use crate::hccl::job::{Job, SymBuf};
 use crate::hccl::steps::Steps;
-use crate::sys::Collective;
+use symheap_types::Collective;
 
 /// Runs `job`, whose input is `input` and output `output` on every rank, between the
 /// collective's entry and exit rendezvous.

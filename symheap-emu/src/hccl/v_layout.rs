@@ -10,7 +10,7 @@
 
 use std::ffi::c_void;
 
-use crate::sys::Collective;
+use symheap_types::Collective;
 
 use crate::base::errors::{HcclRes, hccl_non_null, para};
 use crate::hccl::steps::Steps;

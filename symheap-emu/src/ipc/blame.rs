@@ -14,8 +14,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The variable a launcher sets to the file that collects the blame (`symheap-run` does).
-pub const BLAME_ENV: &str = "SYMHEAP_RUN_BLAME";
+// The variable a launcher sets to the file that collects the blame (`symheap-run` does).
+use symheap_types::launch::BLAME as BLAME_ENV;
 
 /// At most this many lines from one process: the first failures are the ones that matter.
 const MAX_LINES: u32 = 16;

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 
-use crate::sys::Collective;
 use crate::sys::*;
 use crate::testutil::{
     DevBuf, Rank, acl, assert_clean, deregister, gate, hccl, hok, ok, recent, register, run_ranks,
     test_config,
 };
 use crate::{GRANULARITY as G, abi::inject::inject_failure, test_lock};
+use symheap_types::Collective;
 
 pub(crate) const PARA: HcclResult = HcclResult::HCCL_E_PARA;
 pub(crate) const PTR: HcclResult = HcclResult::HCCL_E_PTR;

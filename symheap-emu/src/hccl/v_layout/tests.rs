@@ -6,13 +6,13 @@ use std::ptr::{null, null_mut};
 
 use super::*;
 use crate::hccl::collective::tests::{FAILED, OPS, PARA, PTR, TYPES, encode, fold, size_of, value};
-use crate::sys::Collective;
 use crate::sys::*;
 use crate::testutil::{
     DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
     test_config,
 };
 use crate::{GRANULARITY as G, test_lock};
+use symheap_types::Collective;
 
 const F32: HcclDataType = HcclDataType::HCCL_DATA_TYPE_FP32;
 const I32: HcclDataType = HcclDataType::HCCL_DATA_TYPE_INT32;

@@ -1,39 +1,60 @@
-//! Which HCCL operation: one name for the pool's op hash and trace events and for the
-//! emulator's records of a call, with what each takes.
+//! Which HCCL operation: one name for the pool's op hash, trace events, path prediction and
+//! statistics, and for the emulator's records of a call and its choice of path, with what
+//! each takes.
+
+use std::fmt;
 
 /// An HCCL collective or point-to-point operation, named as its C function without the
 /// `Hccl` prefix. The discriminants are stable: the pool's op hash and the emulator's shared
 /// board record them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// It displays, and with the `serde` feature serializes, as the C function's name
+/// ([`c_name`](Collective::c_name)), e.g. `"HcclAllReduce"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[repr(u8)]
 pub enum Collective {
     /// `HcclAllReduce`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclAllReduce"))]
     AllReduce = 1,
     /// `HcclAllGather`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclAllGather"))]
     AllGather = 2,
     /// `HcclReduceScatter`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclReduceScatter"))]
     ReduceScatter = 3,
     /// `HcclAlltoAll`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclAlltoAll"))]
     AlltoAll = 4,
     /// `HcclAlltoAllV`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclAlltoAllV"))]
     AlltoAllV = 5,
     /// `HcclAllGatherV`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclAllGatherV"))]
     AllGatherV = 6,
     /// `HcclReduceScatterV`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclReduceScatterV"))]
     ReduceScatterV = 7,
     /// `HcclBroadcast`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclBroadcast"))]
     Broadcast = 8,
     /// `HcclReduce`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclReduce"))]
     Reduce = 9,
     /// `HcclScatter`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclScatter"))]
     Scatter = 10,
     /// `HcclBarrier`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclBarrier"))]
     Barrier = 11,
     /// `HcclSend`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclSend"))]
     Send = 12,
     /// `HcclRecv`.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclRecv"))]
     Recv = 13,
     /// `HcclAlltoAllVC`: AlltoAllV with every rank's counts in one matrix.
+    #[cfg_attr(feature = "serde", serde(rename = "HcclAlltoAllVC"))]
     AlltoAllVC = 14,
 }
 
@@ -125,6 +146,13 @@ impl Collective {
     }
 }
 
+impl fmt::Display for Collective {
+    /// The C function's name, as [`c_name`](Collective::c_name).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.c_name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Collective;
@@ -141,5 +169,25 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Collective::ALL.len());
+    }
+
+    #[test]
+    fn it_displays_as_its_c_function() {
+        for c in Collective::ALL {
+            assert_eq!(c.to_string(), c.c_name());
+        }
+    }
+
+    /// Snapshots written when the kind was a string (the C name) still load, and new ones
+    /// write the same string.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn it_serializes_as_its_c_function() {
+        for c in Collective::ALL {
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.c_name()));
+            assert_eq!(serde_json::from_str::<Collective>(&json).unwrap(), c);
+        }
+        assert!(serde_json::from_str::<Collective>("\"AllReduce\"").is_err());
     }
 }
