@@ -1,6 +1,7 @@
 //! Operations on pooled buffers, checked before any C call: the typed collectives (here and
 //! in [`v_collectives`]), point-to-point transfers ([`p2p`]) and device copies ([`copy`]). They
-//! sit above the pool and the typed owners, which know nothing of them.
+//! sit above the pool and the typed owners, which know nothing of them; [`path`] says which
+//! path a collective would take.
 //!
 //! Every collective enters the pool's op hash as a [`Call`]: what all ranks' calls must agree
 //! on. The V collectives ([`v_collectives`]) fold their count and displacement arrays
@@ -9,6 +10,7 @@
 
 mod copy;
 mod p2p;
+mod path;
 mod v_collectives;
 
 pub use v_collectives::packed_displacements;
