@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::graph::GraphHold;
+use super::graph_hold::GraphHold;
 use super::{Placed, PoolBlock, PoolShared};
 use crate::runtime::{DevicePtr, Stream, WindowHandle};
 

@@ -3,52 +3,12 @@
 //! private graph pool of PyTorch, made symmetric: offsets given during a capture follow program
 //! order like any others). Replays cost the pool nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::{PoolBlock, PoolShared, SymPool};
+use super::graph_hold::GraphHold;
+use super::{PoolShared, SymPool};
 use crate::runtime::{Graph, Stream};
 use crate::{Error, Result};
-
-/// What a graph holds of the pool: the blocks it touched stay out of reuse while it lives,
-/// and host access to them waits for the streams it was replayed on.
-pub(crate) struct GraphHold {
-    /// The model the capture records into (`aclmdlRI`, as an address).
-    model: usize,
-    /// Set when the graph is dropped: its blocks may be reused.
-    released: AtomicBool,
-    /// The streams the graph was replayed on.
-    replayed_on: Mutex<Vec<Stream>>,
-}
-
-impl GraphHold {
-    fn new(model: usize) -> Self {
-        GraphHold {
-            model,
-            released: AtomicBool::new(false),
-            replayed_on: Mutex::new(Vec::new()),
-        }
-    }
-
-    pub(crate) fn is_released(&self) -> bool {
-        self.released.load(Ordering::Acquire)
-    }
-
-    /// The streams replays of the graph were enqueued on.
-    pub(crate) fn replay_streams(&self) -> Vec<Stream> {
-        self.replayed_on
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
-/// A freed block that graphs still hold, and the streams other than the pool's that used it.
-pub(crate) struct Held {
-    pub(crate) block: PoolBlock,
-    pub(crate) holds: Vec<Arc<GraphHold>>,
-    pub(crate) streams: Vec<Stream>,
-}
 
 /// A step of pooled work captured once and replayed many times: an ACL graph, and the hold on
 /// the pool's memory it needs. It keeps its pool (and so the pool's windows and communicator)
@@ -169,7 +129,7 @@ impl PoolShared {
         if let Err(e) = self.wait_or_poison(replays.iter()) {
             self.comm.runtime().record_drop_error(e);
         }
-        hold.released.store(true, Ordering::Release);
+        hold.release();
         let mut state = self.lock();
         for mut h in std::mem::take(&mut state.held) {
             h.holds.retain(|g| !g.is_released());
@@ -198,7 +158,7 @@ impl PoolShared {
         let model = stream.capture_model()?.map(|m| m as usize);
         let why = match (&state.capturing, model) {
             (None, None) => return Ok(()),
-            (Some(hold), Some(m)) if hold.model == m => return Ok(()),
+            (Some(hold), Some(m)) if hold.model() == m => return Ok(()),
             (Some(_), None) => {
                 "the pool is capturing a graph, and this stream takes no part in the capture, \
                  so the work would run now instead of in the graph: enqueue it on the \
@@ -233,16 +193,7 @@ impl SymGraph {
     /// # Errors
     /// The runtime's error.
     pub fn replay(&self, stream: &Stream) -> Result<()> {
-        {
-            let mut on = self
-                .hold
-                .replayed_on
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if !on.iter().any(|s| s.same_as(stream)) {
-                on.push(stream.clone());
-            }
-        }
+        self.hold.replayed_on(stream);
         match &self.graph {
             Some(graph) => graph.replay(stream),
             None => Err(Error::invalid("replay: the graph is being dropped")),

@@ -27,6 +27,7 @@ mod block;
 mod config;
 mod fences;
 mod graph;
+mod graph_hold;
 mod groups;
 mod paths;
 mod private;
@@ -53,6 +54,7 @@ pub use graph::SymGraph;
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
 pub use stats::{CollectiveStats, CommStats, PoolStats, TagStats};
 
+use graph_hold::GraphHold;
 pub(crate) use groups::Target;
 pub(crate) use paths::predict;
 use private::PrivateRegion;
@@ -162,9 +164,9 @@ pub(crate) struct PoolState {
     collective_streams: Vec<Stream>,
     /// The graph being captured ([`SymPool::capture`]): the blocks allocated or used now are
     /// its.
-    capturing: Option<Arc<graph::GraphHold>>,
+    capturing: Option<Arc<GraphHold>>,
     /// Freed blocks that graphs still hold.
-    held: Vec<graph::Held>,
+    held: Vec<Held>,
     /// The names of the pool's communicator and of each group, read at the first attach (a
     /// pool of one communicator needs none).
     names: Vec<String>,
@@ -194,6 +196,13 @@ pub(crate) struct Placed {
     block: PoolBlock,
     ptr: DevicePtr,
     window: WindowHandle,
+}
+
+/// A freed block that graphs still hold, and the streams other than the pool's that used it.
+pub(crate) struct Held {
+    pub(crate) block: PoolBlock,
+    pub(crate) holds: Vec<Arc<GraphHold>>,
+    pub(crate) streams: Vec<Stream>,
 }
 
 /// A freed block that queued work may still touch.
@@ -774,7 +783,7 @@ impl PoolShared {
         block: PoolBlock,
         used_epoch: Option<u64>,
         streams: Vec<Stream>,
-        mut holds: Vec<Arc<graph::GraphHold>>,
+        mut holds: Vec<Arc<GraphHold>>,
     ) {
         let mut state = self.lock();
         state.allocated -= block.size();
@@ -784,7 +793,7 @@ impl PoolShared {
         // Graphs that may run again keep the memory.
         holds.retain(|g| !g.is_released());
         if !holds.is_empty() {
-            state.held.push(graph::Held {
+            state.held.push(Held {
                 block,
                 holds,
                 streams,
@@ -962,7 +971,7 @@ impl PoolState {
     }
 
     /// The graph being captured, if any: what the work queued now is held by.
-    pub(crate) fn capture_hold(&self) -> Option<&Arc<graph::GraphHold>> {
+    pub(crate) fn capture_hold(&self) -> Option<&Arc<GraphHold>> {
         self.capturing.as_ref()
     }
 
