@@ -8,6 +8,7 @@ mod error;
 pub mod heap;
 mod path;
 mod pool;
+pub mod raw;
 mod runtime;
 mod sym_box;
 mod sym_slice;
@@ -28,9 +29,8 @@ pub use pool::{
     SymGraph, SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
-    Backend, Comm, CommConfig, DevicePtr, Element, Event, Graph, Mapping, Origin, ParallelGroups,
-    PhysicalMemory, Placement, ReduceOp, RootInfo, Runtime, Stream, VirtualRange, Window,
-    WindowHandle,
+    Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, ReduceOp, RootInfo,
+    Runtime, Stream,
 };
 pub use sym_box::SymBox;
 pub use sym_slice::{Buffer, BufferMut, SymSlice, SymSliceMut};

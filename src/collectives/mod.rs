@@ -78,7 +78,10 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
             // them alive, and the pool defers their reuse until the stream has run.
-            unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE, op, stream) }
+            unsafe {
+                comm.raw()
+                    .all_reduce(send, recv, count, T::DATA_TYPE, op, stream)
+            }
         })
     }
 
@@ -104,7 +107,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
-            unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE, op, stream) }
+            unsafe {
+                comm.raw()
+                    .all_reduce(ptr, ptr, count, T::DATA_TYPE, op, stream)
+            }
         })
     }
 
@@ -137,7 +143,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
-            unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE, stream) }
+            unsafe {
+                comm.raw()
+                    .all_gather(send, recv, count, T::DATA_TYPE, stream)
+            }
         })
     }
 
@@ -171,7 +180,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
-            unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE, op, stream) }
+            unsafe {
+                comm.raw()
+                    .reduce_scatter(send, recv, count, T::DATA_TYPE, op, stream)
+            }
         })
     }
 
@@ -207,7 +219,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
-            unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE, stream) }
+            unsafe {
+                comm.raw()
+                    .all_to_all(send, recv, count, T::DATA_TYPE, stream)
+            }
         })
     }
 
@@ -246,7 +261,7 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
-            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE, root, stream) }
+            unsafe { comm.raw().broadcast(ptr, count, T::DATA_TYPE, root, stream) }
         })
     }
 
@@ -284,7 +299,7 @@ impl SymPool {
         self.check_owned("reduce", &[input.alloc(), output.alloc()])?;
         check_len("reduce", "output", output.len(), input.len())?;
         self.check_rank("reduce", "root", root)?;
-        self.shared.comm().runtime().require("HcclReduce")?;
+        crate::raw::calls::require::HcclReduce(self.shared.comm().runtime())?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Collective::Reduce,
@@ -297,7 +312,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
-            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE, op, root, stream) }
+            unsafe {
+                comm.raw()
+                    .reduce(send, recv, count, T::DATA_TYPE, op, root, stream)
+            }
         })
     }
 
