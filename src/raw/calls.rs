@@ -235,3 +235,72 @@ pub(crate) unsafe fn c_string(ptr: *const c_char) -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+#[cfg(all(test, feature = "emulator"))]
+mod tests {
+    use std::ptr::null_mut;
+
+    use super::*;
+    use crate::raw::{Backend, Origin, from_tables};
+
+    /// The emulator's tables without `HcclReduce`, as a CANN that lacks it would be.
+    fn without_reduce() -> Runtime {
+        let mut hccl = crate::emu::hccl_api();
+        hccl.HcclReduce = None;
+        let origin = Origin {
+            backend: Backend::InProcess {
+                name: "emulator without HcclReduce",
+            },
+            host_addressable: true,
+            keep_alive: Box::new(()),
+        };
+        // SAFETY: the emulator's functions implement the C prototypes and live forever.
+        unsafe { from_tables(hccl, crate::emu::acl_api(), origin) }.unwrap()
+    }
+
+    #[test]
+    fn an_absent_optional_function_is_unsupported_under_its_listed_name() {
+        let rt = without_reduce();
+        let (dt, op) = (
+            HcclDataType::HCCL_DATA_TYPE_FP32,
+            HcclReduceOp::HCCL_REDUCE_SUM,
+        );
+        // SAFETY: the table entry is absent, so nothing is called.
+        let err = unsafe {
+            HcclReduce(
+                &rt,
+                null_mut(),
+                null_mut(),
+                1,
+                dt,
+                op,
+                0,
+                null_mut(),
+                null_mut(),
+            )
+        }
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::Unsupported { call: "HcclReduce" }),
+            "{err}"
+        );
+        assert!(matches!(
+            require::HcclReduce(&rt),
+            Err(Error::Unsupported { call: "HcclReduce" })
+        ));
+        assert!(require::HcclSend(&rt).is_ok());
+        assert_eq!(name::HcclReduce, "HcclReduce");
+    }
+
+    #[test]
+    fn a_failed_status_names_the_call_and_carries_the_library_text() {
+        let rt = without_reduce();
+        // SAFETY: a null out-pointer is refused by the library before any write.
+        let err = unsafe { HcclGetRankSize(&rt, null_mut(), null_mut()) }.unwrap_err();
+        let Error::Hccl { call, message, .. } = &err else {
+            panic!("expected an HCCL error, got {err}");
+        };
+        assert_eq!(*call, "HcclGetRankSize");
+        assert!(!message.is_empty(), "{err}");
+    }
+}
