@@ -1,4 +1,4 @@
-//! The runtime's collective wrappers (`Comm::all_reduce` & co.): each passes its buffers,
+//! The raw layer's collectives (`RawComm::all_reduce` & co., `comm.raw()`): each passes its buffers,
 //! count, element type and reduction through to its C function, for every element type.
 //!
 //! What the collectives compute for every type, op, count, rank count and path, and how they
@@ -42,7 +42,10 @@ pub(crate) fn every_wrapper<T: Elem>(
     ] {
         inb.write(comm, 0, &fill::<T>(r + 1))?;
         // SAFETY: both buffers hold COUNT elements; synchronised before the host reads.
-        unsafe { comm.all_reduce(inb.ptr(), outb.ptr(), c, dt, op, stream)? };
+        unsafe {
+            comm.raw()
+                .all_reduce(inb.ptr(), outb.ptr(), c, dt, op, stream)?
+        };
         comm.synchronize(stream)?;
         assert_eq!(
             outb.read::<T>(comm, 0, COUNT)?,
@@ -56,7 +59,10 @@ pub(crate) fn every_wrapper<T: Elem>(
         .collect();
     inb.write(comm, 0, &input)?;
     // SAFETY: input holds n blocks, output one.
-    unsafe { comm.reduce_scatter(inb.ptr(), outb.ptr(), c, dt, ReduceOp::Max, stream)? };
+    unsafe {
+        comm.raw()
+            .reduce_scatter(inb.ptr(), outb.ptr(), c, dt, ReduceOp::Max, stream)?
+    };
     comm.synchronize(stream)?;
     let want = (r + 1) * i64::from(n);
     assert_eq!(
@@ -67,7 +73,10 @@ pub(crate) fn every_wrapper<T: Elem>(
     // AllGather: rank r contributes r + 1; block p of the output is p + 1.
     inb.write(comm, 0, &fill::<T>(r + 1))?;
     // SAFETY: input holds one block, output n.
-    unsafe { comm.all_gather(inb.ptr(), outb.ptr(), c, dt, stream)? };
+    unsafe {
+        comm.raw()
+            .all_gather(inb.ptr(), outb.ptr(), c, dt, stream)?
+    };
     comm.synchronize(stream)?;
     let want: Vec<T> = (0..blocks)
         .map(|i| T::from_i64((i / COUNT) as i64 + 1))
@@ -80,7 +89,10 @@ pub(crate) fn every_wrapper<T: Elem>(
         .collect();
     inb.write(comm, 0, &input)?;
     // SAFETY: both buffers hold n blocks.
-    unsafe { comm.all_to_all(inb.ptr(), outb.ptr(), c, dt, stream)? };
+    unsafe {
+        comm.raw()
+            .all_to_all(inb.ptr(), outb.ptr(), c, dt, stream)?
+    };
     comm.synchronize(stream)?;
     let want: Vec<T> = (0..blocks)
         .map(|i| T::from_i64(block((i / COUNT) as i64, r as usize)))
@@ -89,7 +101,7 @@ pub(crate) fn every_wrapper<T: Elem>(
     // Broadcast from the last rank: rank r writes r + 1, everyone gets n.
     inb.write(comm, 0, &fill::<T>(r + 1))?;
     // SAFETY: the buffer holds COUNT elements.
-    unsafe { comm.broadcast(inb.ptr(), c, dt, n - 1, stream)? };
+    unsafe { comm.raw().broadcast(inb.ptr(), c, dt, n - 1, stream)? };
     comm.synchronize(stream)?;
     assert_eq!(
         inb.read::<T>(comm, 0, COUNT)?,
@@ -126,8 +138,10 @@ fn work_queued_after_a_copy_sees_its_result() {
         data.write(comm, 0, &vec![0.0f32; 1 << 16])?;
         // SAFETY: both buffers hold 256 KiB; synchronised below before any host access.
         unsafe {
-            stream.copy_device_async(data.ptr(), source.ptr(), 1 << 18)?;
-            comm.all_reduce(
+            stream
+                .raw()
+                .copy_device_async(data.ptr(), source.ptr(), 1 << 18)?;
+            comm.raw().all_reduce(
                 data.ptr(),
                 data.ptr(),
                 1 << 16,
@@ -176,7 +190,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     inb.write(comm, 0, &of(&vec![r as i64 + 1; r + 1]))?;
     // SAFETY: the input holds counts[r] elements, the output their sum; synchronised below.
     unsafe {
-        comm.all_gather_v(
+        comm.raw().all_gather_v(
             inb.ptr(),
             counts[r],
             outb.ptr(),
@@ -195,7 +209,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     inb.write(comm, 0, &of(&input))?;
     // SAFETY: the input holds the sum of counts, the output counts[r].
     unsafe {
-        comm.reduce_scatter_v(
+        comm.raw().reduce_scatter_v(
             inb.ptr(),
             &counts,
             &displs,
@@ -228,7 +242,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     inb.write(comm, 0, &of(&input))?;
     // SAFETY: both buffers hold the sums of their counts.
     unsafe {
-        comm.all_to_all_v(
+        comm.raw().all_to_all_v(
             inb.ptr(),
             &send_counts,
             &sd,
@@ -249,7 +263,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     outb.write(comm, 0, &fill::<T>(0))?;
     // SAFETY: both buffers hold COUNT elements.
     unsafe {
-        comm.reduce(
+        comm.raw().reduce(
             inb.ptr(),
             outb.ptr(),
             COUNT as u64,
@@ -267,7 +281,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     inb.write(comm, 0, &of(&input))?;
     // SAFETY: the input holds n blocks, the output one.
     unsafe {
-        comm.scatter(
+        comm.raw().scatter(
             inb.ptr(),
             outb.ptr(),
             COUNT as u64,
@@ -291,11 +305,11 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     // SAFETY: both buffers hold COUNT elements.
     unsafe {
         if r % 2 == 0 {
-            comm.send(inb.ptr(), c, dt, next as u32, stream)?;
-            comm.recv(outb.ptr(), c, dt, prev as u32, stream)?;
+            comm.raw().send(inb.ptr(), c, dt, next as u32, stream)?;
+            comm.raw().recv(outb.ptr(), c, dt, prev as u32, stream)?;
         } else {
-            comm.recv(outb.ptr(), c, dt, prev as u32, stream)?;
-            comm.send(inb.ptr(), c, dt, next as u32, stream)?;
+            comm.raw().recv(outb.ptr(), c, dt, prev as u32, stream)?;
+            comm.raw().send(inb.ptr(), c, dt, next as u32, stream)?;
         }
     }
     sync()?;
@@ -314,7 +328,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
         item(HcclSendRecvType::HCCL_SEND, inb, next),
     ];
     // SAFETY: each item's buffer holds COUNT elements.
-    unsafe { comm.batch_send_recv(&items, stream)? };
+    unsafe { comm.raw().batch_send_recv(&items, stream)? };
     sync()?;
     assert_eq!(outb.read::<T>(comm, 0, COUNT)?, want, "BatchSendRecv");
     comm.barrier(stream)?;
@@ -352,15 +366,17 @@ fn per_rank_arrays_of_the_wrong_length_are_refused_before_the_call() {
             [
                 (
                     "recvDispls",
-                    comm.all_gather_v(p, 1, p, two, three, dt, &stream),
+                    comm.raw().all_gather_v(p, 1, p, two, three, dt, &stream),
                 ),
                 (
                     "sendCounts",
-                    comm.reduce_scatter_v(p, &[], two, p, 1, dt, ReduceOp::Sum, &stream),
+                    comm.raw()
+                        .reduce_scatter_v(p, &[], two, p, 1, dt, ReduceOp::Sum, &stream),
                 ),
                 (
                     "rdispls",
-                    comm.all_to_all_v(p, two, two, p, two, &two[..1], dt, &stream),
+                    comm.raw()
+                        .all_to_all_v(p, two, two, p, two, &two[..1], dt, &stream),
                 ),
             ]
         };

@@ -1,11 +1,11 @@
 //! The dynamic-loading path: the emulator built as a shared library, opened with
-//! `Runtime::load_from` exactly as the real `libhccl.so` / `libascendcl.so` would be.
+//! `symheap::raw::load_from` exactly as the real `libhccl.so` / `libascendcl.so` would be.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use symheap::Runtime;
-use symheap::{Backend, CommConfig, ReduceOp, Stream};
+use symheap::raw::Backend;
+use symheap::{CommConfig, ReduceOp, Stream};
 
 use symheap::Element;
 
@@ -85,7 +85,7 @@ pub(crate) fn compile_for_cann(
 fn allreduce_through_the_dlopened_emulator() {
     let lib = build_emulator_cdylib();
     // SAFETY: the emulator's cdylib exports the CANN C functions with their prototypes.
-    let rt = unsafe { Runtime::load_from(&lib, &lib) }.unwrap();
+    let rt = unsafe { symheap::raw::load_from(&lib, &lib) }.unwrap();
     assert!(matches!(rt.backend(), Backend::Loaded { .. }));
     // The library has its own copy of the emulator's state; the lock still keeps this test
     // away from the in-process counters' readers while it runs.
@@ -97,7 +97,7 @@ fn allreduce_through_the_dlopened_emulator() {
         buf.write(comm, 0, &mine)?;
         // SAFETY: the window holds 1000 floats; synchronised before the host reads.
         unsafe {
-            comm.all_reduce(
+            comm.raw().all_reduce(
                 buf.ptr(),
                 buf.ptr(),
                 1000,

@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use symheap::raw::Window;
 use symheap::{
-    CommConfig, Element, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, Window, emu,
+    CommConfig, Element, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, emu,
 };
 
 use crate::harness::EmuSession;
@@ -206,9 +207,11 @@ fn deadlocks_across_different_steps_fail_every_rank_at_once() {
         // SAFETY: the buffer holds 1 MiB, far more than either call touches.
         let called = unsafe {
             if comm.rank() == 0 {
-                comm.all_gather(ptr, ptr.byte_add(4096), n, f32::DATA_TYPE.into(), &stream)
+                comm.raw()
+                    .all_gather(ptr, ptr.byte_add(4096), n, f32::DATA_TYPE.into(), &stream)
             } else {
-                comm.all_reduce(ptr, ptr, n, f32::DATA_TYPE.into(), ReduceOp::Sum, &stream)
+                comm.raw()
+                    .all_reduce(ptr, ptr, n, f32::DATA_TYPE.into(), ReduceOp::Sum, &stream)
             }
         };
         Ok(called

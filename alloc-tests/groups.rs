@@ -287,7 +287,7 @@ fn rank_of_killed_tp_peer() {
     let all_reduce = || {
         // SAFETY: 16 floats fit the buffer; synchronised before anything reads it.
         unsafe {
-            tp.all_reduce(
+            tp.raw().all_reduce(
                 buf.ptr(),
                 buf.ptr(),
                 16,

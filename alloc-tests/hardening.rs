@@ -403,7 +403,7 @@ fn every_emulator_memfd_is_sealed_against_shrinking() {
     rt.set_device(0).unwrap();
     let root = RootInfo::new(&rt).unwrap();
     let comm = Comm::init(&rt, 1, &root, 0, &CommConfig::new()).unwrap();
-    let window = symheap::Window::allocate(&comm, 1).unwrap();
+    let window = symheap::raw::Window::allocate(&comm, 1).unwrap();
     let mut seen = 0;
     for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
         let target = std::fs::read_link(entry.path()).unwrap_or_default();

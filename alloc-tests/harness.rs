@@ -5,7 +5,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use half::{bf16, f16};
 use symheap::Result;
-use symheap::{Comm, DevicePtr, Element, Mapping, Window};
+use symheap::raw::{DevicePtr, Mapping, Window};
+use symheap::{Comm, Element};
 
 static EMU_LOCK: Mutex<()> = Mutex::new(());
 
@@ -70,6 +71,7 @@ impl DeviceBuf {
         // has been synchronised.
         unsafe {
             comm.runtime()
+                .raw()
                 .copy_to_device(self.ptr().byte_add(at), T::slice_as_bytes(data))
         }
     }
@@ -79,6 +81,7 @@ impl DeviceBuf {
         // SAFETY: as for `write`; `out` is a valid host buffer of the right size.
         unsafe {
             comm.runtime()
+                .raw()
                 .copy_to_host(T::slice_as_bytes_mut(&mut out), self.ptr().byte_add(at))?
         };
         Ok(out)

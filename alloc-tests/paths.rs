@@ -3,10 +3,9 @@
 //! CPU and host expansion. `Comm::path` predicts each call's path, and the emulator's
 //! counters say which path it took.
 
+use symheap::raw::DevicePtr;
 use symheap::sys::HcclDataType;
-use symheap::{
-    Collective, CollectivePath, Comm, CommConfig, DevicePtr, ReduceOp, RootInfo, Runtime, Stream,
-};
+use symheap::{Collective, CollectivePath, Comm, CommConfig, ReduceOp, RootInfo, Runtime, Stream};
 
 use crate::harness::{DeviceBuf, EmuSession};
 
@@ -22,13 +21,17 @@ unsafe fn run(comm: &Comm, kind: Collective, input: DevicePtr, output: DevicePtr
     // SAFETY: the caller's contract.
     unsafe {
         match kind {
-            Collective::AllReduce => comm.all_reduce(input, output, COUNT, F32, ReduceOp::Sum, s),
-            Collective::AllGather => comm.all_gather(input, output, COUNT, F32, s),
-            Collective::ReduceScatter => {
-                comm.reduce_scatter(input, output, COUNT, F32, ReduceOp::Sum, s)
+            Collective::AllReduce => {
+                comm.raw()
+                    .all_reduce(input, output, COUNT, F32, ReduceOp::Sum, s)
             }
-            Collective::AlltoAll => comm.all_to_all(input, output, COUNT, F32, s),
-            Collective::Broadcast => comm.broadcast(output, COUNT, F32, 0, s),
+            Collective::AllGather => comm.raw().all_gather(input, output, COUNT, F32, s),
+            Collective::ReduceScatter => {
+                comm.raw()
+                    .reduce_scatter(input, output, COUNT, F32, ReduceOp::Sum, s)
+            }
+            Collective::AlltoAll => comm.raw().all_to_all(input, output, COUNT, F32, s),
+            Collective::Broadcast => comm.raw().broadcast(output, COUNT, F32, 0, s),
             _ => unreachable!("not in the matrix"),
         }
     }

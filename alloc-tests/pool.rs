@@ -389,7 +389,7 @@ fn bad_inputs_get_typed_errors_and_change_nothing() {
         let too_big = pool.alloc(64 << 20, 0);
         assert!(matches!(too_big, Err(Error::OutOfMemory(_))), "{too_big:?}");
         let mut host = [0u8; 64];
-        let host_ptr = symheap::DevicePtr::from_raw(host.as_mut_ptr().cast());
+        let host_ptr = symheap::raw::DevicePtr::from_raw(host.as_mut_ptr().cast());
         let not_in_a_window = pool.window_get(host_ptr, 1);
         assert!(matches!(
             not_in_a_window,

@@ -3,9 +3,9 @@
 //! element against the host on 2 to 4 ranks, every bad input with its typed error and nothing
 //! changed, what the op hash and strict mode make of them, and missing library entries.
 
-use symheap::{Backend, Origin};
+use symheap::raw::{Backend, Origin};
 use symheap::{
-    CommConfig, Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec, emu, packed_displacements,
+    CommConfig, Error, PoolConfig, ReduceOp, SymPool, SymVec, emu, packed_displacements,
 };
 
 use crate::harness::EmuSession;
@@ -641,7 +641,7 @@ fn missing_library_entries_are_unsupported_and_change_nothing() {
         keep_alive: Box::new(()),
     };
     // SAFETY: the emulator's functions implement the C prototypes and live forever.
-    let rt = unsafe { Runtime::from_tables(hccl, emu::acl_api(), origin) }.unwrap();
+    let rt = unsafe { symheap::raw::from_tables(hccl, emu::acl_api(), origin) }.unwrap();
     emu::launch_with(&rt, 2, &CommConfig::new(), |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         let peer = 1 - comm.rank();
@@ -686,9 +686,15 @@ fn missing_library_entries_are_unsupported_and_change_nothing() {
         // SAFETY: never reaches a C function: the entries are missing.
         let raw = unsafe {
             [
-                ("HcclScatter", comm.scatter(ptr, ptr, 1, dt, 0, &stream)),
-                ("HcclBatchSendRecv", comm.batch_send_recv(&[], &stream)),
-                ("HcclSend", comm.send(ptr, 1, dt, peer, &stream)),
+                (
+                    "HcclScatter",
+                    comm.raw().scatter(ptr, ptr, 1, dt, 0, &stream),
+                ),
+                (
+                    "HcclBatchSendRecv",
+                    comm.raw().batch_send_recv(&[], &stream),
+                ),
+                ("HcclSend", comm.raw().send(ptr, 1, dt, peer, &stream)),
             ]
         };
         for (call, result) in raw {

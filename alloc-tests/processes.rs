@@ -6,9 +6,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use symheap::RootInfo;
+use symheap::raw::Window;
 use symheap::sys::HcclResult;
 use symheap::{Comm, CommConfig, Error, PoolConfig, Runtime, Stream, SymPool, SymVec};
-use symheap::{RootInfo, Window};
 use symheap_tools::launcher::{Job, Outcome};
 
 use crate::collectives::{every_vector_wrapper, every_wrapper};
@@ -157,7 +158,7 @@ fn rank_of_point_to_point() {
     let before = symheap::emu::testing::counters();
     let bsr = symheap::emu::hccl_api().HcclBatchSendRecv.unwrap();
     let i32_type = HcclDataType::HCCL_DATA_TYPE_INT32;
-    let item = |kind, buf: symheap::DevicePtr, peer| HcclSendRecvItem {
+    let item = |kind, buf: symheap::raw::DevicePtr, peer| HcclSendRecvItem {
         sendRecvType: kind,
         buf: buf.as_raw(),
         count: count as u64,
@@ -356,7 +357,7 @@ fn rank_killed_in_a_collective() {
     let all_reduce = || {
         // SAFETY: 16 floats fit the buffer; synchronised before anything reads it.
         unsafe {
-            comm.all_reduce(
+            comm.raw().all_reduce(
                 buf.ptr(),
                 buf.ptr(),
                 16,
@@ -398,7 +399,8 @@ fn rank_killed_in_a_registration() {
     // of its own): the peers wait in the registration's exchange.
     let register = || {
         let size = rt.round_to_granularity(1, comm.device())?;
-        let mapping = std::sync::Arc::new(symheap::Mapping::allocate(&rt, size, comm.device())?);
+        let mapping =
+            std::sync::Arc::new(symheap::raw::Mapping::allocate(&rt, size, comm.device())?);
         Window::register(&comm, &mapping).map(drop)
     };
     die_or_fail_fast(&comm, victim(), register);

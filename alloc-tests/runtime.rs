@@ -3,10 +3,11 @@
 //! failure paths are tested in `pool.rs`.)
 
 use std::time::Duration;
+use symheap::raw::{Backend, Origin};
 use symheap::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_SUCCESS, HcclResult,
 };
-use symheap::{Backend, Comm, CommConfig, Origin, RootInfo, Stream};
+use symheap::{Comm, CommConfig, RootInfo, Stream};
 
 use symheap::{AllocDesc, Error, PoolConfig, ReduceOp, Runtime, SymPool, SymVec};
 
@@ -109,7 +110,7 @@ fn bad_ranks_and_root_info_are_rejected() {
     session.assert_clean();
 }
 
-/// `Runtime::from_tables` is public: a caller can build a runtime over its own tables. Here, the
+/// `symheap::raw::from_tables` is public: a caller can build a runtime over its own tables. Here, the
 /// emulator's tables as an older CANN without the symmetric-window API would be.
 #[test]
 fn absent_optional_symbols_are_unsupported_errors() {
@@ -126,7 +127,7 @@ fn absent_optional_symbols_are_unsupported_errors() {
         keep_alive: Box::new(()),
     };
     // SAFETY: the emulator's functions implement the C prototypes and are never unloaded.
-    let rt = unsafe { Runtime::from_tables(hccl, symheap::emu::acl_api(), origin) }.unwrap();
+    let rt = unsafe { symheap::raw::from_tables(hccl, symheap::emu::acl_api(), origin) }.unwrap();
     symheap::emu::launch_with(&rt, 1, &CommConfig::new(), |comm| {
         let register = DeviceBuf::new(comm, 1, true).err();
         assert!(

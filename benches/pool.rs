@@ -11,7 +11,8 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use symheap::{Comm, CommConfig, Element, Mapping, ReduceOp, RootInfo, Stream, Window};
+use symheap::raw::{Mapping, Window};
+use symheap::{Comm, CommConfig, Element, ReduceOp, RootInfo, Stream};
 use symheap::{PoolConfig, Result, Runtime, SymPool, SymVec};
 
 /// A communicator of `ranks` on this thread, as rank `rank`.
@@ -94,7 +95,7 @@ impl RankBuffers {
                 let count = SIZES[size] / 4;
                 // SAFETY: the mapping holds the largest size; synchronised below.
                 unsafe {
-                    self.pool.comm().all_reduce(
+                    self.pool.comm().raw().all_reduce(
                         ptr,
                         ptr,
                         count,

@@ -50,7 +50,8 @@
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
-use symheap::{Comm, DevicePtr, Element, Mapping, ReduceOp, Stream, Window};
+use symheap::raw::{DevicePtr, Mapping, Window};
+use symheap::{Comm, Element, ReduceOp, Stream};
 use symheap::{Error, Result};
 use symheap_tools::launcher::{self, Job};
 
@@ -492,6 +493,7 @@ impl Buffer {
         // SAFETY: callers size the buffer for `data` and synchronise the stream first.
         unsafe {
             comm.runtime()
+                .raw()
                 .copy_to_device(self.ptr(), T::slice_as_bytes(data))
         }
     }
@@ -501,6 +503,7 @@ impl Buffer {
         // SAFETY: as for `write`.
         unsafe {
             comm.runtime()
+                .raw()
                 .copy_to_host(T::slice_as_bytes_mut(&mut out), self.ptr())?
         };
         Ok(out)
@@ -521,12 +524,14 @@ fn enqueue<T: Element>(
     // after synchronising the stream.
     unsafe {
         match args.coll {
-            Coll::AllReduce => comm.all_reduce(send, recv, count, dt, op, stream),
-            Coll::AllGather => comm.all_gather(send, recv, count, dt, stream),
-            Coll::ReduceScatter => comm.reduce_scatter(send, recv, count, dt, op, stream),
-            Coll::AlltoAll => comm.all_to_all(send, recv, count, dt, stream),
-            Coll::Reduce => comm.reduce(send, recv, count, dt, op, args.root, stream),
-            Coll::AlltoAllV => comm.all_to_all_v(
+            Coll::AllReduce => comm.raw().all_reduce(send, recv, count, dt, op, stream),
+            Coll::AllGather => comm.raw().all_gather(send, recv, count, dt, stream),
+            Coll::ReduceScatter => comm.raw().reduce_scatter(send, recv, count, dt, op, stream),
+            Coll::AlltoAll => comm.raw().all_to_all(send, recv, count, dt, stream),
+            Coll::Reduce => comm
+                .raw()
+                .reduce(send, recv, count, dt, op, args.root, stream),
+            Coll::AlltoAllV => comm.raw().all_to_all_v(
                 send,
                 &p.send_counts,
                 &p.send_displs,
@@ -536,7 +541,7 @@ fn enqueue<T: Element>(
                 dt,
                 stream,
             ),
-            Coll::AllGatherV => comm.all_gather_v(
+            Coll::AllGatherV => comm.raw().all_gather_v(
                 send,
                 count,
                 recv,
@@ -545,7 +550,7 @@ fn enqueue<T: Element>(
                 dt,
                 stream,
             ),
-            Coll::ReduceScatterV => comm.reduce_scatter_v(
+            Coll::ReduceScatterV => comm.raw().reduce_scatter_v(
                 send,
                 &p.send_counts,
                 &p.send_displs,
@@ -572,7 +577,7 @@ fn sum_over_ranks(comm: &Comm, stream: &Stream, buf: &Buffer, values: &[f64]) ->
     let n = values.len() as u64;
     // SAFETY: the buffer holds `values`; synchronised before the host reads it.
     unsafe {
-        comm.all_reduce(
+        comm.raw().all_reduce(
             buf.ptr(),
             buf.ptr(),
             n,

@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use symheap_emu::{GRANULARITY, acl_api, hccl_api, testing};
 
-use crate::runtime::{Backend, Comm, CommConfig, Origin, RootInfo, Runtime};
+use crate::raw::{Backend, Origin};
+use crate::runtime::{Comm, CommConfig, RootInfo, Runtime};
 use crate::sys::HcclResult;
 use crate::{Error, Result};
 
 impl Runtime {
     /// The emulator (`symheap-emu`, through [`crate::emu`]): HCCL and ACL over host memory,
     /// ranks as threads or processes, device memory host-addressable. A thin convenience over
-    /// [`Runtime::from_tables`] with [`hccl_api`] and [`acl_api`]; only with the default
+    /// [`raw::from_tables`](crate::raw::from_tables) with [`hccl_api`] and [`acl_api`]; only with the default
     /// `emulator` feature.
     ///
     /// # Errors
@@ -33,7 +34,7 @@ impl Runtime {
         // SAFETY: the emulator's functions implement the C prototypes of `sys` for any thread,
         // are part of this program (never unloaded), and its device memory is host memory of
         // this process.
-        unsafe { Runtime::from_tables(hccl_api(), acl_api(), origin) }
+        unsafe { crate::raw::from_tables(hccl_api(), acl_api(), origin) }
     }
 }
 
@@ -73,7 +74,7 @@ where
 }
 
 /// [`launch`] on a given runtime (the emulator, or the emulator's cdylib loaded with
-/// [`Runtime::load_from`]) with a given communicator configuration.
+/// [`raw::load_from`](crate::raw::load_from)) with a given communicator configuration.
 ///
 /// # Errors
 /// As for [`launch`]; [`Error::InvalidArgument`] for zero ranks; the runtime's error if

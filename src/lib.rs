@@ -7,6 +7,7 @@ mod error;
 mod ops;
 mod path;
 mod pool;
+pub mod raw;
 mod runtime;
 mod sym_box;
 mod sym_slice;
@@ -32,8 +33,7 @@ pub use pool::{
     SymBlock, SymGraph, SymPool, TagStats, WindowMap,
 };
 pub use runtime::{
-    Backend, Comm, CommConfig, DevicePtr, Element, Event, Graph, Mapping, Origin, ParallelGroups,
-    PhysicalMemory, Placement, RootInfo, Runtime, Stream, VirtualRange, Window, WindowHandle,
+    Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, RootInfo, Runtime, Stream,
 };
 pub use sym_box::SymBox;
 pub use sym_slice::{Buffer, BufferMut, SymSlice, SymSliceMut};

@@ -1,7 +1,8 @@
 //! [`SymBox`]: one value in pooled device memory.
 
 use crate::pool::{AllocDesc, SymPool};
-use crate::runtime::{DevicePtr, Element, WindowHandle};
+use crate::raw::{DevicePtr, WindowHandle};
+use crate::runtime::Element;
 use crate::{Result, SymVec};
 
 /// One `T` in a [`SymPool`]'s window (a scalar tensor: a loss, a step counter, a flag).

@@ -6,7 +6,8 @@ use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
 use crate::pool::SymBlock;
-use crate::runtime::{DevicePtr, Element};
+use crate::raw::DevicePtr;
+use crate::runtime::Element;
 use crate::{Error, Result, SymVec};
 
 /// Pooled device memory of `T`s that a collective may read: a [`SymVec`] or a view of one.
@@ -245,7 +246,7 @@ fn read<T: Element>(block: &SymBlock, ptr: DevicePtr, len: usize) -> Result<Vec<
     let rt = block.pool().comm().runtime();
     // SAFETY: `[ptr, +len elements)` lies in the block (bounds were checked when the view was
     // made), which is idle.
-    unsafe { rt.copy_to_host(&mut bytes, ptr)? };
+    unsafe { rt.raw().copy_to_host(&mut bytes, ptr)? };
     let elements = bytes.chunks_exact(es).map(|c| {
         // SAFETY: `c` is `size_of::<T>()` bytes, and any bit pattern is a valid `T` (the
         // `Element` contract); the read is unaligned.

@@ -3,7 +3,8 @@
 use std::marker::PhantomData;
 
 use crate::pool::{AllocDesc, SymBlock, SymPool};
-use crate::runtime::{DevicePtr, Element, Stream, WindowHandle};
+use crate::raw::{DevicePtr, WindowHandle};
+use crate::runtime::{Element, Stream};
 use crate::{Error, Result};
 
 /// A fixed-length array of `T` in a [`SymPool`]'s window: a tensor's storage, ready for the
@@ -77,11 +78,16 @@ impl<T: Element> SymVec<T> {
             let stream = pool.target().stream;
             // SAFETY: the block is this vector's, at least `bytes` long; host access waits
             // for the stream, on which it is marked used.
-            unsafe { stream.memset_async(alloc.device_ptr(), 0, bytes)? };
+            unsafe { stream.raw().memset_async(alloc.device_ptr(), 0, bytes)? };
             alloc.mark_used_on(stream);
         } else {
             // SAFETY: the block is this vector's, idle and at least `bytes` long.
-            unsafe { pool.comm().runtime().memset(alloc.device_ptr(), 0, bytes)? };
+            unsafe {
+                pool.comm()
+                    .runtime()
+                    .raw()
+                    .memset(alloc.device_ptr(), 0, bytes)?
+            };
         }
         Ok(SymVec {
             alloc,
@@ -111,6 +117,7 @@ impl<T: Element> SymVec<T> {
         unsafe {
             pool.comm()
                 .runtime()
+                .raw()
                 .copy_to_device(alloc.device_ptr(), T::slice_as_bytes(data))?
         };
         Ok(SymVec {
@@ -135,7 +142,10 @@ impl<T: Element> SymVec<T> {
         self.alloc.wait_idle()?;
         let rt = self.alloc.pool().comm().runtime();
         // SAFETY: the block is this vector's, at least `len` elements long, and idle.
-        unsafe { rt.copy_to_device(self.device_ptr(), T::slice_as_bytes(data)) }
+        unsafe {
+            rt.raw()
+                .copy_to_device(self.device_ptr(), T::slice_as_bytes(data))
+        }
     }
 
     /// The contents, after waiting for queued work on this buffer (so the result of a
@@ -153,7 +163,7 @@ impl<T: Element> SymVec<T> {
             std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), size_of_val(spare))
         };
         // SAFETY: the block is this vector's and idle; `bytes` is exactly `len` elements.
-        unsafe { rt.copy_to_host(bytes, self.device_ptr())? };
+        unsafe { rt.raw().copy_to_host(bytes, self.device_ptr())? };
         // SAFETY: every element was just written, and any bit pattern is a valid `T`.
         unsafe { out.set_len(self.len) };
         Ok(out)

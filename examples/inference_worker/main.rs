@@ -16,7 +16,7 @@
 //! Started plainly, the program re-runs itself through the launcher as four processes
 //! ([`Job::this_program`]), each of which joins with [`Comm::from_env`] and splits its groups
 //! with [`ParallelGroups`]; on an Atlas A3 node the same binary, built against
-//! [`Runtime::load`] instead of the emulator, runs under `symheap-run -n 16`, torchrun or
+//! `symheap::raw::load` instead of the emulator, runs under `symheap-run -n 16`, torchrun or
 //! mpirun.
 //!
 //! Each step, in each TP pair: the tokens' embeddings, a column-parallel up-projection, GELU
@@ -45,10 +45,11 @@ mod graph;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use symheap::raw::Window;
 use symheap::{
     AllocDesc, CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu,
 };
-use symheap::{Comm, ParallelGroups, ReduceOp, Stream, Window, packed_displacements};
+use symheap::{Comm, ParallelGroups, ReduceOp, Stream, packed_displacements};
 use symheap_tools::launcher::{self, Job};
 
 const RANKS: u32 = 4;
@@ -169,7 +170,7 @@ impl Tensors for PerTensor {
         let comm = self.comm(group);
         let window = Window::allocate(comm, (len * 4) as u64)?;
         // SAFETY: fresh, mapped memory of at least `len` floats, not yet used by any stream.
-        unsafe { comm.runtime().memset(window.ptr(), 0, len * 4)? };
+        unsafe { comm.runtime().raw().memset(window.ptr(), 0, len * 4)? };
         Ok(Registered { window, len })
     }
     fn host<'a>(&self, t: &'a mut Registered) -> Result<&'a mut [f32]> {
@@ -181,7 +182,7 @@ impl Tensors for PerTensor {
         let (p, tp) = (t.window.ptr(), self.groups.tp());
         // SAFETY: a live window of `len` floats, synchronised before returning.
         unsafe {
-            tp.all_reduce(
+            tp.raw().all_reduce(
                 p,
                 p,
                 t.len as u64,
@@ -196,7 +197,10 @@ impl Tensors for PerTensor {
         let tp = self.groups.tp();
         let (i, o) = (input.window.ptr(), output.window.ptr());
         // SAFETY: live windows sized for the gather, synchronised before returning.
-        unsafe { tp.all_gather(i, o, input.len as u64, f32::DATA_TYPE.into(), &self.stream)? };
+        unsafe {
+            tp.raw()
+                .all_gather(i, o, input.len as u64, f32::DATA_TYPE.into(), &self.stream)?
+        };
         tp.synchronize(&self.stream)
     }
     fn ep_all_to_all_v(
@@ -216,7 +220,7 @@ impl Tensors for PerTensor {
         let (i, o) = (input.window.ptr(), output.window.ptr());
         // SAFETY: live windows holding every packed region, synchronised before returning.
         unsafe {
-            ep.all_to_all_v(
+            ep.raw().all_to_all_v(
                 i,
                 &sc,
                 &sd,

@@ -66,7 +66,11 @@ impl SymPool {
         // SAFETY: both blocks are live, at least `bytes` long, distinct (`&` and `&mut`), and
         // stay allocated until the stream has run the copy: their frees wait for it in stream
         // order or, on another stream, behind an event.
-        unsafe { stream.copy_device_async(dst.device_ptr(), src.device_ptr(), bytes)? };
+        unsafe {
+            stream
+                .raw()
+                .copy_device_async(dst.device_ptr(), src.device_ptr(), bytes)?
+        };
         for block in [src.alloc(), dst.alloc()] {
             block.mark_used_on(stream);
             if let Some(hold) = state.capture_hold() {

@@ -85,7 +85,10 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
             // them alive, and the pool defers their reuse until the stream has run.
-            unsafe { comm.all_reduce(send, recv, count, T::DATA_TYPE.into(), op, stream) }
+            unsafe {
+                comm.raw()
+                    .all_reduce(send, recv, count, T::DATA_TYPE.into(), op, stream)
+            }
         })
     }
 
@@ -111,7 +114,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
-            unsafe { comm.all_reduce(ptr, ptr, count, T::DATA_TYPE.into(), op, stream) }
+            unsafe {
+                comm.raw()
+                    .all_reduce(ptr, ptr, count, T::DATA_TYPE.into(), op, stream)
+            }
         })
     }
 
@@ -144,7 +150,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
-            unsafe { comm.all_gather(send, recv, count, T::DATA_TYPE.into(), stream) }
+            unsafe {
+                comm.raw()
+                    .all_gather(send, recv, count, T::DATA_TYPE.into(), stream)
+            }
         })
     }
 
@@ -178,7 +187,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
-            unsafe { comm.reduce_scatter(send, recv, count, T::DATA_TYPE.into(), op, stream) }
+            unsafe {
+                comm.raw()
+                    .reduce_scatter(send, recv, count, T::DATA_TYPE.into(), op, stream)
+            }
         })
     }
 
@@ -214,7 +226,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
-            unsafe { comm.all_to_all(send, recv, count, T::DATA_TYPE.into(), stream) }
+            unsafe {
+                comm.raw()
+                    .all_to_all(send, recv, count, T::DATA_TYPE.into(), stream)
+            }
         })
     }
 
@@ -253,7 +268,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
-            unsafe { comm.broadcast(ptr, count, T::DATA_TYPE.into(), root, stream) }
+            unsafe {
+                comm.raw()
+                    .broadcast(ptr, count, T::DATA_TYPE.into(), root, stream)
+            }
         })
     }
 
@@ -291,7 +309,7 @@ impl SymPool {
         self.check_owned("reduce", &[input.alloc(), output.alloc()])?;
         check_len("reduce", "output", output.len(), input.len())?;
         self.check_rank("reduce", "root", root)?;
-        self.shared.comm().runtime().require("HcclReduce")?;
+        crate::raw::calls::require::HcclReduce(self.shared.comm().runtime())?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Collective::Reduce,
@@ -304,7 +322,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
-            unsafe { comm.reduce(send, recv, count, T::DATA_TYPE.into(), op, root, stream) }
+            unsafe {
+                comm.raw()
+                    .reduce(send, recv, count, T::DATA_TYPE.into(), op, root, stream)
+            }
         })
     }
 

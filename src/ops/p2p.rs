@@ -56,7 +56,7 @@ impl SymPool {
     /// error.
     pub fn send<T: Element>(&self, data: &impl Buffer<T>, peer: u32) -> Result<()> {
         self.check_peer("send", data.alloc(), peer)?;
-        self.shared.comm().runtime().require("HcclSend")?;
+        crate::raw::calls::require::HcclSend(self.shared.comm().runtime())?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared.enqueue_pair(
             self.target(),
@@ -66,7 +66,10 @@ impl SymPool {
             |comm, stream| {
                 // SAFETY: a live pool block of `count` elements; the borrow keeps it alive,
                 // and the pool defers its reuse until the stream has run.
-                unsafe { comm.send(ptr, count, T::DATA_TYPE.into(), peer, stream) }
+                unsafe {
+                    comm.raw()
+                        .send(ptr, count, T::DATA_TYPE.into(), peer, stream)
+                }
             },
         )
     }
@@ -81,7 +84,7 @@ impl SymPool {
     /// error.
     pub fn recv<T: Element>(&self, data: &mut impl BufferMut<T>, peer: u32) -> Result<()> {
         self.check_peer("recv", data.alloc(), peer)?;
-        self.shared.comm().runtime().require("HcclRecv")?;
+        crate::raw::calls::require::HcclRecv(self.shared.comm().runtime())?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared.enqueue_pair(
             self.target(),
@@ -90,7 +93,10 @@ impl SymPool {
             data.alloc(),
             |comm, stream| {
                 // SAFETY: as for `send`; the `&mut` borrow excludes every other use.
-                unsafe { comm.recv(ptr, count, T::DATA_TYPE.into(), peer, stream) }
+                unsafe {
+                    comm.raw()
+                        .recv(ptr, count, T::DATA_TYPE.into(), peer, stream)
+                }
             },
         )
     }

@@ -200,7 +200,7 @@ impl SymPool {
                 send_counts[me], recv_counts[me]
             )));
         }
-        self.shared.comm().runtime().require("HcclAlltoAllV")?;
+        crate::raw::calls::require::HcclAlltoAllV(self.shared.comm().runtime())?;
         let (sendp, recvp) = (input.device_ptr(), output.device_ptr());
         let call = Call {
             kind: Collective::AlltoAllV,
@@ -215,7 +215,7 @@ impl SymPool {
             // SAFETY: every region lies inside its pool block (checked above); the borrows
             // keep both alive, and the pool defers their reuse until the stream has run.
             unsafe {
-                comm.all_to_all_v(
+                comm.raw().all_to_all_v(
                     sendp,
                     &sc,
                     &sd,
@@ -286,7 +286,7 @@ impl SymPool {
             me,
             recv_counts[me],
         )?;
-        self.shared.comm().runtime().require("HcclAllGatherV")?;
+        crate::raw::calls::require::HcclAllGatherV(self.shared.comm().runtime())?;
         let args: Vec<u64> = rc.iter().chain(&rd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), rc[me]);
         let call = Call {
@@ -300,7 +300,10 @@ impl SymPool {
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the input holds `count` elements.
-            unsafe { comm.all_gather_v(sendp, count, recvp, &rc, &rd, T::DATA_TYPE.into(), stream) }
+            unsafe {
+                comm.raw()
+                    .all_gather_v(sendp, count, recvp, &rc, &rd, T::DATA_TYPE.into(), stream)
+            }
         })
     }
 
@@ -364,7 +367,7 @@ impl SymPool {
             me,
             send_counts[me],
         )?;
-        self.shared.comm().runtime().require("HcclReduceScatterV")?;
+        crate::raw::calls::require::HcclReduceScatterV(self.shared.comm().runtime())?;
         let args: Vec<u64> = sc.iter().chain(&sd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), sc[me]);
         let call = Call {
@@ -379,7 +382,7 @@ impl SymPool {
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the output holds `count` elements.
             unsafe {
-                comm.reduce_scatter_v(
+                comm.raw().reduce_scatter_v(
                     sendp,
                     &sc,
                     &sd,

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use super::graph_hold::GraphHold;
 use super::{Placed, PoolBlock, PoolShared};
-use crate::runtime::{DevicePtr, Stream, WindowHandle};
+use crate::raw::{DevicePtr, WindowHandle};
+use crate::runtime::Stream;
 
 /// Marks an allocation no queued work has used.
 const NEVER_USED: u64 = u64::MAX;

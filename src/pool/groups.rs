@@ -4,7 +4,8 @@
 
 use super::{PoolShared, SymPool};
 use crate::heap::fold_words;
-use crate::runtime::{Comm, Stream, Window};
+use crate::raw::Window;
+use crate::runtime::{Comm, Stream};
 use crate::{Error, Result};
 
 /// What the op hash records for an attach: a word no collective kind uses, then the group's

@@ -44,7 +44,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use slab::Slab;
 
 use crate::heap::{Block, fold_words};
-use crate::runtime::{Comm, DevicePtr, Stream, WindowHandle};
+use crate::raw::{DevicePtr, WindowHandle};
+use crate::runtime::{Comm, Stream};
 use crate::{Error, OutOfMemory, Result};
 
 pub use alloc_desc::AllocDesc;

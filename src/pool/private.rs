@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 
 use crate::heap::{Block, Heap, HeapError};
-use crate::runtime::{DevicePtr, Mapping, Runtime};
+use crate::raw::{DevicePtr, Mapping};
+use crate::runtime::Runtime;
 use crate::{Error, OutOfMemory, Result};
 
 /// What an out-of-memory error of the adapter tells the caller to raise.

@@ -7,7 +7,8 @@ use crate::heap::Heap;
 use super::tags::BlockInfo;
 use std::sync::Arc;
 
-use crate::runtime::{Agreed, Comm, DevicePtr, Element, Mapping, Stream, Window, WindowHandle};
+use crate::raw::{DevicePtr, Mapping, Window, WindowHandle};
+use crate::runtime::{Agreed, Comm, Element, Stream};
 use crate::{Error, Result};
 
 /// Where the warm-up collective gathers to, past its 8-byte input.
@@ -198,7 +199,7 @@ fn warm_up(comm: &Comm, base: DevicePtr, stream: &Stream) -> Result<()> {
     // world's, which no group exceeds); the caller waits for the stream before any block of
     // the segment is handed out.
     unsafe {
-        comm.all_gather(
+        comm.raw().all_gather(
             base,
             base.byte_add(WARM_UP_OUTPUT),
             8,

@@ -56,10 +56,13 @@ impl PoolShared {
         // The check block is only ever used here, under the lock, and every use ends with a
         // synchronisation, so no queued work touches it now.
         // SAFETY: the block holds (ranks + 1) u64s: our hash first, then everyone's.
-        unsafe { rt.copy_to_device(base, u64::slice_as_bytes(&[mine]))? };
+        unsafe {
+            rt.raw()
+                .copy_to_device(base, u64::slice_as_bytes(&[mine]))?
+        };
         // SAFETY: as above; the gathered hashes land after our own.
         unsafe {
-            self.comm.all_gather(
+            self.comm.raw().all_gather(
                 base,
                 base.byte_add(8),
                 1,
@@ -70,7 +73,10 @@ impl PoolShared {
         self.wait_or_poison([&self.stream])?;
         let mut hashes = vec![0u64; ranks];
         // SAFETY: as above; the stream is synchronised.
-        unsafe { rt.copy_to_host(u64::slice_as_bytes_mut(&mut hashes), base.byte_add(8))? };
+        unsafe {
+            rt.raw()
+                .copy_to_host(u64::slice_as_bytes_mut(&mut hashes), base.byte_add(8))?
+        };
         let differing: Vec<usize> = (1..ranks).filter(|&r| hashes[r] != hashes[0]).collect();
         if differing.is_empty() {
             return Ok(());

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use super::{Comm, Mapping, Stream};
+use super::{Comm, Stream};
+use crate::raw::Mapping;
 use crate::sys::HcclDataType;
 use crate::{Error, Result};
 
@@ -73,10 +74,11 @@ impl Comm {
         // and only agreements touch it, one at a time (collective calls are made in the same
         // order on every rank, and this one waits for its stream before returning).
         unsafe {
-            rt.copy_to_device(send, &[u8::from(!ok)])?;
-            self.all_gather(send, recv, 1, HcclDataType::HCCL_DATA_TYPE_UINT8, &stream)?;
+            rt.raw().copy_to_device(send, &[u8::from(!ok)])?;
+            self.raw()
+                .all_gather(send, recv, 1, HcclDataType::HCCL_DATA_TYPE_UINT8, &stream)?;
             self.synchronize(&stream)?;
-            rt.copy_to_host(&mut verdicts, recv)?;
+            rt.raw().copy_to_host(&mut verdicts, recv)?;
         }
         Ok((0..n as u32)
             .filter(|&r| verdicts[r as usize] != 0)

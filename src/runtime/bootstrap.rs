@@ -134,11 +134,11 @@ impl Comm {
     ///
     /// # Examples
     /// ```no_run
-    /// use symheap::{Comm, CommConfig, Runtime};
+    /// use symheap::{Comm, CommConfig};
     ///
     /// // Started by `symheap-run -n 4 ./worker`, torchrun or mpirun.
     /// // SAFETY: the CANN libraries installed on this machine.
-    /// let rt = unsafe { Runtime::load() }?;
+    /// let rt = unsafe { symheap::raw::load() }?;
     /// let comm = Comm::from_env(&rt, CommConfig::new())?;
     /// println!("rank {} of {}", comm.rank(), comm.size());
     /// # Ok::<(), symheap::Error>(())

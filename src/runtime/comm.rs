@@ -2,10 +2,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Mapping, Runtime, Stream};
-use crate::sys::{
-    HCCL_ROOT_INFO_BYTES, HcclApi, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
-};
+use super::{Runtime, Stream};
+use crate::raw::{Mapping, calls};
+use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
 use crate::{Error, Result};
 
 /// The bootstrap blob that rank 0 creates ([`RootInfo::new`]) and every rank passes to
@@ -21,8 +20,7 @@ impl RootInfo {
     pub fn new(rt: &Runtime) -> Result<Self> {
         let mut info = HcclRootInfo::default();
         // SAFETY: valid out-pointer to a correctly sized struct.
-        let code = unsafe { (rt.hccl().HcclGetRootInfo)(&mut info) };
-        rt.hccl_check("HcclGetRootInfo", code)?;
+        unsafe { calls::HcclGetRootInfo(rt, &mut info) }?;
         Ok(RootInfo(info))
     }
 
@@ -165,10 +163,9 @@ impl Comm {
         let device = rt.current_device()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid root info, config and out-pointer.
-        let code = unsafe {
-            (rt.hccl().HcclCommInitRootInfoConfig)(nranks, &root.0, rank, config.as_raw(), &mut raw)
-        };
-        rt.hccl_check("HcclCommInitRootInfoConfig", code)?;
+        unsafe {
+            calls::HcclCommInitRootInfoConfig(rt, nranks, &root.0, rank, config.as_raw(), &mut raw)
+        }?;
         Comm::wrap(rt, raw, (rank, nranks), device, config, None)
     }
 
@@ -202,11 +199,9 @@ impl Comm {
         };
         let (mut got_rank, mut got_size) = (0u32, 0u32);
         // SAFETY: live communicator and valid out-pointers.
-        let code = unsafe { (rt.hccl().HcclGetRankId)(raw, &mut got_rank) };
-        rt.hccl_check("HcclGetRankId", code)?;
+        unsafe { calls::HcclGetRankId(rt, raw, &mut got_rank) }?;
         // SAFETY: as above.
-        let code = unsafe { (rt.hccl().HcclGetRankSize)(raw, &mut got_size) };
-        rt.hccl_check("HcclGetRankSize", code)?;
+        unsafe { calls::HcclGetRankSize(rt, raw, &mut got_size) }?;
         if (got_rank, got_size) != (rank, size) {
             return Err(Error::Asymmetric(format!(
                 "asked for rank {rank} of {size}, the library says {got_rank} of {got_size}"
@@ -259,8 +254,6 @@ impl Comm {
             ));
         }
         let rt = self.runtime();
-        let create =
-            Runtime::optional("HcclCreateSubCommConfig", rt.hccl().HcclCreateSubCommConfig)?;
         let mut ids = ranks.to_vec();
         let mut raw_config = *config.as_raw();
         let mut parent = self.as_raw();
@@ -269,8 +262,9 @@ impl Comm {
         // process's other threads must go on using the parent meanwhile (one may be a member).
         // SAFETY: every pointer is valid for the call: the parent handle, `ids.len()` rank
         // ids, a config of its own size, and the out-pointer.
-        let code = unsafe {
-            create(
+        unsafe {
+            calls::HcclCreateSubCommConfig(
+                rt,
                 &mut parent,
                 ids.len() as u32,
                 ids.as_mut_ptr(),
@@ -279,8 +273,7 @@ impl Comm {
                 &mut raw_config,
                 &mut raw,
             )
-        };
-        rt.hccl_check("HcclCreateSubCommConfig", code)?;
+        }?;
         let parent = Some((self.clone(), ranks.to_vec()));
         let size = ranks.len() as u32;
         Comm::wrap(rt, raw, (index, size), self.device(), config, parent)
@@ -315,12 +308,10 @@ impl Comm {
     /// # Errors
     /// [`Error::Unsupported`] if the library lacks the call; the library's error.
     pub fn name(&self) -> Result<String> {
-        let rt = self.runtime();
-        let get = Runtime::optional("HcclGetCommName", rt.hccl().HcclGetCommName)?;
         let mut name = [0 as std::ffi::c_char; crate::sys::COMM_NAME_MAX_LENGTH];
-        self.hccl_call("HcclGetCommName", |_, comm| {
+        self.serialised(|comm| {
             // SAFETY: a live communicator and room for the longest name.
-            unsafe { get(comm, name.as_mut_ptr()) }
+            unsafe { calls::HcclGetCommName(self.runtime(), comm, name.as_mut_ptr()) }
         })?;
         let bytes: Vec<u8> = name
             .iter()
@@ -356,19 +347,11 @@ impl Comm {
         self.inner.raw
     }
 
-    /// Runs one HCCL call on this communicator under the call lock and checks its result.
-    pub(crate) fn hccl_call(
-        &self,
-        call: &'static str,
-        f: impl FnOnce(&HcclApi, HcclComm) -> HcclResult,
-    ) -> Result<()> {
-        let rt = self.runtime();
-        let code = {
-            // Serialises calls on this communicator; see the type's docs.
-            let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
-            f(rt.hccl(), self.as_raw())
-        };
-        rt.hccl_check(call, code)
+    /// Runs `f`, one HCCL call on this communicator, under the call lock: calls on one
+    /// communicator never overlap (see the type's docs).
+    pub(crate) fn serialised<T>(&self, f: impl FnOnce(HcclComm) -> T) -> T {
+        let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+        f(self.as_raw())
     }
 
     /// How many handles share this communicator (this one included): what still holds it.
@@ -403,9 +386,9 @@ impl Comm {
     /// # Errors
     /// The runtime's error for arguments checked at enqueue time.
     pub fn barrier(&self, stream: &Stream) -> Result<()> {
-        self.hccl_call("HcclBarrier", |hccl, comm| {
+        self.serialised(|comm| {
             // SAFETY: live communicator and stream.
-            unsafe { (hccl.HcclBarrier)(comm, stream.as_raw()) }
+            unsafe { calls::HcclBarrier(self.runtime(), comm, stream.as_raw()) }
         })
     }
 
@@ -416,12 +399,10 @@ impl Comm {
     /// The runtime's error if the query itself fails; [`Error::Unsupported`] if the library
     /// lacks the call.
     pub fn async_error(&self) -> Result<Option<HcclResult>> {
-        let rt = self.runtime();
-        let get = Runtime::optional("HcclGetCommAsyncError", rt.hccl().HcclGetCommAsyncError)?;
         let mut pending = HcclResult::HCCL_SUCCESS;
-        self.hccl_call("HcclGetCommAsyncError", |_, comm| {
+        self.serialised(|comm| {
             // SAFETY: live communicator and valid out-pointer.
-            unsafe { get(comm, &mut pending) }
+            unsafe { calls::HcclGetCommAsyncError(self.runtime(), comm, &mut pending) }
         })?;
         Ok((pending != HcclResult::HCCL_SUCCESS).then_some(pending))
     }
@@ -475,8 +456,8 @@ impl Drop for CommInner {
         // after this deregisters them.
         // SAFETY: `raw` is a live communicator destroyed exactly once; every window holds a
         // clone of the `Comm`, so none is left.
-        let code = unsafe { (self.rt.hccl().HcclCommDestroy)(self.raw) };
-        if let Err(e) = self.rt.hccl_check("HcclCommDestroy", code) {
+        let result = unsafe { calls::HcclCommDestroy(&self.rt, self.raw) };
+        if let Err(e) = result {
             self.rt.record_drop_error(e);
         }
     }

@@ -1,6 +1,7 @@
 //! Device selection and device properties.
 
 use super::Runtime;
+use crate::raw::calls;
 use crate::sys::{aclrtMemAttr, aclrtMemGranularityOptions, aclrtPhysicalMemProp};
 use crate::{Error, Result};
 
@@ -13,8 +14,7 @@ impl Runtime {
         let id = i32::try_from(device)
             .map_err(|_| crate::Error::invalid(format!("device id {device} out of range")))?;
         // SAFETY: plain value argument.
-        let code = unsafe { (self.acl().aclrtSetDevice)(id) };
-        self.acl_check("aclrtSetDevice", code)
+        unsafe { calls::aclrtSetDevice(self, id) }
     }
 
     /// The device bound to the calling thread (`aclrtGetDevice`).
@@ -24,8 +24,7 @@ impl Runtime {
     pub fn current_device(&self) -> Result<u32> {
         let mut id = -1;
         // SAFETY: valid out-pointer.
-        let code = unsafe { (self.acl().aclrtGetDevice)(&mut id) };
-        self.acl_check("aclrtGetDevice", code)?;
+        unsafe { calls::aclrtGetDevice(self, &mut id) }?;
         Ok(id as u32)
     }
 
@@ -37,19 +36,19 @@ impl Runtime {
         let mut prop = aclrtPhysicalMemProp::device_huge(device);
         let mut granularity = 0usize;
         // SAFETY: valid property struct and out-pointer.
-        let code = unsafe {
-            (self.acl().aclrtMemGetAllocationGranularity)(
+        unsafe {
+            calls::aclrtMemGetAllocationGranularity(
+                self,
                 &mut prop,
                 aclrtMemGranularityOptions::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
                 &mut granularity,
             )
-        };
-        self.acl_check("aclrtMemGetAllocationGranularity", code)?;
+        }?;
         Ok(granularity as u64)
     }
 
     /// `bytes` rounded up to a whole number of granules of `device`, at least one: a size that
-    /// [`Mapping::allocate`](super::Mapping::allocate) accepts.
+    /// [`Mapping::allocate`](crate::raw::Mapping::allocate) accepts.
     ///
     /// # Errors
     /// The runtime's error from the granularity query; [`Error::InvalidArgument`] if the
@@ -69,10 +68,9 @@ impl Runtime {
     pub fn mem_info(&self) -> Result<(u64, u64)> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        let code = unsafe {
-            (self.acl().aclrtGetMemInfo)(aclrtMemAttr::ACL_HBM_MEM_HUGE, &mut free, &mut total)
-        };
-        self.acl_check("aclrtGetMemInfo", code)?;
+        unsafe {
+            calls::aclrtGetMemInfo(self, aclrtMemAttr::ACL_HBM_MEM_HUGE, &mut free, &mut total)
+        }?;
         Ok((free as u64, total as u64))
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::{Runtime, Stream};
 use crate::Result;
+use crate::raw::calls;
 use crate::sys::aclrtEvent;
 
 /// An ACL event (`aclrtCreateEvent`). Cheap to clone; destroyed when the last clone drops
@@ -58,15 +59,12 @@ impl Event {
         let mut raw = std::ptr::null_mut();
         // An event that streams may wait for, also in a graph capture, where the library
         // has the call (older ones have only plain events).
-        if let Some(create) = rt.acl().aclrtCreateEventExWithFlag {
+        if calls::require::aclrtCreateEventExWithFlag(rt).is_ok() {
             // SAFETY: valid out-pointer.
-            let code = unsafe { create(&mut raw, crate::sys::ACL_EVENT_SYNC) };
-            rt.acl_check("aclrtCreateEventExWithFlag", code)?;
+            unsafe { calls::aclrtCreateEventExWithFlag(rt, &mut raw, crate::sys::ACL_EVENT_SYNC) }?;
         } else {
-            let create = Runtime::optional("aclrtCreateEvent", rt.acl().aclrtCreateEvent)?;
             // SAFETY: valid out-pointer.
-            let code = unsafe { create(&mut raw) };
-            rt.acl_check("aclrtCreateEvent", code)?;
+            unsafe { calls::aclrtCreateEvent(rt, &mut raw) }?;
         }
         Ok(Event {
             inner: Arc::new(EventInner {
@@ -82,11 +80,8 @@ impl Event {
     /// # Errors
     /// The runtime's error.
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        let rt = &self.inner.rt;
-        let record = Runtime::optional("aclrtRecordEvent", rt.acl().aclrtRecordEvent)?;
         // SAFETY: a live event and stream.
-        let code = unsafe { record(self.inner.raw, stream.as_raw()) };
-        rt.acl_check("aclrtRecordEvent", code)
+        unsafe { calls::aclrtRecordEvent(&self.inner.rt, self.inner.raw, stream.as_raw()) }
     }
 
     /// Blocks the host until the last record has run (`aclrtSynchronizeEvent`).
@@ -94,11 +89,8 @@ impl Event {
     /// # Errors
     /// The runtime's error, e.g. when the stream failed before reaching the record.
     pub fn synchronize(&self) -> Result<()> {
-        let rt = &self.inner.rt;
-        let sync = Runtime::optional("aclrtSynchronizeEvent", rt.acl().aclrtSynchronizeEvent)?;
         // SAFETY: a live event.
-        let code = unsafe { sync(self.inner.raw) };
-        rt.acl_check("aclrtSynchronizeEvent", code)
+        unsafe { calls::aclrtSynchronizeEvent(&self.inner.rt, self.inner.raw) }
     }
 
     /// The raw handle, for calls this crate does not wrap.
@@ -114,11 +106,8 @@ impl Stream {
     /// # Errors
     /// The runtime's error.
     pub fn wait(&self, event: &Event) -> Result<()> {
-        let rt = self.runtime();
-        let wait = Runtime::optional("aclrtStreamWaitEvent", rt.acl().aclrtStreamWaitEvent)?;
         // SAFETY: a live stream and event.
-        let code = unsafe { wait(self.as_raw(), event.as_raw()) };
-        rt.acl_check("aclrtStreamWaitEvent", code)
+        unsafe { calls::aclrtStreamWaitEvent(self.runtime(), self.as_raw(), event.as_raw()) }
     }
 }
 
@@ -126,12 +115,12 @@ impl Drop for EventInner {
     fn drop(&mut self) {
         // An event exists only where the library could create one; without a destroy, it
         // lives as long as the process.
-        let Some(destroy) = self.rt.acl().aclrtDestroyEvent else {
+        if calls::require::aclrtDestroyEvent(&self.rt).is_err() {
             return;
-        };
+        }
         // SAFETY: a live event, destroyed exactly once (by the last clone).
-        let code = unsafe { destroy(self.raw) };
-        if let Err(e) = self.rt.acl_check("aclrtDestroyEvent", code) {
+        let result = unsafe { calls::aclrtDestroyEvent(&self.rt, self.raw) };
+        if let Err(e) = result {
             self.rt.record_drop_error(e);
         }
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::host_fn::HostFns;
 use super::{Runtime, Stream};
 use crate::Result;
+use crate::raw::calls;
 use crate::sys::{ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, aclmdlRI};
 
 /// A captured graph (`aclmdlRI`), destroyed (`aclmdlRIDestroy`) when the last clone drops.
@@ -45,10 +46,8 @@ impl Stream {
     /// error (the stream already captures, say).
     pub fn begin_capture(&self) -> Result<()> {
         let rt = self.runtime();
-        let begin = Runtime::optional("aclmdlRICaptureBegin", rt.acl().aclmdlRICaptureBegin)?;
         // SAFETY: a live stream.
-        let code = unsafe { begin(self.as_raw(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) };
-        rt.acl_check("aclmdlRICaptureBegin", code)
+        unsafe { calls::aclmdlRICaptureBegin(rt, self.as_raw(), ACL_MODEL_RI_CAPTURE_MODE_GLOBAL) }
     }
 
     /// Ends the capture begun on this stream (`aclmdlRICaptureEnd`): the graph.
@@ -58,14 +57,14 @@ impl Stream {
     /// back, the capture was invalidated.
     pub fn end_capture(&self) -> Result<Graph> {
         let rt = self.runtime();
-        let end = Runtime::optional("aclmdlRICaptureEnd", rt.acl().aclmdlRICaptureEnd)?;
+        calls::require::aclmdlRICaptureEnd(rt)?;
         let model = self.capture_model()?;
         let fns = rt.graph_host_fns();
         let host_fns = model.map(|m| fns.take(m)).unwrap_or_default();
         let mut raw = std::ptr::null_mut();
         // SAFETY: a live stream and a valid out-pointer.
-        let code = unsafe { end(self.as_raw(), &mut raw) };
-        if let Err(e) = rt.acl_check("aclmdlRICaptureEnd", code) {
+        let ended = unsafe { calls::aclmdlRICaptureEnd(rt, self.as_raw(), &mut raw) };
+        if let Err(e) = ended {
             // If the stream still captures the model (the end was refused), it keeps its
             // host functions; else the library dropped it, and they never run.
             match (model, self.capture_model()) {
@@ -90,11 +89,8 @@ impl Graph {
     /// # Errors
     /// The runtime's error (`stream` captures, say).
     pub fn replay(&self, stream: &Stream) -> Result<()> {
-        let rt = &self.inner.rt;
-        let execute = Runtime::optional("aclmdlRIExecuteAsync", rt.acl().aclmdlRIExecuteAsync)?;
         // SAFETY: a live model and stream.
-        let code = unsafe { execute(self.inner.raw, stream.as_raw()) };
-        rt.acl_check("aclmdlRIExecuteAsync", code)
+        unsafe { calls::aclmdlRIExecuteAsync(&self.inner.rt, self.inner.raw, stream.as_raw()) }
     }
 
     /// The raw handle, for calls this crate does not wrap.
@@ -123,12 +119,11 @@ impl Graph {
 impl GraphInner {
     fn destroy(&self, raw: aclmdlRI) -> Result<()> {
         // Made only where the library could capture, so it can destroy too.
-        let Some(destroy) = self.rt.acl().aclmdlRIDestroy else {
+        if calls::require::aclmdlRIDestroy(&self.rt).is_err() {
             return Ok(());
-        };
+        }
         // SAFETY: a live model, destroyed exactly once (by the last clone, or `destroy`).
-        let code = unsafe { destroy(raw) };
-        self.rt.acl_check("aclmdlRIDestroy", code)
+        unsafe { calls::aclmdlRIDestroy(&self.rt, raw) }
     }
 }
 

@@ -10,9 +10,10 @@
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use super::{Runtime, Stream};
+use super::Stream;
 use crate::Result;
-use crate::sys::{aclError, aclmdlRI, aclrtHostFunc, aclrtStream};
+use crate::raw::calls;
+use crate::sys::aclmdlRI;
 
 /// A host function that runs once, as `aclrtLaunchHostFunc` passes it back to
 /// [`run_once`].
@@ -111,8 +112,7 @@ impl Stream {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) on a capturing stream; the
     /// runtime's error.
     pub fn launch_host_fn(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        let rt = self.runtime();
-        let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
+        calls::require::aclrtLaunchHostFunc(self.runtime())?;
         if self.capture_model()?.is_some() {
             return Err(crate::Error::invalid(
                 "launch_host_fn: the stream is capturing a graph, whose replays would call the \
@@ -120,20 +120,16 @@ impl Stream {
                  can run at every replay)",
             ));
         }
-        self.launch_once(launch, f)
+        self.launch_once(f)
     }
 
-    /// Launches `f` through `launch` (`aclrtLaunchHostFunc`) to run once: the stream is not
-    /// capturing.
-    fn launch_once(
-        &self,
-        launch: unsafe extern "C" fn(aclrtStream, aclrtHostFunc, *mut c_void) -> aclError,
-        f: impl FnOnce() + Send + 'static,
-    ) -> Result<()> {
+    /// Launches `f` (`aclrtLaunchHostFunc`) to run once: the stream is not capturing.
+    fn launch_once(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
         let args = Box::into_raw(Box::new(Box::new(f) as OnceFn));
         // SAFETY: a live stream; `run_once` takes back the box `args` points to, once.
-        let code = unsafe { launch(self.as_raw(), Some(run_once), args.cast()) };
-        let launched = self.runtime().acl_check("aclrtLaunchHostFunc", code);
+        let launched = unsafe {
+            calls::aclrtLaunchHostFunc(self.runtime(), self.as_raw(), Some(run_once), args.cast())
+        };
         if launched.is_err() {
             // SAFETY: refused, so the runtime never calls `run_once` with `args`.
             drop(unsafe { Box::from_raw(args) });
@@ -175,9 +171,9 @@ impl Stream {
     /// As for [`launch_host_fn`](Self::launch_host_fn), except on a capturing stream.
     pub fn launch_replayable_host_fn(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let rt = self.runtime();
-        let launch = Runtime::optional("aclrtLaunchHostFunc", rt.acl().aclrtLaunchHostFunc)?;
+        calls::require::aclrtLaunchHostFunc(rt)?;
         let Some(model) = self.capture_model()? else {
-            return self.launch_once(launch, f);
+            return self.launch_once(f);
         };
         // Kept before the launch: the capture may end, and the graph run, on another thread
         // as soon as the runtime has the task.
@@ -185,8 +181,8 @@ impl Stream {
         let args = fns.keep(model, Box::new(Box::new(f)));
         // SAFETY: a live stream; `args` points to a function the runtime keeps until the
         // model is destroyed, and `run_kept` only borrows it.
-        let code = unsafe { launch(self.as_raw(), Some(run_kept), args) };
-        let launched = rt.acl_check("aclrtLaunchHostFunc", code);
+        let launched =
+            unsafe { calls::aclrtLaunchHostFunc(rt, self.as_raw(), Some(run_kept), args) };
         if launched.is_err() {
             fns.forget(args);
         }

@@ -1,33 +1,32 @@
-//! Safe wrappers over the C function tables: every call returns [`Result`], every handle is
-//! RAII, and errors inside `Drop` are recorded on the [`Runtime`] instead of panicking.
+//! The handles a pool user holds, all safe: the [`Runtime`] (a backend's function tables),
+//! devices, [`Stream`]s, [`Event`]s and captured [`Graph`]s, communicators ([`Comm`],
+//! [`ParallelGroups`]) and how ranks find each other ([`RootInfo`], [`Placement`]). Every
+//! call returns [`Result`], every handle is RAII, and errors inside `Drop` are recorded on
+//! the [`Runtime`] instead of panicking. No function here is `unsafe`: what takes raw device
+//! addresses is in [`crate::raw`], reached through a handle's `raw()` view.
 //!
-//! A [`Runtime`] is a pair of filled C function tables ([`Runtime::from_tables`]): the real
-//! CANN libraries ([`Runtime::load`], [`Runtime::load_from`]) or the built-in emulator
-//! (`symheap::emu`, behind the default `emulator` feature). Nothing here knows which:
-//! everything above this module works the same on both.
+//! A [`Runtime`] is a pair of filled C function tables
+//! ([`raw::from_tables`](crate::raw::from_tables)): the real CANN libraries
+//! ([`raw::load`](crate::raw::load), [`raw::load_from`](crate::raw::load_from)) or the
+//! built-in emulator (`Runtime::emulated`, behind the default `emulator` feature). Nothing
+//! here knows which: everything above this module works the same on both.
 
 mod agreement;
 pub(crate) mod bootstrap;
-mod collective;
 mod comm;
-mod copy;
 mod device;
 mod element;
 mod event;
 mod graph;
 mod groups;
 mod host_fn;
-mod loader;
-mod memory;
 mod stream;
-mod window;
 
 use std::any::Any;
-use std::ffi::{CStr, c_char};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::sys::{ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, AclApi, HcclApi, HcclResult, aclError};
+use crate::raw::{Backend, Origin, calls};
+use crate::sys::{ACL_ERROR_REPEAT_INITIALIZE, AclApi, HcclApi};
 use crate::{Error, Result};
 
 pub(crate) use agreement::Agreed;
@@ -37,39 +36,7 @@ pub use element::Element;
 pub use event::Event;
 pub use graph::Graph;
 pub use groups::ParallelGroups;
-pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
 pub use stream::Stream;
-pub use window::{Window, WindowHandle};
-
-/// Which backend a [`Runtime`] calls.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backend {
-    /// Tables filled in this process (the built-in emulator, or a caller's own), named.
-    InProcess {
-        /// What filled them, e.g. `"symheap emulator"`.
-        name: &'static str,
-    },
-    /// Shared libraries loaded at run time.
-    Loaded {
-        /// The HCCL library that was opened.
-        hccl: PathBuf,
-        /// The ACL runtime library that was opened.
-        acl: PathBuf,
-    },
-}
-
-/// What [`Runtime::from_tables`] needs besides the two tables.
-pub struct Origin {
-    /// What [`Runtime::backend`] reports.
-    pub backend: Backend,
-    /// Whether device memory is ordinary host memory of this process (true on the emulator):
-    /// typed owners then offer host views of it.
-    pub host_addressable: bool,
-    /// Whatever keeps the tables' code alive (the loaded libraries, or `Box::new(())`); the
-    /// runtime drops it after the last call through the tables.
-    pub keep_alive: Box<dyn Any + Send + Sync>,
-}
 
 /// A loaded backend: the HCCL and ACL function tables, and what keeps their code alive.
 ///
@@ -102,46 +69,21 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Builds a runtime over two filled tables and calls `aclInit`: the one constructor that
-    /// [`Runtime::load`], [`Runtime::load_from`] and the emulator (`symheap::emu`) all call,
-    /// and that a caller with its own implementation of the C functions (a test double, a
-    /// library linked statically) can call too.
+    /// Builds a runtime over two filled tables and calls `aclInit`: the body of
+    /// [`raw::from_tables`](crate::raw::from_tables), the one constructor every backend goes
+    /// through.
     ///
     /// # Safety
-    /// - Every function pointer in `hccl` and `acl` implements the C function of that name
-    ///   with exactly the prototype declared in [`crate::sys`], with the semantics CANN's
-    ///   documentation gives it (status codes, out-pointers written on success, handles valid
-    ///   until destroyed).
-    /// - The functions can be called from any thread, and stay callable for as long as
-    ///   `origin.keep_alive` lives.
-    /// - `origin.host_addressable` is true only if every device address the tables hand out is
-    ///   memory of this process that the host may read and write while it is mapped.
+    /// As [`raw::from_tables`](crate::raw::from_tables).
     ///
     /// # Errors
     /// The error of `aclInit` (`ACL_ERROR_REPEAT_INITIALIZE` is accepted: another user of the
     /// library initialised it first).
-    ///
-    /// # Examples
-    /// ```
-    /// # #[cfg(feature = "emulator")] {
-    /// use symheap::Runtime;
-    /// use symheap::{Backend, Origin};
-    ///
-    /// // The emulator's tables, as an older CANN without the symmetric-window API would be.
-    /// let mut hccl = symheap::emu::hccl_api();
-    /// hccl.HcclCommSymWinRegister = None;
-    /// let origin = Origin {
-    ///     backend: Backend::InProcess { name: "emulator without windows" },
-    ///     host_addressable: true,
-    ///     keep_alive: Box::new(()),
-    /// };
-    /// // SAFETY: the emulator's functions implement the C prototypes and live forever.
-    /// let rt = unsafe { Runtime::from_tables(hccl, symheap::emu::acl_api(), origin) }?;
-    /// assert!(rt.is_host_addressable());
-    /// # }
-    /// # Ok::<(), symheap::Error>(())
-    /// ```
-    pub unsafe fn from_tables(hccl: HcclApi, acl: AclApi, origin: Origin) -> Result<Runtime> {
+    pub(crate) unsafe fn from_tables(
+        hccl: HcclApi,
+        acl: AclApi,
+        origin: Origin,
+    ) -> Result<Runtime> {
         let rt = Runtime {
             inner: Arc::new(Inner {
                 hccl,
@@ -155,10 +97,10 @@ impl Runtime {
         };
         // SAFETY: aclInit accepts a null config path; the table entry is aclInit by the
         // caller's contract.
-        let code = unsafe { (rt.acl().aclInit)(std::ptr::null()) };
-        // Another user of the library may have initialised it first.
-        if code != ACL_ERROR_REPEAT_INITIALIZE {
-            rt.acl_check("aclInit", code)?;
+        match unsafe { calls::aclInit(&rt, std::ptr::null()) } {
+            // Another user of the library may have initialised it first.
+            Err(Error::Acl { code, .. }) if code == ACL_ERROR_REPEAT_INITIALIZE => {}
+            other => other?,
         }
         Ok(rt)
     }
@@ -205,15 +147,6 @@ impl Runtime {
         self.hccl().has(name) || self.acl().has(name)
     }
 
-    /// [`Error::Unsupported`] naming `call` unless the libraries provide it.
-    pub(crate) fn require(&self, call: &'static str) -> Result<()> {
-        if self.supports(call) {
-            Ok(())
-        } else {
-            Err(Error::Unsupported { call })
-        }
-    }
-
     pub(crate) fn hccl(&self) -> &HcclApi {
         &self.inner.hccl
     }
@@ -237,63 +170,4 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .push(err);
     }
-
-    /// The library's most recent error text (`aclGetRecentErrMsg`), or an empty string.
-    fn recent_error_message(&self) -> String {
-        let Some(get) = self.acl().aclGetRecentErrMsg else {
-            return String::new();
-        };
-        // SAFETY: aclGetRecentErrMsg takes no arguments and returns null or a C string that
-        // stays valid until the next ACL call on this thread; it is copied out at once.
-        unsafe { c_string(get()) }
-    }
-
-    /// Turns an `aclError` into a `Result`.
-    pub(crate) fn acl_check(&self, call: &'static str, code: aclError) -> Result<()> {
-        if code == ACL_SUCCESS {
-            return Ok(());
-        }
-        Err(Error::Acl {
-            call,
-            code,
-            message: self.recent_error_message(),
-        })
-    }
-
-    /// Turns an `HcclResult` into a `Result`, with `HcclGetErrorString` and any recorded detail.
-    pub(crate) fn hccl_check(&self, call: &'static str, code: HcclResult) -> Result<()> {
-        if code == HcclResult::HCCL_SUCCESS {
-            return Ok(());
-        }
-        // SAFETY: HcclGetErrorString accepts any code and returns null or a static C string.
-        let mut message = unsafe { c_string((self.hccl().HcclGetErrorString)(code)) };
-        let detail = self.recent_error_message();
-        if !detail.is_empty() {
-            message = format!("{message}: {detail}");
-        }
-        Err(Error::Hccl {
-            call,
-            code,
-            message,
-        })
-    }
-
-    /// The optional HCCL function `f`, or [`Error::Unsupported`] naming `call`.
-    pub(crate) fn optional<F>(call: &'static str, f: Option<F>) -> Result<F> {
-        f.ok_or(Error::Unsupported { call })
-    }
-}
-
-/// Copies a possibly-null C string.
-///
-/// # Safety
-/// `ptr` is null or points to a NUL-terminated string valid for the duration of the call.
-unsafe fn c_string(ptr: *const c_char) -> String {
-    if ptr.is_null() {
-        return String::new();
-    }
-    // SAFETY: non-null and NUL-terminated by the caller's contract.
-    unsafe { CStr::from_ptr(ptr) }
-        .to_string_lossy()
-        .into_owned()
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::Runtime;
 use crate::Result;
+use crate::raw::calls;
 use crate::sys::aclrtStream;
 
 /// An ACL stream (`aclrtCreateStream`). Cheap to clone; destroyed when the last clone drops.
@@ -35,8 +36,7 @@ impl Stream {
     pub fn new(rt: &Runtime) -> Result<Self> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        let code = unsafe { (rt.acl().aclrtCreateStream)(&mut raw) };
-        rt.acl_check("aclrtCreateStream", code)?;
+        unsafe { calls::aclrtCreateStream(rt, &mut raw) }?;
         Ok(Stream {
             inner: Arc::new(StreamInner {
                 rt: rt.clone(),
@@ -51,8 +51,7 @@ impl Stream {
     /// The error of the first task that failed since the last synchronisation.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: `raw` is a live stream.
-        let code = unsafe { (self.runtime().acl().aclrtSynchronizeStream)(self.as_raw()) };
-        self.runtime().acl_check("aclrtSynchronizeStream", code)
+        unsafe { calls::aclrtSynchronizeStream(self.runtime(), self.as_raw()) }
     }
 
     /// The raw handle, for calls this crate does not wrap.
@@ -77,14 +76,13 @@ impl Stream {
     /// The model the stream captures into (`aclmdlRICaptureGetInfo`), if it captures.
     pub(crate) fn capture_model(&self) -> Result<Option<crate::sys::aclmdlRI>> {
         let rt = self.runtime();
-        let Some(info) = rt.acl().aclmdlRICaptureGetInfo else {
+        if calls::require::aclmdlRICaptureGetInfo(rt).is_err() {
             return Ok(None);
-        };
+        }
         let mut status = crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE;
         let mut model = std::ptr::null_mut();
         // SAFETY: a live stream and valid out-pointers.
-        let code = unsafe { info(self.as_raw(), &mut status, &mut model) };
-        rt.acl_check("aclmdlRICaptureGetInfo", code)?;
+        unsafe { calls::aclmdlRICaptureGetInfo(rt, self.as_raw(), &mut status, &mut model) }?;
         Ok((status != crate::sys::ACL_MODEL_RI_CAPTURE_STATUS_NONE).then_some(model))
     }
 
@@ -97,8 +95,8 @@ impl Stream {
 impl Drop for StreamInner {
     fn drop(&mut self) {
         // SAFETY: `raw` is a live stream, destroyed exactly once (by the last clone).
-        let code = unsafe { (self.rt.acl().aclrtDestroyStream)(self.raw) };
-        if let Err(e) = self.rt.acl_check("aclrtDestroyStream", code) {
+        let result = unsafe { calls::aclrtDestroyStream(&self.rt, self.raw) };
+        if let Err(e) = result {
             self.rt.record_drop_error(e);
         }
     }

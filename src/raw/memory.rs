@@ -5,7 +5,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::Runtime;
+use super::calls;
+use crate::runtime::Runtime;
 use crate::sys::{aclrtDrvMemHandle, aclrtPhysicalMemProp};
 use crate::{Error, Result};
 
@@ -81,10 +82,9 @@ impl VirtualRange {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer and a null hint asks for no particular address;
         // flag 1 asks for huge pages as the HCCL documentation does.
-        let code = unsafe {
-            (rt.acl().aclrtReserveMemAddress)(&mut ptr, len, alignment, std::ptr::null_mut(), 1)
-        };
-        rt.acl_check("aclrtReserveMemAddress", code)?;
+        unsafe {
+            calls::aclrtReserveMemAddress(rt, &mut ptr, len, alignment, std::ptr::null_mut(), 1)
+        }?;
         Ok(VirtualRange {
             rt: rt.clone(),
             ptr: DevicePtr::from_raw(ptr),
@@ -112,8 +112,7 @@ impl VirtualRange {
         }
         // SAFETY: `ptr` came from aclrtReserveMemAddress and is not released yet (the flag),
         // and every mapping inside it holds an `Arc` to this range, so none is left.
-        let code = unsafe { (self.rt.acl().aclrtReleaseMemAddress)(self.ptr.as_raw()) };
-        self.rt.acl_check("aclrtReleaseMemAddress", code)?;
+        unsafe { calls::aclrtReleaseMemAddress(&self.rt, self.ptr.as_raw()) }?;
         self.released.store(true, Ordering::Release);
         Ok(())
     }
@@ -154,8 +153,7 @@ impl PhysicalMemory {
         let prop = aclrtPhysicalMemProp::device_huge(device);
         let mut handle = std::ptr::null_mut();
         // SAFETY: valid out-pointer and property struct; flags 0 as documented.
-        let code = unsafe { (rt.acl().aclrtMallocPhysical)(&mut handle, len, &prop, 0) };
-        rt.acl_check("aclrtMallocPhysical", code)?;
+        unsafe { calls::aclrtMallocPhysical(rt, &mut handle, len, &prop, 0) }?;
         Ok(PhysicalMemory {
             rt: rt.clone(),
             handle,
@@ -184,8 +182,7 @@ impl PhysicalMemory {
         }
         // SAFETY: the handle came from aclrtMallocPhysical and is not freed yet (the flag),
         // and every mapping of it holds an `Arc` to this value, so none is left.
-        let code = unsafe { (self.rt.acl().aclrtFreePhysical)(self.handle) };
-        self.rt.acl_check("aclrtFreePhysical", code)?;
+        unsafe { calls::aclrtFreePhysical(&self.rt, self.handle) }?;
         self.freed.store(true, Ordering::Release);
         Ok(())
     }
@@ -234,8 +231,7 @@ impl Mapping {
         let len = to_usize(physical.size, "mapping size")?;
         // SAFETY: `ptr..ptr+len` lies inside the reservation (checked above) and the handle is
         // live; the runtime rejects a place that is already mapped.
-        let code = unsafe { (rt.acl().aclrtMapMem)(ptr.as_raw(), len, 0, physical.handle, 0) };
-        rt.acl_check("aclrtMapMem", code)?;
+        unsafe { calls::aclrtMapMem(rt, ptr.as_raw(), len, 0, physical.handle, 0) }?;
         Ok(Mapping {
             ptr,
             range: Arc::clone(range),
@@ -307,8 +303,7 @@ impl Mapping {
         let rt = &self.range.rt;
         // SAFETY: `ptr` is the start of a mapping made by `new` and not yet unmapped (the
         // flag is set only after a successful unmap).
-        let code = unsafe { (rt.acl().aclrtUnmapMem)(self.ptr.as_raw()) };
-        rt.acl_check("aclrtUnmapMem", code)?;
+        unsafe { calls::aclrtUnmapMem(rt, self.ptr.as_raw()) }?;
         self.unmapped.store(true, Ordering::Release);
         Ok(())
     }

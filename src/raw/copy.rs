@@ -1,12 +1,45 @@
-//! Copies between host and device memory, and memset.
+//! Copies between host and device memory, and fills, on raw device addresses: the raw views
+//! of a [`Runtime`] (synchronous) and of a [`Stream`] (queued).
 
 use std::ffi::c_void;
 
-use super::{DevicePtr, Runtime, Stream};
+use super::{DevicePtr, calls};
 use crate::Result;
+use crate::runtime::{Runtime, Stream};
 use crate::sys::aclrtMemcpyKind;
 
+/// The raw view of a [`Runtime`] ([`Runtime::raw`]): synchronous copies and fills of device
+/// memory at raw addresses (`aclrtMemcpy`, `aclrtMemset`), each an `unsafe fn`.
+#[derive(Clone, Copy, Debug)]
+pub struct RawRuntime<'a> {
+    rt: &'a Runtime,
+}
+
+/// The raw view of a [`Stream`] ([`Stream::raw`]): copies and fills of device memory at raw
+/// addresses queued on the stream (`aclrtMemcpyAsync`, `aclrtMemsetAsync`), each an
+/// `unsafe fn`.
+#[derive(Clone, Copy, Debug)]
+pub struct RawStream<'a> {
+    stream: &'a Stream,
+}
+
 impl Runtime {
+    /// The raw layer's view of this runtime: copies and fills at raw device addresses
+    /// ([`RawRuntime`], all `unsafe`). Typed owners (`SymVec`, ...) copy safely.
+    pub fn raw(&self) -> RawRuntime<'_> {
+        RawRuntime { rt: self }
+    }
+}
+
+impl Stream {
+    /// The raw layer's view of this stream: queued copies and fills at raw device addresses
+    /// ([`RawStream`], all `unsafe`).
+    pub fn raw(&self) -> RawStream<'_> {
+        RawStream { stream: self }
+    }
+}
+
+impl RawRuntime<'_> {
     /// Copies `src` into device memory at `dst`, returning when the copy is done.
     ///
     /// # Errors
@@ -17,16 +50,16 @@ impl Runtime {
     /// reads or writes it.
     pub unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         // SAFETY: the caller owns the destination; `src` is a valid host slice.
-        let code = unsafe {
-            (self.acl().aclrtMemcpy)(
+        unsafe {
+            calls::aclrtMemcpy(
+                self.rt,
                 dst.as_raw(),
                 src.len(),
                 src.as_ptr().cast(),
                 src.len(),
                 aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE,
             )
-        };
-        self.acl_check("aclrtMemcpy", code)
+        }
     }
 
     /// Copies device memory at `src` into `dst`, returning when the copy is done.
@@ -40,16 +73,16 @@ impl Runtime {
     pub unsafe fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
         // SAFETY: `dst` is a valid, exclusively borrowed host slice; the caller vouches for
         // the source.
-        let code = unsafe {
-            (self.acl().aclrtMemcpy)(
+        unsafe {
+            calls::aclrtMemcpy(
+                self.rt,
                 dst.as_mut_ptr().cast(),
                 dst.len(),
                 src.as_raw(),
                 dst.len(),
                 aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST,
             )
-        };
-        self.acl_check("aclrtMemcpy", code)
+        }
     }
 
     /// Fills `len` bytes of device memory at `dst` with `value`, returning when done.
@@ -61,12 +94,11 @@ impl Runtime {
     /// `dst..dst + len` is device memory the caller may write, not in use by queued work.
     pub unsafe fn memset(&self, dst: DevicePtr, value: u8, len: usize) -> Result<()> {
         // SAFETY: the caller owns the destination.
-        let code = unsafe { (self.acl().aclrtMemset)(dst.as_raw(), len, i32::from(value), len) };
-        self.acl_check("aclrtMemset", code)
+        unsafe { calls::aclrtMemset(self.rt, dst.as_raw(), len, i32::from(value), len) }
     }
 }
 
-impl Stream {
+impl RawStream<'_> {
     /// Enqueues a copy of `len` bytes between two device buffers.
     ///
     /// # Errors
@@ -74,7 +106,7 @@ impl Stream {
     ///
     /// # Safety
     /// Both ranges are device memory the caller may use, and stay valid until the copy has
-    /// run (a later [`synchronize`](Stream::synchronize)).
+    /// run (a later [`Stream::synchronize`]).
     pub unsafe fn copy_device_async(
         &self,
         dst: DevicePtr,
@@ -99,7 +131,7 @@ impl Stream {
     ///
     /// # Safety
     /// The destination is device memory the caller may write, and `src` must stay alive and
-    /// unchanged until the copy has run (a later [`synchronize`](Stream::synchronize)).
+    /// unchanged until the copy has run (a later [`Stream::synchronize`]).
     pub unsafe fn copy_to_device_async(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe {
@@ -120,12 +152,18 @@ impl Stream {
     /// # Safety
     /// The destination is device memory the caller may write until the fill has run.
     pub unsafe fn memset_async(&self, dst: DevicePtr, value: u8, len: usize) -> Result<()> {
-        let rt = self.runtime();
+        let rt = self.stream.runtime();
         // SAFETY: forwarded contract; the stream is live.
-        let code = unsafe {
-            (rt.acl().aclrtMemsetAsync)(dst.as_raw(), len, i32::from(value), len, self.as_raw())
-        };
-        rt.acl_check("aclrtMemsetAsync", code)
+        unsafe {
+            calls::aclrtMemsetAsync(
+                rt,
+                dst.as_raw(),
+                len,
+                i32::from(value),
+                len,
+                self.stream.as_raw(),
+            )
+        }
     }
 
     /// # Safety
@@ -137,9 +175,8 @@ impl Stream {
         len: usize,
         kind: aclrtMemcpyKind,
     ) -> Result<()> {
-        let rt = self.runtime();
+        let rt = self.stream.runtime();
         // SAFETY: forwarded contract; the stream is live.
-        let code = unsafe { (rt.acl().aclrtMemcpyAsync)(dst, len, src, len, kind, self.as_raw()) };
-        rt.acl_check("aclrtMemcpyAsync", code)
+        unsafe { calls::aclrtMemcpyAsync(rt, dst, len, src, len, kind, self.stream.as_raw()) }
     }
 }

@@ -1,18 +1,49 @@
-//! The collectives, on raw device pointers. The typed, checked versions live on the pool.
+//! The collectives on raw device pointers: one method of [`RawComm`] per HCCL collective.
+//! The typed, bounds-checked versions are the pool's (`SymPool::all_reduce`, ...).
 
 use std::ffi::c_void;
 
-use super::{Comm, DevicePtr, Runtime, Stream};
+use super::{DevicePtr, calls};
+use crate::ReduceOp;
+use crate::runtime::{Comm, Stream};
 use crate::sys::{HcclDataType, HcclReduceOp, HcclSendRecvItem};
-use crate::{Error, ReduceOp, Result};
+use crate::{Error, Result};
+
+/// The raw view of a [`Comm`] ([`Comm::raw`]): its collectives on raw device pointers, each
+/// an `unsafe fn` whose contract is its C function's.
+#[derive(Clone, Copy, Debug)]
+pub struct RawComm<'a> {
+    comm: &'a Comm,
+}
+
+impl<'a> RawComm<'a> {
+    /// The raw view of `comm`.
+    pub fn new(comm: &'a Comm) -> Self {
+        RawComm { comm }
+    }
+
+    /// The communicator viewed.
+    pub fn comm(&self) -> &'a Comm {
+        self.comm
+    }
+}
+
+impl Comm {
+    /// The raw layer's view of this communicator: the collectives on raw device pointers
+    /// ([`RawComm`], all `unsafe`). The pool's collectives are the typed, checked ones.
+    pub fn raw(&self) -> RawComm<'_> {
+        RawComm::new(self)
+    }
+}
 
 /// The collectives enqueue work on `stream` and return; [`Comm::synchronize`] waits for it.
+/// Each is its C function (named in its docs) on this communicator, under its call lock.
 ///
 /// The V collectives and the point-to-point calls (`all_gather_v`, `reduce_scatter_v`,
 /// `all_to_all_v`, `reduce`, `scatter`, `send`, `recv`, `batch_send_recv`) are optional
 /// entries of the table: a library without one gives [`Error::Unsupported`] naming it. Their
 /// count and displacement arrays (elements of `dtype`, one per rank) are checked to have
-/// `size()` entries, since the C functions read that many; everything else about them (that
+/// `size()` entries (the communicator's [`Comm::size`]), since the C functions read that many; everything else about them (that
 /// each region fits its buffer, that peers agree) is the caller's contract here, and checked
 /// by the typed versions on the pool.
 ///
@@ -22,7 +53,7 @@ use crate::{Error, ReduceOp, Result};
 /// times larger, AlltoAll's are `size()` blocks of the per-peer count; a V collective's
 /// buffer holds every `displacement + count` region of its arrays), and must stay valid
 /// and untouched by the host until the stream has been synchronised.
-impl Comm {
+impl RawComm<'_> {
     /// Element-wise reduction of `count` elements across ranks, result on every rank
     /// (`HcclAllReduce`). `send == recv` is allowed.
     ///
@@ -40,10 +71,11 @@ impl Comm {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        self.hccl_call("HcclAllReduce", |hccl, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
-                (hccl.HcclAllReduce)(
+                calls::HcclAllReduce(
+                    self.comm.runtime(),
                     send.as_raw(),
                     recv.as_raw(),
                     count,
@@ -72,10 +104,11 @@ impl Comm {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        self.hccl_call("HcclAllGather", |hccl, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
-                (hccl.HcclAllGather)(
+                calls::HcclAllGather(
+                    self.comm.runtime(),
                     send.as_raw(),
                     recv.as_raw(),
                     send_count,
@@ -104,10 +137,11 @@ impl Comm {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        self.hccl_call("HcclReduceScatter", |hccl, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
-                (hccl.HcclReduceScatter)(
+                calls::HcclReduceScatter(
+                    self.comm.runtime(),
                     send.as_raw(),
                     recv.as_raw(),
                     recv_count,
@@ -136,10 +170,11 @@ impl Comm {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        self.hccl_call("HcclAlltoAll", |hccl, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
-                (hccl.HcclAlltoAll)(
+                calls::HcclAlltoAll(
+                    self.comm.runtime(),
                     send.as_raw(),
                     count,
                     dtype,
@@ -168,9 +203,19 @@ impl Comm {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        self.hccl_call("HcclBroadcast", |hccl, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
-            unsafe { (hccl.HcclBroadcast)(buf.as_raw(), count, dtype, root, comm, stream.as_raw()) }
+            unsafe {
+                calls::HcclBroadcast(
+                    self.comm.runtime(),
+                    buf.as_raw(),
+                    count,
+                    dtype,
+                    root,
+                    comm,
+                    stream.as_raw(),
+                )
+            }
         })
     }
 
@@ -195,15 +240,16 @@ impl Comm {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclAllGatherV", self.runtime().hccl().HcclAllGatherV)?;
+        calls::require::HcclAllGatherV(self.comm.runtime())?;
         self.check_per_rank(
-            "HcclAllGatherV",
+            calls::name::HcclAllGatherV,
             &[("recvCounts", recv_counts), ("recvDispls", recv_displs)],
         )?;
-        self.hccl_call("HcclAllGatherV", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; both arrays hold size() u64s, read during the call.
             unsafe {
-                f(
+                calls::HcclAllGatherV(
+                    self.comm.runtime(),
                     send.as_raw(),
                     send_count,
                     recv.as_raw(),
@@ -239,18 +285,16 @@ impl Comm {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional(
-            "HcclReduceScatterV",
-            self.runtime().hccl().HcclReduceScatterV,
-        )?;
+        calls::require::HcclReduceScatterV(self.comm.runtime())?;
         self.check_per_rank(
-            "HcclReduceScatterV",
+            calls::name::HcclReduceScatterV,
             &[("sendCounts", send_counts), ("sendDispls", send_displs)],
         )?;
-        self.hccl_call("HcclReduceScatterV", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; both arrays hold size() u64s, read during the call.
             unsafe {
-                f(
+                calls::HcclReduceScatterV(
+                    self.comm.runtime(),
                     send.as_raw(),
                     host_array(send_counts),
                     host_array(send_displs),
@@ -287,9 +331,9 @@ impl Comm {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclAlltoAllV", self.runtime().hccl().HcclAlltoAllV)?;
+        calls::require::HcclAlltoAllV(self.comm.runtime())?;
         self.check_per_rank(
-            "HcclAlltoAllV",
+            calls::name::HcclAlltoAllV,
             &[
                 ("sendCounts", send_counts),
                 ("sdispls", send_displs),
@@ -297,11 +341,12 @@ impl Comm {
                 ("rdispls", recv_displs),
             ],
         )?;
-        self.hccl_call("HcclAlltoAllV", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the four arrays hold size() u64s, read during the
             // call.
             unsafe {
-                f(
+                calls::HcclAlltoAllV(
+                    self.comm.runtime(),
                     send.as_raw(),
                     host_array(send_counts),
                     host_array(send_displs),
@@ -337,11 +382,11 @@ impl Comm {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclReduce", self.runtime().hccl().HcclReduce)?;
-        self.hccl_call("HcclReduce", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
-                f(
+                calls::HcclReduce(
+                    self.comm.runtime(),
                     send.as_raw(),
                     recv.as_raw(),
                     count,
@@ -373,11 +418,11 @@ impl Comm {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclScatter", self.runtime().hccl().HcclScatter)?;
-        self.hccl_call("HcclScatter", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
-                f(
+                calls::HcclScatter(
+                    self.comm.runtime(),
                     send.as_raw(),
                     recv.as_raw(),
                     recv_count,
@@ -406,10 +451,19 @@ impl Comm {
         peer: u32,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclSend", self.runtime().hccl().HcclSend)?;
-        self.hccl_call("HcclSend", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
-            unsafe { f(buf.as_raw(), count, dtype, peer, comm, stream.as_raw()) }
+            unsafe {
+                calls::HcclSend(
+                    self.comm.runtime(),
+                    buf.as_raw(),
+                    count,
+                    dtype,
+                    peer,
+                    comm,
+                    stream.as_raw(),
+                )
+            }
         })
     }
 
@@ -429,10 +483,19 @@ impl Comm {
         peer: u32,
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclRecv", self.runtime().hccl().HcclRecv)?;
-        self.hccl_call("HcclRecv", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
-            unsafe { f(buf.as_raw(), count, dtype, peer, comm, stream.as_raw()) }
+            unsafe {
+                calls::HcclRecv(
+                    self.comm.runtime(),
+                    buf.as_raw(),
+                    count,
+                    dtype,
+                    peer,
+                    comm,
+                    stream.as_raw(),
+                )
+            }
         })
     }
 
@@ -451,27 +514,36 @@ impl Comm {
         items: &[HcclSendRecvItem],
         stream: &Stream,
     ) -> Result<()> {
-        let f = Runtime::optional("HcclBatchSendRecv", self.runtime().hccl().HcclBatchSendRecv)?;
+        calls::require::HcclBatchSendRecv(self.comm.runtime())?;
         let count = u32::try_from(items.len()).map_err(|_| {
             Error::invalid(format!(
-                "HcclBatchSendRecv: {} items do not fit a u32",
+                "{}: {} items do not fit a u32",
+                calls::name::HcclBatchSendRecv,
                 items.len()
             ))
         })?;
         // The C prototype takes a mutable pointer but only reads the items: pass a copy, so
         // the caller's slice is never written through.
         let mut copy = items.to_vec();
-        self.hccl_call("HcclBatchSendRecv", |_, comm| {
+        self.comm.serialised(|comm| {
             // SAFETY: the caller's contract; `copy` holds `count` items and lives across the
             // call.
-            unsafe { f(copy.as_mut_ptr(), count, comm, stream.as_raw()) }
+            unsafe {
+                calls::HcclBatchSendRecv(
+                    self.comm.runtime(),
+                    copy.as_mut_ptr(),
+                    count,
+                    comm,
+                    stream.as_raw(),
+                )
+            }
         })
     }
 
     /// [`Error::InvalidArgument`] unless every named array has one entry per rank: the C
     /// functions read exactly `size()` of them.
     fn check_per_rank(&self, call: &str, arrays: &[(&str, &[u64])]) -> Result<()> {
-        let ranks = self.size() as usize;
+        let ranks = self.comm.size() as usize;
         for (name, array) in arrays {
             if array.len() != ranks {
                 return Err(Error::invalid(format!(

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use super::{Backend, Origin, Runtime};
+use super::{Backend, Origin};
+use crate::runtime::Runtime;
 use crate::sys::{AclApi, FnTable, HcclApi};
 use crate::{Error, Result};
 
@@ -73,62 +74,60 @@ impl SearchPaths {
     }
 }
 
-impl Runtime {
-    /// Loads the real CANN libraries.
-    ///
-    /// Looks for `libascendcl.so` and `libhccl.so` in this order: the files named by
-    /// `SYMHEAP_ACL_LIB` / `SYMHEAP_HCCL_LIB`; then `$ASCEND_HOME_PATH/lib64`,
-    /// `$ASCEND_TOOLKIT_HOME/lib64` and `/usr/local/Ascend/ascend-toolkit/latest/lib64`; then
-    /// the plain names through the dynamic linker (`LD_LIBRARY_PATH`, the cache). CANN 9.x's
-    /// `libacl_rt.so` and `libhcomm.so` are tried beside each, and symbols missing from
-    /// `libhccl.so` are looked up in `libhcomm.so` too. Calls `aclInit`.
-    ///
-    /// # Errors
-    /// [`Error::Load`] listing every path tried and why each failed (the loader's own reason:
-    /// not found, a missing dependency, a required symbol missing, ...). Never panics.
-    ///
-    /// # Safety
-    /// As [`Runtime::load_from`], for whichever libraries these paths find: opening a library
-    /// runs its code, and a library that exports the CANN names with other prototypes would
-    /// make calls through them undefined behaviour.
-    pub unsafe fn load() -> Result<Runtime> {
-        // SAFETY: the caller's contract.
-        unsafe { load_with(&SearchPaths::from_env()) }
-    }
-
-    /// Loads HCCL and ACL from the given files (the emulator's cdylib, a specific CANN install).
-    ///
-    /// # Errors
-    /// [`Error::Load`] if either file cannot be opened or lacks a required symbol.
-    ///
-    /// # Safety
-    /// - Opening the libraries runs their initialisers: they must be trusted code.
-    /// - Every symbol they export under a name of [`crate::sys::HcclApi`] /
-    ///   [`crate::sys::AclApi`] must be that C function with exactly its prototype (the real
-    ///   CANN libraries, or a library built to their ABI such as the emulator's cdylib); a
-    ///   library exporting those names as data or with other signatures makes every later
-    ///   call undefined behaviour.
-    ///
-    /// Safe code cannot load a library:
-    /// ```compile_fail
-    /// let rt = symheap::Runtime::load_from("libhccl.so", "libascendcl.so");
-    /// ```
-    pub unsafe fn load_from(
-        hccl_path: impl AsRef<Path>,
-        acl_path: impl AsRef<Path>,
-    ) -> Result<Runtime> {
-        // SAFETY: the caller's contract.
-        let acl = unsafe { open_first(&ACL, &[acl_path.as_ref().to_path_buf()]) }?;
-        // SAFETY: the caller's contract.
-        let hccl = unsafe { open_first(&HCCL, &[hccl_path.as_ref().to_path_buf()]) }?;
-        finish(acl, hccl)
-    }
-}
-
-/// [`Runtime::load`] over `paths`.
+/// Loads the real CANN libraries.
+///
+/// Looks for `libascendcl.so` and `libhccl.so` in this order: the files named by
+/// `SYMHEAP_ACL_LIB` / `SYMHEAP_HCCL_LIB`; then `$ASCEND_HOME_PATH/lib64`,
+/// `$ASCEND_TOOLKIT_HOME/lib64` and `/usr/local/Ascend/ascend-toolkit/latest/lib64`; then
+/// the plain names through the dynamic linker (`LD_LIBRARY_PATH`, the cache). CANN 9.x's
+/// `libacl_rt.so` and `libhcomm.so` are tried beside each, and symbols missing from
+/// `libhccl.so` are looked up in `libhcomm.so` too. Calls `aclInit`.
+///
+/// # Errors
+/// [`Error::Load`] listing every path tried and why each failed (the loader's own reason:
+/// not found, a missing dependency, a required symbol missing, ...). Never panics.
 ///
 /// # Safety
-/// As [`Runtime::load`].
+/// As [`load_from`], for whichever libraries these paths find: opening a library
+/// runs its code, and a library that exports the CANN names with other prototypes would
+/// make calls through them undefined behaviour.
+pub unsafe fn load() -> Result<Runtime> {
+    // SAFETY: the caller's contract.
+    unsafe { load_with(&SearchPaths::from_env()) }
+}
+
+/// Loads HCCL and ACL from the given files (the emulator's cdylib, a specific CANN install).
+///
+/// # Errors
+/// [`Error::Load`] if either file cannot be opened or lacks a required symbol.
+///
+/// # Safety
+/// - Opening the libraries runs their initialisers: they must be trusted code.
+/// - Every symbol they export under a name of [`crate::sys::HcclApi`] /
+///   [`crate::sys::AclApi`] must be that C function with exactly its prototype (the real
+///   CANN libraries, or a library built to their ABI such as the emulator's cdylib); a
+///   library exporting those names as data or with other signatures makes every later
+///   call undefined behaviour.
+///
+/// Safe code cannot load a library:
+/// ```compile_fail
+/// let rt = symheap::raw::load_from("libhccl.so", "libascendcl.so");
+/// ```
+pub unsafe fn load_from(
+    hccl_path: impl AsRef<Path>,
+    acl_path: impl AsRef<Path>,
+) -> Result<Runtime> {
+    // SAFETY: the caller's contract.
+    let acl = unsafe { open_first(&ACL, &[acl_path.as_ref().to_path_buf()]) }?;
+    // SAFETY: the caller's contract.
+    let hccl = unsafe { open_first(&HCCL, &[hccl_path.as_ref().to_path_buf()]) }?;
+    finish(acl, hccl)
+}
+
+/// [`load`] over `paths`.
+///
+/// # Safety
+/// As [`load`].
 pub(super) unsafe fn load_with(paths: &SearchPaths) -> Result<Runtime> {
     // ACL first: libhccl.so links against it.
     // SAFETY: the caller's contract.
@@ -166,7 +165,7 @@ fn finish(acl: Opened<AclApi>, hccl: Opened<HcclApi>) -> Result<Runtime> {
 /// Tries each candidate until one opens and resolves every required symbol.
 ///
 /// # Safety
-/// As [`Runtime::load_from`], for every candidate.
+/// As [`load_from`], for every candidate.
 unsafe fn open_first<T: FnTable>(wanted: &Wanted, candidates: &[PathBuf]) -> Result<Opened<T>> {
     let mut tried = Vec::new();
     for path in candidates {
@@ -212,7 +211,7 @@ fn companion_of(path: &Path, wanted: &Wanted) -> Option<PathBuf> {
 /// Opens the library at `path`.
 ///
 /// # Safety
-/// As [`Runtime::load_from`]: opening it runs its initialisers.
+/// As [`load_from`]: opening it runs its initialisers.
 unsafe fn open(path: &Path) -> std::result::Result<Library, String> {
     // RTLD_NOW: a missing dependency is reported here, not at the first call.
     let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;

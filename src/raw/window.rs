@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{Comm, DevicePtr, Mapping, Runtime};
+use super::{DevicePtr, Mapping, calls};
 use crate::Result;
+use crate::runtime::Comm;
 use crate::sys::HcclCommSymWindow;
 
 /// An opaque window handle, as `HcclCommSymWinGet` returns it (a device pointer on real
@@ -55,12 +56,19 @@ impl Window {
     /// the library's error for mismatched sizes or an exhausted per-rank stride.
     pub fn register(comm: &Comm, mapping: &Arc<Mapping>) -> Result<Window> {
         let rt = comm.runtime();
-        let register =
-            Runtime::optional("HcclCommSymWinRegister", rt.hccl().HcclCommSymWinRegister)?;
         let mut raw = std::ptr::null_mut();
-        comm.hccl_call("HcclCommSymWinRegister", |_, c| {
+        comm.serialised(|c| {
             // SAFETY: live communicator, mapped memory and a valid out-pointer.
-            unsafe { register(c, mapping.ptr().as_raw(), mapping.size(), &mut raw, 1) }
+            unsafe {
+                calls::HcclCommSymWinRegister(
+                    rt,
+                    c,
+                    mapping.ptr().as_raw(),
+                    mapping.size(),
+                    &mut raw,
+                    1,
+                )
+            }
         })?;
         tracing::debug!(
             rank = comm.rank(),
@@ -87,7 +95,7 @@ impl Window {
     /// # Examples
     /// ```
     /// # #[cfg(feature = "emulator")] {
-    /// use symheap::Window;
+    /// use symheap::raw::Window;
     ///
     /// let sizes = symheap::emu::launch(2, |comm| {
     ///     let window = Window::allocate(comm, 1000)?;
@@ -164,18 +172,10 @@ impl Window {
 
     /// Deregisters; on failure hands the memory to the communicator.
     fn deregister_raw(&self) -> Result<()> {
-        let rt = self.comm.runtime();
-        let result = Runtime::optional(
-            "HcclCommSymWinDeregister",
-            rt.hccl().HcclCommSymWinDeregister,
-        )
-        .and_then(|deregister| {
-            self.comm.hccl_call("HcclCommSymWinDeregister", |_, _| {
-                // SAFETY: the handle came from a successful register and is deregistered
-                // once: the flag is set before, and checked by, the only other caller
-                // (`drop`).
-                unsafe { deregister(self.handle.as_raw()) }
-            })
+        let result = self.comm.serialised(|_| {
+            // SAFETY: the handle came from a successful register and is deregistered once:
+            // the flag is set before, and checked by, the only other caller (`drop`).
+            unsafe { calls::HcclCommSymWinDeregister(self.comm.runtime(), self.handle.as_raw()) }
         });
         match &result {
             Ok(()) => tracing::debug!(
@@ -209,15 +209,23 @@ impl Comm {
     /// on every one-rank communicator); [`Error::Unsupported`](crate::Error::Unsupported) on
     /// libraries without symmetric windows.
     pub fn window_get(&self, ptr: DevicePtr, len: u64) -> Result<(WindowHandle, u64)> {
-        let rt = self.runtime();
-        let get = Runtime::optional("HcclCommSymWinGet", rt.hccl().HcclCommSymWinGet)?;
+        calls::require::HcclCommSymWinGet(self.runtime())?;
         let len = usize::try_from(len)
             .map_err(|_| crate::Error::invalid(format!("length {len} exceeds usize")))?;
         let (mut raw, mut offset) = (std::ptr::null_mut(), 0usize);
-        self.hccl_call("HcclCommSymWinGet", |_, comm| {
+        self.serialised(|comm| {
             // SAFETY: live communicator and valid out-pointers; the library only looks the
             // range up.
-            unsafe { get(comm, ptr.as_raw(), len, &mut raw, &mut offset) }
+            unsafe {
+                calls::HcclCommSymWinGet(
+                    self.runtime(),
+                    comm,
+                    ptr.as_raw(),
+                    len,
+                    &mut raw,
+                    &mut offset,
+                )
+            }
         })?;
         Ok((WindowHandle::from_raw(raw), offset as u64))
     }
