@@ -3,9 +3,9 @@
 
 use std::ffi::c_void;
 
-use super::{DevicePtr, calls};
 use crate::ReduceOp;
 use crate::runtime::{Comm, Stream};
+use crate::runtime::{DevicePtr, calls};
 use crate::sys::{HcclDataType, HcclReduceOp, HcclSendRecvItem};
 use crate::{Error, Result};
 

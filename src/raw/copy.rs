@@ -3,8 +3,8 @@
 
 use std::ffi::c_void;
 
-use super::{DevicePtr, calls};
 use crate::Result;
+use crate::runtime::{DevicePtr, calls};
 use crate::runtime::{Runtime, Stream};
 use crate::sys::aclrtMemcpyKind;
 

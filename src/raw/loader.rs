@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use super::{Backend, Origin};
 use crate::runtime::Runtime;
+use crate::runtime::{Backend, Origin};
 use crate::sys::{AclApi, FnTable, HcclApi};
 use crate::{Error, Result};
 

@@ -26,55 +26,24 @@
 //! Nothing here checks that peers agree: that, and typed bounds-checked buffers, is what the
 //! pool above adds.
 
-pub mod calls;
 mod collectives;
 mod copy;
 mod loader;
-mod memory;
 mod window;
 
-use std::any::Any;
-use std::path::PathBuf;
-
+// Defined below the safe handles, which use them: `src/runtime/{calls, memory, origin}.rs`.
+// This module is their public path; what it defines itself (the views, windows and the
+// loader) sits above the safe handles, so the two never import each other.
+pub use crate::runtime::calls;
+pub use crate::runtime::{Backend, DevicePtr, Mapping, Origin, PhysicalMemory, VirtualRange};
 pub use collectives::RawComm;
 pub use copy::{RawRuntime, RawStream};
 pub use loader::{load, load_from};
-pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
 pub use window::{Window, WindowHandle};
 
 use crate::Result;
 use crate::runtime::Runtime;
 use crate::sys::{AclApi, HcclApi};
-
-/// Which backend a [`Runtime`] calls ([`Runtime::backend`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backend {
-    /// Tables filled in this process (the built-in emulator, or a caller's own), named.
-    InProcess {
-        /// What filled them, e.g. `"symheap emulator"`.
-        name: &'static str,
-    },
-    /// Shared libraries loaded at run time.
-    Loaded {
-        /// The HCCL library that was opened.
-        hccl: PathBuf,
-        /// The ACL runtime library that was opened.
-        acl: PathBuf,
-    },
-}
-
-/// What [`from_tables`] needs besides the two tables.
-pub struct Origin {
-    /// What [`Runtime::backend`] reports.
-    pub backend: Backend,
-    /// Whether device memory is ordinary host memory of this process (true on the emulator):
-    /// typed owners then offer host views of it.
-    pub host_addressable: bool,
-    /// Whatever keeps the tables' code alive (the loaded libraries, or `Box::new(())`); the
-    /// runtime drops it after the last call through the tables.
-    pub keep_alive: Box<dyn Any + Send + Sync>,
-}
 
 /// Builds a runtime over two filled tables and calls `aclInit`: the one constructor that
 /// [`load`], [`load_from`] and the emulator (`Runtime::emulated`) all call, and that a

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{DevicePtr, Mapping, calls};
 use crate::Result;
 use crate::runtime::Comm;
+use crate::runtime::{DevicePtr, Mapping, calls};
 use crate::sys::HcclCommSymWindow;
 
 /// An opaque window handle, as `HcclCommSymWinGet` returns it (a device pointer on real

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use super::Mapping;
 use super::{Comm, Stream};
-use crate::raw::Mapping;
 use crate::sys::HcclDataType;
 use crate::{Error, Result};
 

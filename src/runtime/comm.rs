@@ -2,8 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::{Mapping, calls};
 use super::{Runtime, Stream};
-use crate::raw::{Mapping, calls};
 use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
 use crate::{Error, Result};
 

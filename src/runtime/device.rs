@@ -1,7 +1,7 @@
 //! Device selection and device properties.
 
 use super::Runtime;
-use crate::raw::calls;
+use super::calls;
 use crate::sys::{aclrtMemAttr, aclrtMemGranularityOptions, aclrtPhysicalMemProp};
 use crate::{Error, Result};
 

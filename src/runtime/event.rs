@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use super::calls;
 use super::{Runtime, Stream};
 use crate::Result;
-use crate::raw::calls;
 use crate::sys::aclrtEvent;
 
 /// An ACL event (`aclrtCreateEvent`). Cheap to clone; destroyed when the last clone drops

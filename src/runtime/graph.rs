@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use super::calls;
 use super::host_fn::HostFns;
 use super::{Runtime, Stream};
 use crate::Result;
-use crate::raw::calls;
 use crate::sys::{ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, aclmdlRI};
 
 /// A captured graph (`aclmdlRI`), destroyed (`aclmdlRIDestroy`) when the last clone drops.

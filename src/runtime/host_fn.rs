@@ -11,8 +11,8 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 use super::Stream;
+use super::calls;
 use crate::Result;
-use crate::raw::calls;
 use crate::sys::aclmdlRI;
 
 /// A host function that runs once, as `aclrtLaunchHostFunc` passes it back to

@@ -13,6 +13,7 @@
 
 mod agreement;
 pub(crate) mod bootstrap;
+pub mod calls;
 mod comm;
 mod device;
 mod element;
@@ -20,12 +21,13 @@ mod event;
 mod graph;
 mod groups;
 mod host_fn;
+mod memory;
+mod origin;
 mod stream;
 
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 
-use crate::raw::{Backend, Origin, calls};
 use crate::sys::{ACL_ERROR_REPEAT_INITIALIZE, AclApi, HcclApi};
 use crate::{Error, Result};
 
@@ -36,6 +38,8 @@ pub use element::Element;
 pub use event::Event;
 pub use graph::Graph;
 pub use groups::ParallelGroups;
+pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
+pub use origin::{Backend, Origin};
 pub use stream::Stream;
 
 /// A loaded backend: the HCCL and ACL function tables, and what keeps their code alive.

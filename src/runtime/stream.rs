@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::Runtime;
+use super::calls;
 use crate::Result;
-use crate::raw::calls;
 use crate::sys::aclrtStream;
 
 /// An ACL stream (`aclrtCreateStream`). Cheap to clone; destroyed when the last clone drops.

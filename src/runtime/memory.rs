@@ -5,8 +5,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::Runtime;
 use super::calls;
-use crate::runtime::Runtime;
 use crate::sys::{aclrtDrvMemHandle, aclrtPhysicalMemProp};
 use crate::{Error, Result};
 
