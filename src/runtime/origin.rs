@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::path::PathBuf;
 
-/// Which backend a [`Runtime`] calls ([`Runtime::backend`]).
+/// Which backend a [`Runtime`](super::Runtime) calls ([`Runtime::backend`](super::Runtime::backend)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Backend {
@@ -22,9 +22,9 @@ pub enum Backend {
     },
 }
 
-/// What [`from_tables`] needs besides the two tables.
+/// What [`from_tables`](crate::raw::from_tables) needs besides the two tables.
 pub struct Origin {
-    /// What [`Runtime::backend`] reports.
+    /// What [`Runtime::backend`](super::Runtime::backend) reports.
     pub backend: Backend,
     /// Whether device memory is ordinary host memory of this process (true on the emulator):
     /// typed owners then offer host views of it.
