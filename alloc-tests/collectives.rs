@@ -29,7 +29,7 @@ pub(crate) fn every_wrapper<T: Elem>(
     inb: &DeviceBuf,
     outb: &DeviceBuf,
 ) -> Result<()> {
-    let (r, n) = (i64::from(comm.rank()), comm.size());
+    let (r, n) = (i64::from(comm.rank()), comm.rank_count());
     let (c, dt, blocks) = (COUNT as u64, T::DATA_TYPE.into(), n as usize * COUNT);
     let factorial: i64 = (1..=i64::from(n)).product();
     let sum = i64::from(n) * (i64::from(n) + 1) / 2;
@@ -171,7 +171,7 @@ pub(crate) fn every_vector_wrapper<T: Elem>(
     inb: &DeviceBuf,
     outb: &DeviceBuf,
 ) -> Result<()> {
-    let (r, n) = (comm.rank() as usize, comm.size() as usize);
+    let (r, n) = (comm.rank() as usize, comm.rank_count() as usize);
     let dt = T::DATA_TYPE.into();
     let of = |values: &[i64]| values.iter().map(|&v| T::from_i64(v)).collect::<Vec<T>>();
     let packed = |counts: &[u64]| {

@@ -31,7 +31,7 @@ fn split_refuses_bad_rank_lists_and_sub_communicators_and_groups_check_their_siz
         assert!(invalid(world.split(&[(r + 1) % 4], 1, &c)).contains("not among"));
         assert!(invalid(world.split(&[r], 0xFFFF_FFFF, &c)).contains("not a member"));
         let alone = world.split(&[r], u64::from(r), &c)?;
-        assert_eq!((alone.rank(), alone.size()), (0, 1));
+        assert_eq!((alone.rank(), alone.rank_count()), (0, 1));
         assert!(alone.parent().unwrap().same_as(world));
         assert!(invalid(alone.split(&[0], 1, &c)).contains("only a global"));
         for (tp, ep) in [(3, 3), (2, 1), (0, 4), (4, 2)] {
@@ -154,7 +154,7 @@ fn attached_program(world: &Comm, steps: usize) -> symheap::Result<(u64, u64, sy
                 let view = pick(&mut rng, &views);
                 // An all-gather of the vector's first element into a fresh buffer.
                 let one = SymVec::<f32>::zeroed(&pool, 1)?;
-                let mut all = SymVec::<f32>::zeroed(&pool, view.group().size() as usize)?;
+                let mut all = SymVec::<f32>::zeroed(&pool, view.group().rank_count() as usize)?;
                 view.all_gather(&one, &mut all)?;
                 drop(live.swap_remove(i));
             }

@@ -45,7 +45,7 @@ fn a_known_layout_gives_exactly_this_snapshot() {
     .unwrap()
     .remove(0);
     session.assert_clean();
-    assert_eq!((snapshot.rank, snapshot.world_size), (0, 1));
+    assert_eq!((snapshot.rank, snapshot.rank_count), (0, 1));
     assert_eq!(snapshot.windows.len(), 1);
     let window = &snapshot.windows[0];
     assert_eq!(window.size, 2 << 20);
@@ -100,6 +100,10 @@ fn snapshots_round_trip_through_json_exactly() {
     for snapshot in &snapshots {
         let json = snapshot.to_json();
         assert_eq!(&Snapshot::from_json(&json).unwrap(), snapshot, "{json}");
+        // Snapshots written before the rank count had its name still load.
+        let old = json.replace("\"rank_count\"", "\"world_size\"");
+        assert_ne!(old, json);
+        assert_eq!(&Snapshot::from_json(&old).unwrap(), snapshot, "{old}");
     }
     let err = Snapshot::from_json("{\"rank\": 0}").unwrap_err();
     assert!(err.to_string().contains("not a symheap snapshot"), "{err}");

@@ -10,21 +10,21 @@ use crate::support::rng::Rng;
 
 /// Where an allocation landed: the window's order of appearance on this rank, the offset and
 /// the length; `None` for an allocation that ran out of memory.
-type Placement = Option<(usize, u64, u64)>;
+type Location = Option<(usize, u64, u64)>;
 
 /// A random program of allocs (large enough to grow the pool and hit its limit), frees,
-/// collectives and synchronisations; returns every allocation's placement and checks
+/// collectives and synchronisations; returns every allocation's location and checks
 /// `window_get` against every live allocation after every step.
 pub(crate) fn random_program(
     pool: &SymPool,
     seed: u64,
     steps: usize,
-) -> symheap::Result<Vec<Placement>> {
+) -> symheap::Result<Vec<Location>> {
     let mut rng = Rng::new(seed);
     let mut live: Vec<SymVec<f32>> = Vec::new();
     let mut windows = Vec::new();
-    let mut placements = Vec::new();
-    let ranks = pool.comm().size();
+    let mut locations = Vec::new();
+    let ranks = pool.comm().rank_count();
     for _ in 0..steps {
         match rng.below(10) {
             0..=4 => {
@@ -32,10 +32,10 @@ pub(crate) fn random_program(
                 match SymVec::<f32>::zeroed(pool, len) {
                     Ok(v) => {
                         let window = crate::support::window_index(&mut windows, v.window());
-                        placements.push(Some((window, v.offset(), len as u64)));
+                        locations.push(Some((window, v.offset(), len as u64)));
                         live.push(v);
                     }
-                    Err(Error::OutOfMemory(_)) => placements.push(None),
+                    Err(Error::OutOfMemory(_)) => locations.push(None),
                     Err(e) => return Err(e),
                 }
             }
@@ -64,17 +64,17 @@ pub(crate) fn random_program(
         }
     }
     pool.synchronize()?;
-    Ok(placements)
+    Ok(locations)
 }
 
-/// Runs the random program on every rank; each rank's placements, stats and hash.
-fn run_program(ranks: u32) -> Vec<(Vec<Placement>, symheap::PoolStats, u64)> {
+/// Runs the random program on every rank; each rank's locations, stats and hash.
+fn run_program(ranks: u32) -> Vec<(Vec<Location>, symheap::PoolStats, u64)> {
     emu::launch(ranks, |comm| {
         let config = PoolConfig::new(2 << 20).max_capacity(8 << 20);
         let pool = SymPool::new(comm, config)?;
-        let placements = random_program(&pool, 42, 400)?;
+        let locations = random_program(&pool, 42, 400)?;
         pool.verify_symmetric()?;
-        Ok((placements, pool.stats(), pool.op_hash()))
+        Ok((locations, pool.stats(), pool.op_hash()))
     })
     .unwrap()
 }
@@ -86,15 +86,15 @@ fn same_offsets_on_every_rank(ranks: u32) {
         // One rank has no peer to agree with: it must agree with itself on a second run.
         runs.extend(run_program(1));
     }
-    let (placements, stats, _) = &runs[0];
+    let (locations, stats, _) = &runs[0];
     // The program is sized to exercise growth, the OOM path and its release of pending frees.
     assert!(stats.windows > 1 && stats.registrations > 1, "{stats:?}");
     assert!(
-        stats.oom_count > 0 && placements.contains(&None),
+        stats.oom_count > 0 && locations.contains(&None),
         "{stats:?}"
     );
     for run in &runs[1..] {
-        assert_eq!(run.0, *placements);
+        assert_eq!(run.0, *locations);
         assert_eq!(run.2, runs[0].2);
     }
     session.assert_clean();
@@ -543,7 +543,7 @@ fn the_allocator_api2_adapter_backs_a_vec() {
 }
 
 #[test]
-fn containers_that_grow_differently_per_rank_leave_symmetric_placements_alone() {
+fn containers_that_grow_differently_per_rank_leave_symmetric_locations_alone() {
     let session = EmuSession::start();
     let results = emu::launch(2, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(8 << 20).strict_symmetry(true))?;

@@ -144,7 +144,7 @@ fn rank_of_point_to_point() {
     let _ = placement();
     let (_rt, comm) = join();
     let stream = Stream::new(comm.runtime()).unwrap();
-    let (rank, n) = (comm.rank(), comm.size());
+    let (rank, n) = (comm.rank(), comm.rank_count());
     let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
     let count = 300_001usize;
     let bytes = (count * 4) as u64;
@@ -249,7 +249,7 @@ fn rank_of_pool_program() {
             .fold(h, |h, &x| (h ^ x).wrapping_mul(0x0100_0000_01b3))
     });
     let mine = SymVec::from_host(&pool, &[digest]).unwrap();
-    let mut all = SymVec::<u64>::zeroed(&pool, comm.size() as usize).unwrap();
+    let mut all = SymVec::<u64>::zeroed(&pool, comm.rank_count() as usize).unwrap();
     pool.all_gather(&mine, &mut all).unwrap();
     let all = all.to_host().unwrap();
     assert!(
@@ -622,7 +622,7 @@ fn rank_whose_growth_fails() -> symheap::Result<()> {
     // Nothing was registered, so nothing is poisoned: the pools go on.
     let mut v = SymVec::from_host(&pool, &[1.0f32; 64])?;
     pool.all_reduce_in_place(&mut v, symheap::ReduceOp::Sum)?;
-    assert_eq!(v.to_host()?, vec![comm.size() as f32; 64]);
+    assert_eq!(v.to_host()?, vec![comm.rank_count() as f32; 64]);
     assert_eq!(pool.stats().windows, 1);
     Ok(())
 }

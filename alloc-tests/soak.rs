@@ -28,7 +28,7 @@ fn value(rank: u32, k: u64) -> f32 {
 /// all make the same pool calls; the values differ by rank.
 fn soak_rank(pool: &SymPool, seed: u64, budget: Budget) -> Result<u64> {
     let rank = pool.comm().rank();
-    let ranks = pool.comm().size();
+    let ranks = pool.comm().rank_count();
     let sum_of_ranks = (ranks * (ranks + 1) / 2) as f32;
     let mut rng = Rng::new(seed);
     let mut live: Vec<SymVec<f32>> = Vec::new();

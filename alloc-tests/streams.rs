@@ -98,7 +98,7 @@ fn two_stream_program(pool: &SymPool, steps: usize) -> symheap::Result<(u64, f64
     let rt = pool.comm().runtime().clone();
     let comm_stream = Stream::new(&rt)?;
     let streams = [pool.clone(), pool.on(&comm_stream)];
-    let ranks = pool.comm().size() as f32;
+    let ranks = pool.comm().rank_count() as f32;
     let me = pool.comm().rank() as f32;
     let mut rng = Rng::new(3);
     // (buffer, the stream that last wrote it, base, slope): it holds `base + rank * slope`.

@@ -85,7 +85,7 @@ fn run(pools: &Pools) -> Result<Measured> {
         drop((acts, y));
         // Expert-parallel phase: dispatch and combine buffers, an AlltoAll over the world.
         let per_peer = rng.log_uniform(64 << 10, 1 << 20) as usize / 4;
-        let ranks = pools.ep.group().size() as usize;
+        let ranks = pools.ep.group().rank_count() as usize;
         let dispatch = SymVec::<f32>::zeroed(&pools.ep, per_peer * ranks)?;
         let mut combine = SymVec::<f32>::zeroed(&pools.ep, per_peer * ranks)?;
         pools.ep.all_to_all(&dispatch, &mut combine)?;

@@ -163,7 +163,7 @@ pub struct Report {
 /// One rank's part: `STEPS` steps of route, count exchange, dispatch, experts, combine.
 pub fn rank_main(comm: &Comm) -> Result<Report> {
     assert_eq!(
-        comm.size() as usize,
+        comm.rank_count() as usize,
         RANKS,
         "the example runs on {RANKS} ranks"
     );

@@ -331,7 +331,7 @@ impl SymPool {
 
     /// The size of the communicator this handle's collectives run on.
     pub(crate) fn ranks(&self) -> usize {
-        self.target().comm.size() as usize
+        self.target().comm.rank_count() as usize
     }
 
     /// [`Error::InvalidArgument`] unless `rank` is a rank of the communicator.

@@ -142,7 +142,7 @@ impl SymPool {
     ///
     /// let got = emu::launch(2, |comm| {
     ///     let pool = SymPool::new(comm, PoolConfig::new(8 << 20))?;
-    ///     let (r, n) = (comm.rank() as usize, comm.size() as usize);
+    ///     let (r, n) = (comm.rank() as usize, comm.rank_count() as usize);
     ///     let send_counts: Vec<usize> = (0..n).map(|p| p + 1).collect();
     ///     let recv_counts = vec![r + 1; n];
     ///     let input = SymVec::from_host(&pool, &[r as i32; 4])?;

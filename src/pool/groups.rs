@@ -108,11 +108,11 @@ impl SymPool {
             index,
             registrations,
         });
-        state.record_collective(fold_words([ATTACH_WORD, u64::from(group.size())]));
+        state.record_collective(fold_words([ATTACH_WORD, u64::from(group.rank_count())]));
         tracing::info!(
             rank = shared.comm.rank(),
             group_rank = group.rank(),
-            group_size = group.size(),
+            group_size = group.rank_count(),
             windows = registrations,
             "symheap: pool attached a group"
         );
@@ -149,7 +149,7 @@ impl SymPool {
             None => Err(Error::invalid(format!(
                 "on_group: this communicator ({} ranks) is not attached to the pool: attach it \
                  first (SymPool::attach)",
-                group.size()
+                group.rank_count()
             ))),
         }
     }

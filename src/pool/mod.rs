@@ -284,7 +284,7 @@ impl SymPool {
             names: vec![String::new()],
         };
         let segment = state.segments.insert(first);
-        let check_bytes = (u64::from(comm.size()) + 1) * 8;
+        let check_bytes = (u64::from(comm.rank_count()) + 1) * 8;
         let block = state.segments[segment].heap.alloc(check_bytes, 0)?;
         state.allocated = block.size();
         state.peak_allocated = block.size();
@@ -304,7 +304,7 @@ impl SymPool {
         shared.wait_or_poison([&shared.stream])?;
         tracing::info!(
             rank = comm.rank(),
-            ranks = comm.size(),
+            ranks = comm.rank_count(),
             bytes = size,
             max_bytes = shared.config.max_capacity_bytes(),
             "symheap: pool created"
@@ -874,7 +874,7 @@ impl PoolState {
                 stats::CommStats {
                     name: name.clone(),
                     rank: comm.rank(),
-                    ranks: comm.size(),
+                    ranks: comm.rank_count(),
                     windows: self.segments.len(),
                     registrations,
                     symmetric: on(true),

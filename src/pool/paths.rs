@@ -48,5 +48,10 @@ impl PathCounts {
 /// The path of a `kind` collective on `comm` whose buffers are (`in_windows`) or are not
 /// all in windows of `comm`.
 pub(crate) fn predict(comm: &Comm, kind: Collective, in_windows: bool) -> CollectivePath {
-    path::predict(kind, comm.expands_on_ai_cpu(), comm.size(), in_windows)
+    path::predict(
+        kind,
+        comm.expands_on_ai_cpu(),
+        comm.rank_count(),
+        in_windows,
+    )
 }

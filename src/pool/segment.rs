@@ -88,11 +88,11 @@ impl Segment {
         block_granularity: u64,
         alignment: u64,
     ) -> Result<Segment, Unmade> {
-        let warm_up_end = WARM_UP_OUTPUT + 8 * u64::from(comm.size());
+        let warm_up_end = WARM_UP_OUTPUT + 8 * u64::from(comm.rank_count());
         if warm_up_end > size {
             return Err(Error::invalid(format!(
                 "a {size}-byte window is too small for {} ranks",
-                comm.size()
+                comm.rank_count()
             ))
             .into());
         }

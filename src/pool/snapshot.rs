@@ -84,7 +84,7 @@ impl SymPool {
             .collect();
         Snapshot {
             rank: self.shared.comm().rank(),
-            world_size: self.shared.comm().size(),
+            rank_count: self.shared.comm().rank_count(),
             op_hash: state.op_hash(),
             stats,
             windows,
@@ -98,8 +98,10 @@ impl SymPool {
 pub struct Snapshot {
     /// The rank that took it.
     pub rank: u32,
-    /// The number of ranks of its communicator.
-    pub world_size: u32,
+    /// The number of ranks of its communicator (`world_size` in snapshots written before
+    /// symheap named it so, which still load).
+    #[cfg_attr(feature = "serde", serde(alias = "world_size"))]
+    pub rank_count: u32,
     /// [`SymPool::op_hash`](crate::SymPool::op_hash) at the time: equal on ranks that made the
     /// same calls.
     pub op_hash: u64,

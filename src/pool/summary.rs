@@ -103,7 +103,7 @@ impl SymPool {
         let _ = writeln!(
             out,
             "symheap pool, rank {} of {}, op hash {:#018x}\n{rule}",
-            snapshot.rank, snapshot.world_size, snapshot.op_hash
+            snapshot.rank, snapshot.rank_count, snapshot.op_hash
         );
         let _ = writeln!(out, "{}\n{rule}", snapshot.stats);
         let _ = writeln!(

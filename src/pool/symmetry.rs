@@ -45,7 +45,7 @@ impl PoolShared {
     pub(crate) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
         self.check_usable()?;
         self.quiesce(state)?;
-        let ranks = self.comm.size() as usize;
+        let ranks = self.comm.rank_count() as usize;
         let mine = state.op_hash();
         let check_block = state
             .check_block

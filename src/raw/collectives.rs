@@ -43,14 +43,14 @@ impl Comm {
 /// `all_to_all_v`, `reduce`, `scatter`, `send`, `recv`, `batch_send_recv`) are optional
 /// entries of the table: a library without one gives [`Error::Unsupported`] naming it. Their
 /// count and displacement arrays (elements of `dtype`, one per rank) are checked to have
-/// `size()` entries (the communicator's [`Comm::size`]), since the C functions read that many; everything else about them (that
+/// `rank_count()` entries (the communicator's [`Comm::rank_count`]), since the C functions read that many; everything else about them (that
 /// each region fits its buffer, that peers agree) is the caller's contract here, and checked
 /// by the typed versions on the pool.
 ///
 /// # Safety (all of them)
 /// Every buffer must be device memory of this rank, large enough for the counts given
-/// (`count` elements of `dtype`; AllGather's output and ReduceScatter's input are `size()`
-/// times larger, AlltoAll's are `size()` blocks of the per-peer count; a V collective's
+/// (`count` elements of `dtype`; AllGather's output and ReduceScatter's input are `rank_count()`
+/// times larger, AlltoAll's are `rank_count()` blocks of the per-peer count; a V collective's
 /// buffer holds every `displacement + count` region of its arrays), and must stay valid
 /// and untouched by the host until the stream has been synchronised.
 impl RawComm<'_> {
@@ -225,7 +225,7 @@ impl RawComm<'_> {
     ///
     /// # Errors
     /// [`Error::Unsupported`] if the library lacks the call; [`Error::InvalidArgument`] if an
-    /// array does not have `size()` entries; the library's error for arguments it checks.
+    /// array does not have `rank_count()` entries; the library's error for arguments it checks.
     ///
     /// # Safety
     /// See the notes on this `impl` block.
@@ -408,7 +408,7 @@ impl RawComm<'_> {
     /// As for [`reduce`](Self::reduce).
     ///
     /// # Safety
-    /// See the notes on this `impl` block; the root's `send` holds `size()` blocks.
+    /// See the notes on this `impl` block; the root's `send` holds `rank_count()` blocks.
     pub unsafe fn scatter(
         &self,
         send: DevicePtr,
@@ -541,9 +541,9 @@ impl RawComm<'_> {
     }
 
     /// [`Error::InvalidArgument`] unless every named array has one entry per rank: the C
-    /// functions read exactly `size()` of them.
+    /// functions read exactly `rank_count()` of them.
     fn check_per_rank(&self, call: &str, arrays: &[(&str, &[u64])]) -> Result<()> {
-        let ranks = self.comm.size() as usize;
+        let ranks = self.comm.rank_count() as usize;
         for (name, array) in arrays {
             if array.len() != ranks {
                 return Err(Error::invalid(format!(

@@ -259,7 +259,7 @@ impl Comm {
         Ok(crate::path::predict(
             kind,
             self.expands_on_ai_cpu(),
-            self.size(),
+            self.rank_count(),
             in_windows,
         ))
     }

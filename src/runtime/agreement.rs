@@ -65,7 +65,7 @@ impl Comm {
     /// The ranks whose verdict was "failed", gathered from every rank.
     fn failed_ranks(&self, ok: bool) -> Result<Vec<u32>> {
         let scratch = self.agreement_scratch()?;
-        let n = u64::from(self.size());
+        let n = u64::from(self.rank_count());
         let rt = self.runtime();
         let stream = Stream::new(rt)?;
         let (send, recv) = (scratch.ptr(), scratch.ptr().byte_add(64));
@@ -96,7 +96,7 @@ impl Comm {
             return Ok(Arc::clone(scratch));
         }
         let rt = self.runtime();
-        let size = rt.round_to_granularity(64 + u64::from(self.size()), self.device())?;
+        let size = rt.round_to_granularity(64 + u64::from(self.rank_count()), self.device())?;
         let scratch = Arc::new(Mapping::allocate(rt, size, self.device())?);
         *slot = Some(Arc::clone(&scratch));
         Ok(scratch)

@@ -28,7 +28,7 @@ pub struct Placement {
     /// This process's rank.
     pub rank: u32,
     /// The number of ranks.
-    pub world_size: u32,
+    pub rank_count: u32,
     /// The device this rank uses.
     pub device: u32,
     /// The root-info file rank 0 publishes and the others read.
@@ -49,7 +49,7 @@ impl Placement {
     fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Result<Placement> {
         let rank = number(&var, &RANK)?;
         let world = number(&var, &WORLD_SIZE)?;
-        let (Some((rank_var, rank)), Some((world_var, world_size))) = (rank, world) else {
+        let (Some((rank_var, rank)), Some((world_var, rank_count))) = (rank, world) else {
             return Err(Error::invalid(format!(
                 "the rank and world size are not set: set {} and {} (or torchrun's or Open \
                  MPI's variables: {}, {})",
@@ -59,12 +59,12 @@ impl Placement {
                 WORLD_SIZE[1..].join(" / ")
             )));
         };
-        if world_size == 0 {
+        if rank_count == 0 {
             return Err(Error::invalid(format!("{world_var} is 0")));
         }
-        if rank >= world_size {
+        if rank >= rank_count {
             return Err(Error::invalid(format!(
-                "{rank_var}={rank} is not below {world_var}={world_size}"
+                "{rank_var}={rank} is not below {world_var}={rank_count}"
             )));
         }
         let device = number(&var, &DEVICE)?.map_or(rank, |(_, device)| device);
@@ -79,7 +79,7 @@ impl Placement {
             })?;
         Ok(Placement {
             rank,
-            world_size,
+            rank_count,
             device,
             root_info,
         })
@@ -140,7 +140,7 @@ impl Comm {
     /// // SAFETY: the CANN libraries installed on this machine.
     /// let rt = unsafe { symheap::raw::load() }?;
     /// let comm = Comm::from_env(&rt, CommConfig::new())?;
-    /// println!("rank {} of {}", comm.rank(), comm.size());
+    /// println!("rank {} of {}", comm.rank(), comm.rank_count());
     /// # Ok::<(), symheap::Error>(())
     /// ```
     pub fn from_env(rt: &Runtime, config: CommConfig) -> Result<Comm> {
@@ -153,7 +153,7 @@ impl Comm {
         } else {
             RootInfo::wait_for(&placement.root_info, root_info_wait(&config))?
         };
-        let comm = Comm::init(rt, placement.world_size, &root, placement.rank, &config);
+        let comm = Comm::init(rt, placement.rank_count, &root, placement.rank, &config);
         if placement.rank == 0 && comm.is_ok() {
             // Every rank has joined: nobody needs the key any more. (After a failure it
             // stays, so that ranks still to read it fail at once on a hub that is gone.)
@@ -341,7 +341,7 @@ mod tests {
             p,
             Placement {
                 rank: 1,
-                world_size: 4,
+                rank_count: 4,
                 device: 3,
                 root_info: PathBuf::from("/tmp/x"),
             }
@@ -353,7 +353,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (p.rank, p.world_size, p.device),
+            (p.rank, p.rank_count, p.device),
             (2, 3, 2),
             "device defaults to the rank"
         );

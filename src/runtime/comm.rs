@@ -229,7 +229,7 @@ impl Comm {
     ///     let pair = world.split(&[first, first + 1], u64::from(first), &CommConfig::new())?;
     ///     assert_eq!(pair.rank(), world.rank() % 2);
     ///     assert_eq!(pair.global_ranks(), vec![first, first + 1]);
-    ///     Ok(pair.size())
+    ///     Ok(pair.rank_count())
     /// })?;
     /// assert_eq!(sizes, [2; 4]);
     /// # Ok::<(), symheap::Error>(())
@@ -247,7 +247,7 @@ impl Comm {
                 "split: only a global communicator can be split, not a sub-communicator",
             ));
         }
-        let index = check_members(ranks, self.rank(), self.size())?;
+        let index = check_members(ranks, self.rank(), self.rank_count())?;
         if id == 0xFFFF_FFFF {
             return Err(Error::invalid(
                 "split: id 0xFFFFFFFF means \"not a member\" to HCCL",
@@ -289,7 +289,7 @@ impl Comm {
     pub fn global_ranks(&self) -> Vec<u32> {
         match &self.inner.parent {
             Some((_, ranks)) => ranks.clone(),
-            None => (0..self.size()).collect(),
+            None => (0..self.rank_count()).collect(),
         }
     }
 
@@ -326,8 +326,9 @@ impl Comm {
         self.inner.rank
     }
 
-    /// The number of ranks.
-    pub fn size(&self) -> u32 {
+    /// The number of ranks (HCCL's rank size, `HcclGetRankSize`).
+    #[doc(alias("size", "world_size", "rank_size"))]
+    pub fn rank_count(&self) -> u32 {
         self.inner.size
     }
 

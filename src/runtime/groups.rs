@@ -61,7 +61,7 @@ impl ParallelGroups {
         ep: u32,
         config: &CommConfig,
     ) -> Result<ParallelGroups> {
-        let w = world.size();
+        let w = world.rank_count();
         let divides = |d: u32, of: u32| d != 0 && of % d == 0;
         if !divides(tp, w) || !divides(ep, w) || !divides(tp, ep) {
             return Err(Error::invalid(format!(

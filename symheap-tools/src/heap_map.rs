@@ -422,18 +422,18 @@ fn banner(ranks: &[&Snapshot], diverged: &[Divergence]) -> String {
         if !seen.insert(s.rank) {
             notes.push(format!("rank {} is given more than once", s.rank));
         }
-        if s.world_size != reference.world_size {
+        if s.rank_count != reference.rank_count {
             notes.push(format!(
                 "rank {} says the world has {} ranks (rank {}: {})",
-                s.rank, s.world_size, reference.rank, reference.world_size
+                s.rank, s.rank_count, reference.rank, reference.rank_count
             ));
         }
     }
-    if (ranks.len() as u64) < u64::from(reference.world_size) {
+    if (ranks.len() as u64) < u64::from(reference.rank_count) {
         notes.push(format!(
             "snapshots of {} of {} ranks",
             ranks.len(),
-            reference.world_size
+            reference.rank_count
         ));
     }
     if lines.is_empty() {
