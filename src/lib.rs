@@ -5,7 +5,7 @@ mod allocator;
 pub mod emu;
 mod error;
 mod ops;
-mod path;
+mod path_rules;
 mod pool;
 pub mod raw;
 mod runtime;

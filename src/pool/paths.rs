@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::stats::CollectiveStats;
-use crate::path;
+use crate::path_rules;
 use crate::runtime::Comm;
 use crate::{Collective, CollectivePath, Staged};
 
@@ -48,7 +48,7 @@ impl PathCounts {
 /// The path of a `kind` collective on `comm` whose buffers are (`in_windows`) or are not
 /// all in windows of `comm`.
 pub(crate) fn predict(comm: &Comm, kind: Collective, in_windows: bool) -> CollectivePath {
-    path::predict(
+    path_rules::predict(
         kind,
         comm.expands_on_ai_cpu(),
         comm.rank_count(),

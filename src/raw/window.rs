@@ -256,7 +256,7 @@ impl Comm {
             Err(e) => Err(e),
         };
         let in_windows = windowed(input, input_len)? && windowed(output, output_len)?;
-        Ok(crate::path::predict(
+        Ok(crate::path_rules::predict(
             kind,
             self.expands_on_ai_cpu(),
             self.rank_count(),

@@ -189,7 +189,7 @@ impl Comm {
                 calls: Mutex::new(()),
                 orphans: Mutex::new(Vec::new()),
                 agreement: Mutex::new(None),
-                ai_cpu: crate::path::expands_on_ai_cpu(
+                ai_cpu: crate::path_rules::expands_on_ai_cpu(
                     config.as_raw().hcclOpExpansionMode,
                     std::env::var("HCCL_OP_EXPANSION_MODE").ok().as_deref(),
                 ),
