@@ -156,7 +156,7 @@ pub(super) unsafe fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
 /// `aclrtLaunchHostFunc`: `fn(args)` on the stream's thread when the stream reaches it.
 pub(super) unsafe fn aclrtLaunchHostFunc(a: args::aclrtLaunchHostFunc) -> AclResult {
     // SAFETY: the caller's contract for a host function.
-    unsafe { crate::acl::stream::launch_host_func(a.stream as usize, a.fn_, a.args as usize) }
+    unsafe { crate::acl::host_func::launch_host_func(a.stream as usize, a.fn_, a.args as usize) }
 }
 
 /// `aclrtCreateEventExWithFlag`: an event with flags (`ACL_EVENT_SYNC` makes it usable in

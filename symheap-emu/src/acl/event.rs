@@ -11,22 +11,21 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys::{
-    ACL_ERROR_RT_CAPTURE_DEPENDENCY, ACL_ERROR_RT_EVENT_CAPTURED, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+    ACL_ERROR_RT_EVENT_CAPTURED, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
     ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
-    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_EVENT_SYNC, aclrtEventRecordedStatus,
+    ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, aclrtEventRecordedStatus,
 };
 
 use crate::acl::device;
 use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
-use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null, param};
+use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null};
 use crate::base::registry::{HandleKind, Registry, lock, new_handle};
 
 /// The environment variable that bounds how long a stream waits for an event
 /// (`aclrtStreamWaitEvent`), in seconds (default 1800); read once, at the first wait.
-pub(crate) const EVENT_WAIT_ENV: &str = "SYMHEAP_EMU_EVENT_WAIT_S";
+pub(crate) const EVENT_WAIT_ENV: &str = "SYMHEAP_EMU_EVENT_WAIT_SECS";
 
 const DEFAULT_EVENT_WAIT: Duration = Duration::from_secs(1800);
 
@@ -204,19 +203,8 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 pub(crate) fn record(handle: usize, stream: usize) -> AclResult {
     let event = lookup(handle, "event")?;
     let s = stream::lookup(stream)?;
-    if let Some(model) = s.capture() {
-        // As hicann/runtime's `RecordEvent` on a capturing stream.
-        if event.flags.is_none() {
-            return acl_fail(
-                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                "an event of aclrtCreateEvent cannot be recorded in a capture: create it with                  aclrtCreateEventExWithFlag(&event, ACL_EVENT_SYNC)",
-            );
-        }
-        if event.flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
-            // Succeeds and records nothing: no stream could wait for it.
-            return Ok(());
-        }
-        return graph::capture_record(model, stream, handle);
+    if graph::record(&s, stream, handle, event.flags, move || record_task(handle))? {
+        return Ok(());
     }
     s.enqueue(record_task(handle)?)
 }
@@ -283,23 +271,8 @@ pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
 pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
     let waiting = stream::lookup(stream)?;
     let event = lookup(handle, "event")?;
-    if let Some(model) = graph::event_model(handle) {
-        if event.flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
-            return param("the event has no ACL_EVENT_SYNC flag: no stream can wait for it");
-        }
-        return graph::capture_wait(model, stream, handle);
-    }
-    if waiting.capture().is_some() {
-        if event.flags.is_none() {
-            return acl_fail(
-                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                "a capturing stream cannot wait for an event of aclrtCreateEvent",
-            );
-        }
-        return acl_fail(
-            ACL_ERROR_RT_CAPTURE_DEPENDENCY,
-            "a capturing stream waits for an event recorded outside the capture",
-        );
+    if graph::wait(&waiting, stream, handle, event.flags)? {
+        return Ok(());
     }
     let Some(rec) = latest(handle, "event")? else {
         return Ok(());
@@ -676,7 +649,7 @@ mod tests {
             }
             set_wait_limit(None);
             assert!(
-                recent().contains("SYMHEAP_EMU_EVENT_WAIT_S"),
+                recent().contains("SYMHEAP_EMU_EVENT_WAIT_SECS"),
                 "{}",
                 recent()
             );

@@ -16,10 +16,11 @@ use std::thread::ThreadId;
 use std::time::Duration;
 
 use crate::sys::{
-    ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, ACL_ERROR_RT_MODEL_CAPTURED, ACL_ERROR_RT_MODEL_RUNNING,
+    ACL_ERROR_RT_CAPTURE_DEPENDENCY, ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_MODEL_CAPTURED, ACL_ERROR_RT_MODEL_RUNNING,
     ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
     ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD, ACL_ERROR_RT_STREAM_CAPTURED,
-    ACL_ERROR_RT_STREAM_NOT_CAPTURED, ACL_ERROR_RT_STREAM_UNJOINED,
+    ACL_ERROR_RT_STREAM_NOT_CAPTURED, ACL_ERROR_RT_STREAM_UNJOINED, ACL_EVENT_SYNC,
     ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, ACL_MODEL_RI_CAPTURE_MODE_RELAXED,
     ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
     ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED, ACL_MODEL_RI_CAPTURE_STATUS_NONE, aclmdlRICaptureMode,
@@ -40,8 +41,9 @@ pub(crate) type Recipe = Arc<dyn Fn() -> AclResult<Task> + Send + Sync>;
 enum Item {
     /// Stream work, made afresh for each replay.
     Work(Recipe),
-    /// An event record: each replay records the event anew.
-    Record(usize),
+    /// An event record: each replay records the event anew, with a task the event's module
+    /// makes (so that this module needs nothing of it).
+    Record(usize, Recipe),
     /// A wait for an event recorded earlier in the capture: the join check reads it, and a
     /// replay's lane waits there for the record's lane.
     Wait(usize),
@@ -251,18 +253,72 @@ pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> 
 /// Events recorded in captures still in progress, and the model of each.
 static CAPTURED_EVENTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
-/// Keeps a record of `event` on the capturing `stream` in its model.
-pub(crate) fn capture_record(model: usize, stream: usize, event: usize) -> AclResult {
-    keep(model, stream, Item::Record(event))?;
+/// The capture's rule for `aclrtRecordEvent` of `event` (made with `flags`, `None` for one of
+/// `aclrtCreateEvent`) on `stream` (whose handle is `handle`), as hicann/runtime's
+/// `RecordEvent` on a capturing stream: `false` when the stream does not capture (record now);
+/// otherwise the record is kept in the model, made by `recorder` at each replay, or dropped.
+pub(crate) fn record(
+    stream: &stream::Stream,
+    handle: usize,
+    event: usize,
+    flags: Option<u32>,
+    recorder: impl Fn() -> AclResult<Task> + Send + Sync + 'static,
+) -> AclResult<bool> {
+    let Some(model) = stream.capture() else {
+        return Ok(false);
+    };
+    let Some(flags) = flags else {
+        return acl_fail(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "an event of aclrtCreateEvent cannot be recorded in a capture: create it with \
+             aclrtCreateEventExWithFlag(&event, ACL_EVENT_SYNC)",
+        );
+    };
+    if flags & ACL_EVENT_SYNC == 0 {
+        // Succeeds and records nothing: no stream could wait for it.
+        return Ok(true);
+    }
+    keep(model, handle, Item::Record(event, Arc::new(recorder)))?;
     let mut events = lock(&CAPTURED_EVENTS);
     events.retain(|&(e, _)| e != event);
     events.push((event, model));
-    Ok(())
+    Ok(true)
+}
+
+/// The capture's rule for `aclrtStreamWaitEvent` of `stream` (whose handle is `handle`) on
+/// `event` (made with `flags`): `false` when neither the event's record nor the stream is in
+/// a capture (wait now). A wait for a record of a capture joins the stream to it; a capturing
+/// stream cannot wait for a record outside its capture.
+pub(crate) fn wait(
+    stream: &stream::Stream,
+    handle: usize,
+    event: usize,
+    flags: Option<u32>,
+) -> AclResult<bool> {
+    if let Some(model) = event_model(event) {
+        if flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
+            return param("the event has no ACL_EVENT_SYNC flag: no stream can wait for it");
+        }
+        return capture_wait(model, handle, event).map(|()| true);
+    }
+    if stream.capture().is_none() {
+        return Ok(false);
+    }
+    if flags.is_none() {
+        return acl_fail(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "a capturing stream cannot wait for an event of aclrtCreateEvent",
+        );
+    }
+    acl_fail(
+        ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+        "a capturing stream waits for an event recorded outside the capture",
+    )
 }
 
 /// `stream` waits for `event`, recorded in the capture `model`: it joins the capture if it is
 /// not capturing, and the wait is kept.
-pub(crate) fn capture_wait(model: usize, stream: usize, event: usize) -> AclResult {
+fn capture_wait(model: usize, stream: usize, event: usize) -> AclResult {
     let s = stream::lookup(stream)?;
     match s.capture() {
         None => {
@@ -370,7 +426,7 @@ fn unjoined(st: &State) -> Option<String> {
                 "stream {s:#x} joined the capture but queued nothing"
             ));
         };
-        let Item::Record(event) = st.items[at].1 else {
+        let Item::Record(event, _) = st.items[at].1 else {
             return Some(format!(
                 "the last task of stream {s:#x} is not an event record: record an event on \
                  it and make the origin stream wait for it"
@@ -465,11 +521,11 @@ pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
             Item::Work(recipe) => Step::Run(recipe()?),
             // An event destroyed since the capture has no one left to wait for its record
             // outside the graph: only the graph's own waits are signalled.
-            Item::Record(event) => {
+            Item::Record(event, recorder) => {
                 last_record.retain(|&(e, _)| e != *event);
                 last_record.push((*event, slots));
                 slots += 1;
-                Step::Signal(slots - 1, crate::acl::event::record_task(*event).ok())
+                Step::Signal(slots - 1, recorder().ok())
             }
             Item::Wait(event) => match last_record.iter().find(|&&(e, _)| e == *event) {
                 Some(&(_, slot)) => Step::Await(slot),

@@ -6,6 +6,7 @@ pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod graph;
 pub(crate) mod host;
+pub(crate) mod host_func;
 pub(crate) mod init;
 pub(crate) mod memory;
 pub(crate) mod stream;

@@ -303,35 +303,6 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     }
 }
 
-/// `aclrtLaunchHostFunc`: queues a call of `func(args)` on the stream's thread, behind
-/// everything already enqueued; the stream goes on once it returns. A NULL `func` is
-/// `ACL_ERROR_RT_PARAM_INVALID` (as hicann/runtime's `ApiErrorDecorator::LaunchHostFunc`
-/// answers a NULL callback).
-///
-/// # Safety
-/// `func`, when not NULL, may be called once with `args` from another thread.
-pub(crate) unsafe fn launch_host_func(
-    handle: usize,
-    func: crate::sys::aclrtHostFunc,
-    args: usize,
-) -> AclResult {
-    let Some(func) = func else {
-        return param("fn is NULL");
-    };
-    crate::acl::graph::submit(
-        &*lookup(handle)?,
-        handle,
-        Arc::new(move || {
-            Ok(Box::new(move || {
-                // SAFETY: the caller's contract: `func` may be called with `args` from any
-                // thread (once per replay when captured).
-                unsafe { func(args as *mut std::ffi::c_void) };
-                Ok(())
-            }) as Task)
-        }),
-    )
-}
-
 impl Stream {
     /// The device the stream was created on.
     pub(crate) fn device(&self) -> u32 {

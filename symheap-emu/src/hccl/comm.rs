@@ -16,6 +16,7 @@ use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
 use crate::base::registry::{HandleKind, Registry, lock, new_handle};
 use crate::hccl::expansion::{self, Expansion};
 use crate::hccl::memory_range::Ranges;
+use crate::hccl::names;
 use crate::hccl::window::{SymHeap, Window, forget_window};
 use crate::ipc::hub;
 use crate::ipc::os;
@@ -30,7 +31,7 @@ const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 const HCCL_EXEC_TIMEOUT_ENV: &str = "HCCL_EXEC_TIMEOUT";
 /// The emulator's own exec timeout (seconds, fractions allowed), which wins over
 /// [`HCCL_EXEC_TIMEOUT_ENV`]: for tests that want a short timeout whatever the job sets.
-const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_S";
+const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_SECS";
 /// CANN's variable for how long init waits for the other ranks: whole seconds, 120 to 7200.
 const HCCL_CONNECT_TIMEOUT_ENV: &str = "HCCL_CONNECT_TIMEOUT";
 /// The range CANN accepts for [`HCCL_CONNECT_TIMEOUT_ENV`], in seconds.
@@ -634,7 +635,9 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
     let board = comm.group.rv.board();
     board.leave_pairs(comm.rank as usize, &messages.sent, &messages.received);
     drop(messages);
-    crate::hccl::sub_comm::forget(&comm);
+    if let Some(parent) = comm.parent {
+        names::forget(parent, &comm.name);
+    }
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);
