@@ -18,7 +18,7 @@ use crate::sys::{
 use crate::abi::args;
 use crate::abi::entry::{CollectiveCall, Sequence, collective};
 use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
-use crate::base::registry::lock;
+use crate::base::lock::lock;
 use crate::hccl::collective;
 use crate::hccl::comm;
 use crate::hccl::hcomm_mem;

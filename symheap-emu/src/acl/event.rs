@@ -7,7 +7,7 @@
 //! never leaves a task with a dangling reference.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys::{
@@ -21,7 +21,8 @@ use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
+use crate::base::registry::{HandleKind, Registry, new_handle};
 
 /// The environment variable that bounds how long a stream waits for an event
 /// (`aclrtStreamWaitEvent`), in seconds (default 1800); read once, at the first wait.
@@ -72,7 +73,7 @@ enum Outcome {
 
 /// One `aclrtRecordEvent`.
 struct Record {
-    outcome: Mutex<Outcome>,
+    outcome: RankedMutex<Outcome>,
     done: Condvar,
 }
 
@@ -96,16 +97,13 @@ impl Record {
         let mut o = lock(&self.outcome);
         while *o == Outcome::Pending {
             o = match deadline {
-                None => self.done.wait(o).unwrap_or_else(|e| e.into_inner()),
+                None => self.done.wait(o),
                 Some(at) => {
                     let now = Instant::now();
                     if now >= at {
                         break;
                     }
-                    self.done
-                        .wait_timeout(o, at - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
+                    self.done.wait_timeout(o, at - now).0
                 }
             };
         }
@@ -124,13 +122,13 @@ impl Drop for RecordTask {
 
 /// A live event: its latest record, if any.
 struct Event {
-    last: Mutex<Option<Arc<Record>>>,
+    last: RankedMutex<Option<Arc<Record>>>,
     /// `aclrtCreateEventExWithFlag`'s flags; `None` for an event of `aclrtCreateEvent`, which
     /// a capture cannot use.
     flags: Option<u32>,
 }
 
-static EVENTS: Registry<Event> = Registry::new();
+static EVENTS: Registry<Event> = Registry::new(ranks::EVENTS);
 
 /// The live event `handle`: NULL is `ACL_ERROR_INVALID_PARAM`, an unknown or destroyed one
 /// `ACL_ERROR_RT_INVALID_HANDLE`.
@@ -164,7 +162,7 @@ fn create_with(flags: Option<u32>) -> AclResult<usize> {
     EVENTS.insert(
         handle,
         Arc::new(Event {
-            last: Mutex::new(None),
+            last: RankedMutex::new(ranks::EVENT_LAST, None),
             flags,
         }),
     );
@@ -214,7 +212,7 @@ pub(crate) fn record(handle: usize, stream: usize) -> AclResult {
 pub(crate) fn record_task(handle: usize) -> AclResult<stream::Task> {
     let event = lookup(handle, "event")?;
     let rec = Arc::new(Record {
-        outcome: Mutex::new(Outcome::Pending),
+        outcome: RankedMutex::new(ranks::RECORD, Outcome::Pending),
         done: Condvar::new(),
     });
     let task = RecordTask(rec.clone());

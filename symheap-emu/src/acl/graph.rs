@@ -11,7 +11,7 @@
 //! every lane is done.
 
 use std::cell::Cell;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -31,7 +31,8 @@ use crate::acl::device;
 use crate::acl::stream::{self, Task, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, acl_fail, invalid, param};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
+use crate::base::registry::{HandleKind, Registry, new_handle};
 use replay::Step;
 
 /// Makes a task for one replay of a captured call.
@@ -72,16 +73,17 @@ struct State {
 
 /// A model: a capture in progress, or the graph it made.
 pub(crate) struct Model {
-    state: Mutex<State>,
+    state: RankedMutex<State>,
     idle: Condvar,
     /// The threads that run its joined streams' lanes in a replay.
     lanes: replay::LaneThreads,
 }
 
-static MODELS: Registry<Model> = Registry::new();
+static MODELS: Registry<Model> = Registry::new(ranks::MODELS);
 
 /// Captures in progress, per device and mode (the context's count of `CaptureModeEnter`).
-static ACTIVE: Mutex<Vec<(u32, [u32; 3])>> = Mutex::new(Vec::new());
+static ACTIVE: RankedMutex<Vec<(u32, [u32; 3])>> =
+    RankedMutex::new(ranks::ACTIVE_CAPTURES, Vec::new());
 
 thread_local! {
     /// This thread's exchange mode (`aclmdlRICaptureThreadExchangeMode`); GLOBAL at first.
@@ -185,16 +187,19 @@ pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
     let device = s.device();
     let handle = new_handle(HandleKind::Model);
     let model = Arc::new(Model {
-        state: Mutex::new(State {
-            status: Status::Capturing,
-            origin: stream,
-            mode,
-            device,
-            thread: std::thread::current().id(),
-            items: Vec::new(),
-            joined: Vec::new(),
-            running: 0,
-        }),
+        state: RankedMutex::new(
+            ranks::MODEL,
+            State {
+                status: Status::Capturing,
+                origin: stream,
+                mode,
+                device,
+                thread: std::thread::current().id(),
+                items: Vec::new(),
+                joined: Vec::new(),
+                running: 0,
+            },
+        ),
         idle: Condvar::new(),
         lanes: replay::LaneThreads::default(),
     });
@@ -251,7 +256,8 @@ pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> 
 }
 
 /// Events recorded in captures still in progress, and the model of each.
-static CAPTURED_EVENTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+static CAPTURED_EVENTS: RankedMutex<Vec<(usize, usize)>> =
+    RankedMutex::new(ranks::CAPTURED_EVENTS, Vec::new());
 
 /// The capture's rule for `aclrtRecordEvent` of `event` (made with `flags`, `None` for one of
 /// `aclrtCreateEvent`) on `stream` (whose handle is `handle`), as hicann/runtime's
@@ -462,8 +468,7 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
     }
     let (mut st, waited) = model
         .idle
-        .wait_timeout_while(st, DESTROY_WAIT, |st| st.running > 0)
-        .unwrap_or_else(|e| e.into_inner());
+        .wait_timeout_while(st, DESTROY_WAIT, |st| st.running > 0);
     if waited.timed_out() && st.running > 0 {
         return acl_fail(
             ACL_ERROR_RT_MODEL_RUNNING,

@@ -9,7 +9,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -20,7 +20,8 @@ use crate::GRANULARITY;
 use crate::acl::device::{self, MAX_DEVICES};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, param};
-use crate::base::registry::{HandleKind, lock, new_handle};
+use crate::base::lock::{RankedGuard, RankedMutex, lock, ranks};
+use crate::base::registry::{HandleKind, new_handle};
 use crate::ipc::os;
 
 /// A physical allocation: a memfd of a granularity multiple.
@@ -133,16 +134,19 @@ struct State {
     used: [u64; MAX_DEVICES],
 }
 
-static STATE: Mutex<State> = Mutex::new(State {
-    reservations: BTreeMap::new(),
-    heaps: BTreeMap::new(),
-    physicals: BTreeMap::new(),
-    regions: BTreeMap::new(),
-    mallocs: BTreeMap::new(),
-    used: [0; MAX_DEVICES],
-});
+static STATE: RankedMutex<State> = RankedMutex::new(
+    ranks::MEMORY,
+    State {
+        reservations: BTreeMap::new(),
+        heaps: BTreeMap::new(),
+        physicals: BTreeMap::new(),
+        regions: BTreeMap::new(),
+        mallocs: BTreeMap::new(),
+        used: [0; MAX_DEVICES],
+    },
+);
 
-fn state() -> MutexGuard<'static, State> {
+fn state() -> RankedGuard<'static, State> {
     lock(&STATE)
 }
 

@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -23,7 +23,8 @@ use crate::sys::{
 use crate::acl::device;
 use crate::base::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
+use crate::base::registry::{HandleKind, Registry, new_handle};
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
 #[derive(Debug)]
@@ -48,7 +49,7 @@ struct Queue {
 struct Shared {
     /// The device the stream was created on: whose context's failure mode applies too.
     device: u32,
-    queue: Mutex<Queue>,
+    queue: RankedMutex<Queue>,
     /// Signalled when a task is enqueued or the stream shuts down.
     work: Condvar,
     /// Signalled when a task completes.
@@ -62,7 +63,7 @@ struct Shared {
 /// A live stream.
 pub(crate) struct Stream {
     shared: Arc<Shared>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+    worker: RankedMutex<Option<JoinHandle<()>>>,
 }
 
 impl Queue {
@@ -72,21 +73,24 @@ impl Queue {
     }
 }
 
-static STREAMS: Registry<Stream> = Registry::new();
+static STREAMS: Registry<Stream> = Registry::new(ranks::STREAMS);
 
 /// `aclrtCreateStream`: needs a current device, like the real runtime.
 pub(crate) fn create() -> AclResult<usize> {
     let device = device::current()?;
     let shared = Arc::new(Shared {
         device,
-        queue: Mutex::new(Queue {
-            tasks: VecDeque::new(),
-            enqueued: 0,
-            completed: 0,
-            failure: None,
-            shutdown: false,
-            stop: false,
-        }),
+        queue: RankedMutex::new(
+            ranks::STREAM_QUEUE,
+            Queue {
+                tasks: VecDeque::new(),
+                enqueued: 0,
+                completed: 0,
+                failure: None,
+                shutdown: false,
+                stop: false,
+            },
+        ),
         work: Condvar::new(),
         done: Condvar::new(),
         synchronizing: AtomicUsize::new(0),
@@ -109,7 +113,7 @@ pub(crate) fn create() -> AclResult<usize> {
         handle,
         Arc::new(Stream {
             shared,
-            worker: Mutex::new(Some(worker)),
+            worker: RankedMutex::new(ranks::STREAM_WORKER, Some(worker)),
         }),
     );
     counters::inc(Counter::Streams);
@@ -277,7 +281,7 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     let target = q.enqueued;
     while q.completed < target {
         q = match until {
-            None => shared.done.wait(q).unwrap_or_else(|e| e.into_inner()),
+            None => shared.done.wait(q),
             Some(until) => {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -286,11 +290,7 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
                         "the stream's work did not finish within the timeout",
                     );
                 }
-                shared
-                    .done
-                    .wait_timeout(q, left)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0
+                shared.done.wait_timeout(q, left).0
             }
         };
     }
@@ -380,7 +380,7 @@ fn run(shared: &Shared) {
                 if q.shutdown {
                     return;
                 }
-                q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+                q = shared.work.wait(q);
             }
         };
         // The task (and every pin it holds) is gone before completion is announced, so a

@@ -5,14 +5,10 @@
 //! A stale, foreign or made-up handle is therefore an error, not a dangling pointer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Locks `m`, ignoring poisoning: every critical section leaves its data consistent before
-/// doing anything that can panic, so a panic elsewhere never leaves half-updated state.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::base::lock::{Rank, RankedMutex, lock};
 
 /// What a handle names; each kind has its own range of values.
 #[derive(Clone, Copy, Debug)]
@@ -40,14 +36,14 @@ pub(crate) fn new_handle(kind: HandleKind) -> usize {
 
 /// Live objects by handle.
 pub(crate) struct Registry<T> {
-    map: Mutex<BTreeMap<usize, Arc<T>>>,
+    map: RankedMutex<BTreeMap<usize, Arc<T>>>,
 }
 
 impl<T> Registry<T> {
-    /// An empty registry (usable in a `static`).
-    pub(crate) const fn new() -> Self {
+    /// An empty registry whose lock has `rank` (usable in a `static`).
+    pub(crate) const fn new(rank: Rank) -> Self {
         Self {
-            map: Mutex::new(BTreeMap::new()),
+            map: RankedMutex::new(rank, BTreeMap::new()),
         }
     }
 

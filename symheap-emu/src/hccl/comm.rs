@@ -2,8 +2,8 @@
 //! and the configuration fields the emulator uses.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::sys::{
@@ -13,7 +13,8 @@ use crate::sys::{
 use crate::acl::device;
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::lock::{RankedMutex, lock, ranks};
+use crate::base::registry::{HandleKind, Registry, new_handle};
 use crate::hccl::expansion::{self, Expansion};
 use crate::hccl::memory_range::Ranges;
 use crate::hccl::names;
@@ -95,18 +96,18 @@ pub(crate) struct Comm {
     coll_seq: AtomicU64,
     host_seq: AtomicU64,
     /// The symmetric heap, reserved at the first window registration.
-    heap: Mutex<Option<Arc<SymHeap>>>,
+    heap: RankedMutex<Option<Arc<SymHeap>>>,
     /// Live windows of this rank, in registration order.
-    pub(crate) windows: Mutex<Vec<Arc<Window>>>,
+    pub(crate) windows: RankedMutex<Vec<Arc<Window>>>,
     /// The first collective failure not yet read by `HcclGetCommAsyncError`.
     async_error: AtomicI32,
     /// Point-to-point messages queued so far, per pair.
-    pub(crate) messages: Mutex<Messages>,
+    pub(crate) messages: RankedMutex<Messages>,
     /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
-    pub(crate) ranges: Mutex<Ranges>,
+    pub(crate) ranges: RankedMutex<Ranges>,
 }
 
-static COMMS: Registry<Comm> = Registry::new();
+static COMMS: Registry<Comm> = Registry::new(ranks::COMMS);
 
 static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
 
@@ -419,14 +420,17 @@ pub(crate) fn form(
             expansion: settings.expansion,
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
-            heap: Mutex::new(None),
-            windows: Mutex::new(Vec::new()),
+            heap: RankedMutex::new(ranks::COMM_HEAP, None),
+            windows: RankedMutex::new(ranks::COMM_WINDOWS, Vec::new()),
             async_error: AtomicI32::new(0),
-            messages: Mutex::new(Messages {
-                sent: vec![0; n as usize],
-                received: vec![0; n as usize],
-            }),
-            ranges: Mutex::new(Ranges::default()),
+            messages: RankedMutex::new(
+                ranks::COMM_MESSAGES,
+                Messages {
+                    sent: vec![0; n as usize],
+                    received: vec![0; n as usize],
+                },
+            ),
+            ranges: RankedMutex::new(ranks::COMM_RANGES, Ranges::default()),
         }),
     );
     counters::inc(Counter::Comms);

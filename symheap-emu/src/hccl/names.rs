@@ -3,14 +3,12 @@
 //! released when the making fails or `HcclCommDestroy` destroys it. Below both, so that
 //! destroying a communicator need not know how sub-communicators are made.
 
-use std::sync::Mutex;
-
 use crate::base::errors::{HcclRes, para};
-use crate::base::registry::lock;
+use crate::base::lock::{RankedMutex, lock, ranks};
 
 /// The live sub-communicator names of each global communicator in this process: a name is
 /// unique per global communicator (HCCL keeps one map per device context).
-static NAMES: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
+static NAMES: RankedMutex<Vec<(usize, Vec<u8>)>> = RankedMutex::new(ranks::NAMES, Vec::new());
 
 /// Forgets the name of `parent`'s sub-communicator `name`, destroyed, so that it may be made
 /// again.

@@ -15,7 +15,7 @@ use crate::GRANULARITY;
 use crate::acl::memory::{self, Allocation, Physical};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{HcclRes, hccl_fail, para};
-use crate::base::registry::lock;
+use crate::base::lock::lock;
 use crate::hccl::comm::{self, Comm};
 use crate::hccl::host_call::exchange;
 use crate::hccl::window::{SymHeap, Window, forget_window, remember_window, window_comm};

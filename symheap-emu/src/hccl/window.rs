@@ -11,7 +11,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::sys::HcclResult;
 
@@ -19,7 +19,7 @@ use crate::GRANULARITY;
 use crate::acl::memory::{self, Physical};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{HcclRes, hccl_fail};
-use crate::base::registry::lock;
+use crate::base::lock::{RankedMutex, lock, ranks};
 use crate::ipc::os;
 
 /// One rank's symmetric heap on one communicator: `stride * n` bytes of reserved address
@@ -33,7 +33,7 @@ pub(crate) struct SymHeap {
     rank: u32,
     n: u32,
     /// Allocated slots: offset -> size (granularity multiples).
-    slots: Mutex<BTreeMap<usize, usize>>,
+    slots: RankedMutex<BTreeMap<usize, usize>>,
 }
 
 impl SymHeap {
@@ -53,7 +53,7 @@ impl SymHeap {
             comm,
             rank,
             n,
-            slots: Mutex::new(BTreeMap::new()),
+            slots: RankedMutex::new(ranks::HEAP_SLOTS, BTreeMap::new()),
         })
     }
 
@@ -231,7 +231,8 @@ impl std::fmt::Debug for Window {
 }
 
 /// Live window handles -> their communicator handle.
-static WINDOWS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+static WINDOWS: RankedMutex<BTreeMap<usize, usize>> =
+    RankedMutex::new(ranks::WINDOWS, BTreeMap::new());
 
 /// Records the handle of `w`, which then names it (until [`forget_window`]).
 pub(crate) fn remember_window(w: &Window) {

@@ -508,7 +508,7 @@ fn a_direct_read_matches_the_window_id_as_well_as_the_slot() {
         let plain = DevBuf::new(r.rank, G);
         if r.rank == 1 {
             let comm = crate::hccl::comm::lookup(r.comm as usize).unwrap();
-            let w = crate::base::registry::lock(&comm.windows)[0].clone();
+            let w = crate::base::lock::lock(&comm.windows)[0].clone();
             let item = super::Item {
                 kind: RECV,
                 buf: plain.ptr as usize,
