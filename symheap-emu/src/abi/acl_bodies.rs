@@ -13,12 +13,13 @@
 
 use std::ffi::{c_char, c_void};
 
-use crate::sys::{aclrtDrvMemHandle, aclrtEvent, aclrtMemGranularityOptions, aclrtStream};
+use crate::sys::aclrtMemGranularityOptions;
 
 use crate::GRANULARITY;
 use crate::abi::args;
 use crate::acl::graph;
 use crate::base::errors::{self, AclResult, param, take_recent};
+use crate::base::handle::{EventHandle, ModelHandle, PhysicalHandle, StreamHandle};
 use crate::{acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::stream};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
@@ -82,18 +83,18 @@ pub(super) unsafe fn aclrtCreateStream(a: args::aclrtCreateStream) -> AclResult 
     non_null(a.stream, "stream")?;
     let handle = stream::create()?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.stream, handle as aclrtStream, "stream") }
+    unsafe { put(a.stream, handle.to_c(), "stream") }
 }
 
 /// `aclrtDestroyStream`: runs the queued work, then stops the stream's thread.
 pub(super) fn aclrtDestroyStream(a: args::aclrtDestroyStream) -> AclResult {
-    stream::destroy(a.stream as usize)
+    stream::destroy(StreamHandle::from_c(a.stream))
 }
 
 /// `aclrtSynchronizeStream`: waits for the queued work; returns and clears a task failure
 /// (`ACL_ERROR_RT_INTERNAL_ERROR` for a failed collective, detail in `aclGetRecentErrMsg`).
 pub(super) fn aclrtSynchronizeStream(a: args::aclrtSynchronizeStream) -> AclResult {
-    stream::synchronize(a.stream as usize)
+    stream::synchronize(StreamHandle::from_c(a.stream))
 }
 
 /// `aclrtSynchronizeStreamWithTimeout`: [`aclrtSynchronizeStream`], for at most `timeout`
@@ -102,7 +103,7 @@ pub(super) fn aclrtSynchronizeStreamWithTimeout(
     a: args::aclrtSynchronizeStreamWithTimeout,
 ) -> AclResult {
     let limit = stream::sync_timeout(a.timeout)?;
-    stream::synchronize_within(a.stream as usize, limit)
+    stream::synchronize_within(StreamHandle::from_c(a.stream), limit)
 }
 
 /// `aclrtStreamQuery`: whether the stream has run everything queued on it.
@@ -112,7 +113,7 @@ pub(super) fn aclrtSynchronizeStreamWithTimeout(
 /// writes through them.
 pub(super) unsafe fn aclrtStreamQuery(a: args::aclrtStreamQuery) -> AclResult {
     non_null(a.status, "status")?;
-    let status = match stream::query(a.stream as usize)? {
+    let status = match stream::query(StreamHandle::from_c(a.stream))? {
         true => crate::sys::aclrtStreamStatus::ACL_STREAM_STATUS_COMPLETE,
         false => crate::sys::aclrtStreamStatus::ACL_STREAM_STATUS_NOT_READY,
     };
@@ -149,7 +150,16 @@ pub(super) unsafe fn aclrtMemcpy(a: args::aclrtMemcpy) -> AclResult {
 /// until the copy has run.
 pub(super) unsafe fn aclrtMemcpyAsync(a: args::aclrtMemcpyAsync) -> AclResult {
     // SAFETY: the C caller's contract is `copy::memcpy_async`'s.
-    unsafe { copy::memcpy_async(a.dst, a.destMax, a.src, a.count, a.kind, a.stream as usize) }
+    unsafe {
+        copy::memcpy_async(
+            a.dst,
+            a.destMax,
+            a.src,
+            a.count,
+            a.kind,
+            StreamHandle::from_c(a.stream),
+        )
+    }
 }
 
 /// `aclrtMemset`: fills device memory with the byte `value`, on the calling thread.
@@ -164,7 +174,7 @@ pub(super) fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
         a.maxCount,
         a.value,
         a.count,
-        a.stream as usize,
+        StreamHandle::from_c(a.stream),
     )
 }
 
@@ -175,7 +185,13 @@ pub(super) fn aclrtMemsetAsync(a: args::aclrtMemsetAsync) -> AclResult {
 /// writes through them.
 pub(super) unsafe fn aclrtLaunchHostFunc(a: args::aclrtLaunchHostFunc) -> AclResult {
     // SAFETY: the caller's contract for a host function.
-    unsafe { crate::acl::host_func::launch_host_func(a.stream as usize, a.fn_, a.args as usize) }
+    unsafe {
+        crate::acl::host_func::launch_host_func(
+            StreamHandle::from_c(a.stream),
+            a.fn_,
+            a.args as usize,
+        )
+    }
 }
 
 /// `aclrtCreateEventExWithFlag`: an event with flags (`ACL_EVENT_SYNC` makes it usable in
@@ -188,12 +204,12 @@ pub(super) unsafe fn aclrtCreateEventExWithFlag(a: args::aclrtCreateEventExWithF
     non_null(a.event, "event")?;
     let handle = crate::acl::event::create_ex(a.flag)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.event, handle as crate::sys::aclrtEvent, "event") }
+    unsafe { put(a.event, handle.to_c(), "event") }
 }
 
 /// `aclmdlRICaptureBegin`: the stream's later work is captured, not run.
 pub(super) fn aclmdlRICaptureBegin(a: args::aclmdlRICaptureBegin) -> AclResult {
-    graph::begin(a.stream as usize, a.mode)
+    graph::begin(StreamHandle::from_c(a.stream), a.mode)
 }
 
 /// `aclmdlRICaptureGetInfo`: whether the stream captures, and into which model.
@@ -205,14 +221,14 @@ pub(super) unsafe fn aclmdlRICaptureGetInfo(a: args::aclmdlRICaptureGetInfo) -> 
     if a.status.is_null() && a.modelRI.is_null() {
         return crate::base::errors::invalid("status and modelRI are both NULL");
     }
-    let (status, model) = graph::info(a.stream as usize)?;
+    let (status, model) = graph::info(StreamHandle::from_c(a.stream))?;
     // SAFETY: the caller's contract: each non-NULL pointer is writable.
     unsafe {
         if !a.status.is_null() {
             a.status.write(status);
         }
         if !a.modelRI.is_null() {
-            a.modelRI.write(model as crate::sys::aclmdlRI);
+            a.modelRI.write(model.to_c());
         }
     }
     Ok(())
@@ -230,11 +246,11 @@ pub(super) unsafe fn aclmdlRICaptureEnd(a: args::aclmdlRICaptureEnd) -> AclResul
     if a.modelRI.is_null() {
         return crate::base::errors::param("modelRI is NULL");
     }
-    let ended = graph::end(a.stream as usize);
+    let ended = graph::end(StreamHandle::from_c(a.stream));
     // SAFETY: non-null; the caller's contract.
     unsafe {
         a.modelRI
-            .write(*ended.as_ref().unwrap_or(&0) as crate::sys::aclmdlRI)
+            .write(ended.as_ref().map_or(ModelHandle::NULL, |m| *m).to_c())
     };
     ended.map(drop)
 }
@@ -256,12 +272,15 @@ pub(super) unsafe fn aclmdlRICaptureThreadExchangeMode(
 
 /// `aclmdlRIExecuteAsync`: one replay of the graph on the stream.
 pub(super) fn aclmdlRIExecuteAsync(a: args::aclmdlRIExecuteAsync) -> AclResult {
-    graph::execute(a.modelRI as usize, a.stream as usize)
+    graph::execute(
+        ModelHandle::from_c(a.modelRI),
+        StreamHandle::from_c(a.stream),
+    )
 }
 
 /// `aclmdlRIDestroy`: once no replay runs (it waits up to 10 s for them).
 pub(super) fn aclmdlRIDestroy(a: args::aclmdlRIDestroy) -> AclResult {
-    graph::destroy(a.modelRI as usize)
+    graph::destroy(ModelHandle::from_c(a.modelRI))
 }
 
 /// `aclrtGetMemInfo`: free and total physical memory of the current device (any attribute).
@@ -313,13 +332,13 @@ pub(super) unsafe fn aclrtMallocPhysical(a: args::aclrtMallocPhysical) -> AclRes
     let prop = unsafe { a.prop.read_unaligned() };
     let h = memory::malloc_physical(a.size, &prop, a.flags)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.handle, h as aclrtDrvMemHandle, "handle") }
+    unsafe { put(a.handle, h.to_c(), "handle") }
 }
 
 /// `aclrtFreePhysical`: fails while the allocation is mapped or registered in a window.
 pub(super) fn aclrtFreePhysical(a: args::aclrtFreePhysical) -> AclResult {
     non_null(a.handle, "handle")?;
-    memory::free_physical(a.handle as usize)
+    memory::free_physical(PhysicalHandle::from_c(a.handle))
 }
 
 /// `aclrtMapMem`: maps `[offset, offset + size)` of `handle` at `vir_ptr`, inside a
@@ -331,7 +350,7 @@ pub(super) fn aclrtMapMem(a: args::aclrtMapMem) -> AclResult {
         a.virPtr as usize,
         a.size,
         a.offset,
-        a.handle as usize,
+        PhysicalHandle::from_c(a.handle),
         a.flags,
     )
 }
@@ -408,7 +427,7 @@ pub(super) unsafe fn aclrtGetDeviceSatMode(a: args::aclrtGetDeviceSatMode) -> Ac
 /// `aclrtSetStreamFailureMode`: `ACL_CONTINUE_ON_FAILURE` (0) or `ACL_STOP_ON_FAILURE` (1,
 /// for the stream's whole device context; a NULL stream names the current device's).
 pub(super) fn aclrtSetStreamFailureMode(a: args::aclrtSetStreamFailureMode) -> AclResult {
-    stream::set_failure_mode(a.stream as usize, a.mode)
+    stream::set_failure_mode(StreamHandle::from_c(a.stream), a.mode)
 }
 
 /// `aclrtMalloc`: `size` bytes of device memory on the current device, outside every
@@ -477,7 +496,7 @@ pub(super) unsafe fn aclrtMemRetainAllocationHandle(
     };
     let handle = alloc.phys().handle;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.handle, handle as aclrtDrvMemHandle, "handle") }
+    unsafe { put(a.handle, handle.to_c(), "handle") }
 }
 
 /// `aclrtMallocHost`: `size` bytes of 64-byte aligned host memory.
@@ -507,22 +526,22 @@ pub(super) unsafe fn aclrtCreateEvent(a: args::aclrtCreateEvent) -> AclResult {
     non_null(a.event, "event")?;
     let handle = event::create()?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.event, handle as aclrtEvent, "event") }
+    unsafe { put(a.event, handle.to_c(), "event") }
 }
 
 /// `aclrtRecordEvent`: a record queued on `stream`.
 pub(super) fn aclrtRecordEvent(a: args::aclrtRecordEvent) -> AclResult {
-    event::record(a.event as usize, a.stream as usize)
+    event::record(EventHandle::from_c(a.event), StreamHandle::from_c(a.stream))
 }
 
 /// `aclrtSynchronizeEvent`: waits for the event's latest record.
 pub(super) fn aclrtSynchronizeEvent(a: args::aclrtSynchronizeEvent) -> AclResult {
-    event::synchronize(a.event as usize)
+    event::synchronize(EventHandle::from_c(a.event))
 }
 
 /// `aclrtStreamWaitEvent`: `stream` waits for the event's latest record (bounded).
 pub(super) fn aclrtStreamWaitEvent(a: args::aclrtStreamWaitEvent) -> AclResult {
-    event::stream_wait(a.stream as usize, a.event as usize)
+    event::stream_wait(StreamHandle::from_c(a.stream), EventHandle::from_c(a.event))
 }
 
 /// `aclrtQueryEventStatus`: whether the event's latest record ran.
@@ -533,7 +552,7 @@ pub(super) fn aclrtStreamWaitEvent(a: args::aclrtStreamWaitEvent) -> AclResult {
 pub(super) unsafe fn aclrtQueryEventStatus(a: args::aclrtQueryEventStatus) -> AclResult {
     non_null(a.event, "event")?;
     non_null(a.status, "status")?;
-    let status = event::query(a.event as usize)?;
+    let status = event::query(EventHandle::from_c(a.event))?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(a.status, status, "status") }
 }
@@ -547,12 +566,15 @@ pub(super) unsafe fn aclrtEventElapsedTime(a: args::aclrtEventElapsedTime) -> Ac
     non_null(a.ms, "ms")?;
     non_null(a.startEvent, "startEvent")?;
     non_null(a.endEvent, "endEvent")?;
-    let ms = event::elapsed_ms(a.startEvent as usize, a.endEvent as usize)?;
+    let ms = event::elapsed_ms(
+        EventHandle::from_c(a.startEvent),
+        EventHandle::from_c(a.endEvent),
+    )?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(a.ms, ms, "ms") }
 }
 
 /// `aclrtDestroyEvent`: forgets the event at once, also while its record is pending.
 pub(super) fn aclrtDestroyEvent(a: args::aclrtDestroyEvent) -> AclResult {
-    event::destroy(a.event as usize)
+    event::destroy(EventHandle::from_c(a.event))
 }

@@ -12,13 +12,14 @@
 use std::ffi::{c_char, c_void};
 
 use crate::sys::{
-    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp,
-    HcclRootInfo, HcclSendRecvType, aclrtStream,
+    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclDataType, HcclReduceOp, HcclRootInfo,
+    HcclSendRecvType, aclrtStream,
 };
 
 use crate::abi::args;
 use crate::abi::entry::{CollectiveCall, Sequence, collective};
 use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
+use crate::base::handle::{CommHandle, PhysicalHandle, StreamHandle, WindowHandle};
 use crate::base::lock::lock;
 use crate::hccl::collective;
 use crate::hccl::comm;
@@ -53,9 +54,9 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> HcclRes {
 /// The body of a collective on a stream: `request` is checked and queued once the call's
 /// sequence number is taken.
 fn queue(comm: HcclComm, stream: aclrtStream, request: Request) -> CollectiveCall {
-    let comm = comm::lookup(comm as usize);
+    let comm = comm::lookup(CommHandle::from_c(comm));
     collective(comm, Sequence::Stream, move |c, seq| {
-        collective::enqueue(c, seq, stream as usize, &request)
+        collective::enqueue(c, seq, StreamHandle::from_c(stream), &request)
     })
 }
 
@@ -93,10 +94,10 @@ fn queue_vector(
     stream: aclrtStream,
     make: impl FnOnce(u32, u32) -> HcclRes<Request> + 'static,
 ) -> CollectiveCall {
-    let comm = comm::lookup(comm as usize);
+    let comm = comm::lookup(CommHandle::from_c(comm));
     collective(comm, Sequence::Stream, move |c, seq| {
         let request = make(c.n, c.rank)?;
-        collective::enqueue(c, seq, stream as usize, &request)
+        collective::enqueue(c, seq, StreamHandle::from_c(stream), &request)
     })
 }
 
@@ -136,7 +137,7 @@ unsafe fn init(
     let root = unsafe { root_info.read_unaligned() };
     let handle = comm::init(n_ranks, &root, rank, &config)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(comm, handle as HcclComm, "comm") }
+    unsafe { put(comm, handle.to_c(), "comm") }
 }
 
 /// `HcclCommInitRootInfo`: `HcclCommInitRootInfoConfig` with the default config.
@@ -163,7 +164,7 @@ pub(super) unsafe fn HcclCommInitRootInfoConfig(a: args::HcclCommInitRootInfoCon
 
 /// `HcclCommDestroy`: local; deregisters this rank's remaining windows without a rendezvous.
 pub(super) fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
-    comm::destroy(a.comm as usize)
+    comm::destroy(CommHandle::from_c(a.comm))
 }
 
 /// `HcclGetRankSize`.
@@ -172,7 +173,7 @@ pub(super) fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
 /// `HcclGetRankSize`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclGetRankSize(a: args::HcclGetRankSize) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     // SAFETY: the caller's contract; checked inside `put`.
     unsafe { put(a.rankSize, c.n, "rankSize") }
 }
@@ -183,7 +184,7 @@ pub(super) unsafe fn HcclGetRankSize(a: args::HcclGetRankSize) -> HcclRes {
 /// `HcclGetRankId`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclGetRankId(a: args::HcclGetRankId) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     // SAFETY: the caller's contract; checked inside `put`.
     unsafe { put(a.rank, c.rank, "rank") }
 }
@@ -201,7 +202,7 @@ pub(super) fn HcclGetErrorString(a: args::HcclGetErrorString) -> *const c_char {
 /// writes through them.
 pub(super) unsafe fn HcclGetCommAsyncError(a: args::HcclGetCommAsyncError) -> HcclRes {
     non_null(a.asyncError, "asyncError")?;
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(a.asyncError, c.take_async_error(), "asyncError") }
 }
@@ -213,21 +214,21 @@ pub(super) unsafe fn HcclGetCommAsyncError(a: args::HcclGetCommAsyncError) -> Hc
 /// writes through them.
 pub(super) unsafe fn HcclCommSymWinRegister(a: args::HcclCommSymWinRegister) -> CollectiveCall {
     collective(
-        comm::lookup(a.comm as usize),
+        comm::lookup(CommHandle::from_c(a.comm)),
         Sequence::Host,
         move |c, seq| {
             non_null(a.addr, "addr")?;
             non_null(a.winHandle, "winHandle")?;
             let h = registration::register(c, seq, a.addr as usize, a.size, a.flag)?;
             // SAFETY: the caller's contract; checked non-null above.
-            unsafe { put(a.winHandle, h as HcclCommSymWindow, "winHandle") }
+            unsafe { put(a.winHandle, h.to_c(), "winHandle") }
         },
     )
 }
 
 /// `HcclCommSymWinDeregister`: collective; never frees the user's memory.
 pub(super) fn HcclCommSymWinDeregister(a: args::HcclCommSymWinDeregister) -> CollectiveCall {
-    let handle = a.winHandle as usize;
+    let handle = WindowHandle::from_c(a.winHandle);
     let owner = non_null(a.winHandle, "winHandle").and_then(|()| registration::owner(handle));
     collective(owner, Sequence::Host, move |c, seq| {
         registration::deregister(c, seq, handle)
@@ -244,10 +245,10 @@ pub(super) unsafe fn HcclCommSymWinGet(a: args::HcclCommSymWinGet) -> HcclRes {
     non_null(a.ptr, "ptr")?;
     non_null(a.winHandle, "winHandle")?;
     non_null(a.offset, "offset")?;
-    let (h, off) = registration::get(a.comm as usize, a.ptr as usize, a.size)?;
+    let (h, off) = registration::get(CommHandle::from_c(a.comm), a.ptr as usize, a.size)?;
     // SAFETY: the caller's contract; both checked non-null above.
     unsafe {
-        put(a.winHandle, h as HcclCommSymWindow, "winHandle")?;
+        put(a.winHandle, h.to_c(), "winHandle")?;
         put(a.offset, off, "offset")
     }
 }
@@ -416,7 +417,7 @@ pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
     let handles = comm::init_all(&devices)?;
     for (i, h) in handles.into_iter().enumerate() {
         // SAFETY: non-null; the caller promises room for `ndev` handles.
-        unsafe { a.comms.add(i).write(h as HcclComm) };
+        unsafe { a.comms.add(i).write(h.to_c()) };
     }
     Ok(())
 }
@@ -429,7 +430,7 @@ pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
 /// `HcclGetCommName`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     non_null(a.commName, "commName")?;
     let name = c.name.as_slice();
     let len = name.len().min(COMM_NAME_MAX_LENGTH - 1);
@@ -464,7 +465,7 @@ pub(super) unsafe fn HcclCreateSubCommConfig(a: args::HcclCreateSubCommConfig) -
     non_null(a.config, "config")?;
     non_null(a.comm, "comm")?;
     // SAFETY: non-null; the caller promises a readable `HcclComm`.
-    let global = comm::lookup(unsafe { a.comm.read() } as usize)?;
+    let global = comm::lookup(CommHandle::from_c(unsafe { a.comm.read() }))?;
     if a.rankNum > global.n {
         return crate::base::errors::para(format!(
             "rankNum {} exceeds the global communicator's {} ranks",
@@ -483,7 +484,7 @@ pub(super) unsafe fn HcclCreateSubCommConfig(a: args::HcclCreateSubCommConfig) -
     };
     let handle = sub_comm::create(&global, &request)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.subComm, handle as HcclComm, "subComm") }
+    unsafe { put(a.subComm, handle.to_c(), "subComm") }
 }
 
 /// `HcclSend`: sends `count` elements to `destRank`; the task completes once that rank's
@@ -496,7 +497,12 @@ pub(super) fn HcclSend(a: args::HcclSend) -> HcclRes {
         dtype: a.dataType,
         peer: a.destRank,
     };
-    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclSend")
+    p2p::call(
+        CommHandle::from_c(a.comm),
+        StreamHandle::from_c(a.stream),
+        &[item],
+        "HcclSend",
+    )
 }
 
 /// `HcclRecv`: receives `count` elements from `srcRank`'s matching `HcclSend`.
@@ -508,7 +514,12 @@ pub(super) fn HcclRecv(a: args::HcclRecv) -> HcclRes {
         dtype: a.dataType,
         peer: a.srcRank,
     };
-    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclRecv")
+    p2p::call(
+        CommHandle::from_c(a.comm),
+        StreamHandle::from_c(a.stream),
+        &[item],
+        "HcclRecv",
+    )
 }
 
 /// The most items one `HcclBatchSendRecv` takes: far more than any batch needs (a few per
@@ -546,8 +557,8 @@ pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
         })
         .collect();
     p2p::call(
-        a.comm as usize,
-        a.stream as usize,
+        CommHandle::from_c(a.comm),
+        StreamHandle::from_c(a.stream),
         &items,
         "HcclBatchSendRecv",
     )
@@ -577,32 +588,32 @@ pub(super) fn HcommMemFree(a: args::HcommMemFree) -> HcclRes {
 /// `HcclCommSetMemoryRange`: records `[baseVirPtr, +size)`, a reserved range, on the
 /// communicator (see [`memory_range`]).
 pub(super) fn HcclCommSetMemoryRange(a: args::HcclCommSetMemoryRange) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     let mut ranges = lock(&c.ranges);
     ranges.set(a.baseVirPtr as usize, a.size, a.alignment, a.flags)
 }
 
 /// `HcclCommUnsetMemoryRange`: forgets a range without activated blocks.
 pub(super) fn HcclCommUnsetMemoryRange(a: args::HcclCommUnsetMemoryRange) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     lock(&c.ranges).unset(a.baseVirPtr as usize)
 }
 
 /// `HcclCommActivateCommMemory`: records a mapped block inside a range.
 pub(super) fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     let mut ranges = lock(&c.ranges);
     ranges.activate(
         a.virPtr as usize,
         a.size,
         a.offset,
-        a.handle as usize,
+        PhysicalHandle::from_c(a.handle),
         a.flags,
     )
 }
 
 /// `HcclCommDeactivateCommMemory`: forgets an activated block.
 pub(super) fn HcclCommDeactivateCommMemory(a: args::HcclCommDeactivateCommMemory) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     lock(&c.ranges).deactivate(a.virPtr as usize)
 }

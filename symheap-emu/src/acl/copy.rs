@@ -14,6 +14,7 @@ use crate::sys::{ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, aclrtMemcpyKind};
 
 use crate::acl::memory::{self, Pins};
 use crate::base::errors::{AclResult, Fail, acl_non_null, param};
+use crate::base::handle::StreamHandle;
 use crate::{acl::graph, acl::host, acl::stream};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -197,7 +198,7 @@ pub(crate) fn memset(dst: usize, max: usize, value: i32, count: usize) -> AclRes
 /// Queues `op` on stream `handle`, or keeps it in the stream's capture (an empty op is still
 /// a checked no-op). The stream is looked up before the op is planned, so a bad stream is the
 /// error whatever the op.
-fn enqueue(op: Option<Op>, stream: &stream::Stream, handle: usize) -> AclResult {
+fn enqueue(op: Option<Op>, stream: &stream::Stream, handle: StreamHandle) -> AclResult {
     let Some(op) = op else {
         return Ok(());
     };
@@ -227,7 +228,7 @@ pub(crate) unsafe fn memcpy_async(
     src: *const c_void,
     count: usize,
     kind: aclrtMemcpyKind,
-    stream: usize,
+    stream: StreamHandle,
 ) -> AclResult {
     let s = stream::lookup(stream)?;
     // The addresses as numbers from here on: `Op::run` relies on this function's contract.
@@ -256,7 +257,7 @@ pub(crate) fn memset_async(
     max: usize,
     value: i32,
     count: usize,
-    stream: usize,
+    stream: StreamHandle,
 ) -> AclResult {
     let s = stream::lookup(stream)?;
     enqueue(plan_set(dst, max, value, count)?, &s, stream)

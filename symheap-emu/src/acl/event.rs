@@ -21,8 +21,9 @@ use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null};
+use crate::base::handle::{EventHandle, StreamHandle};
 use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
-use crate::base::registry::{HandleKind, Registry, new_handle};
+use crate::base::registry::Registry;
 
 /// The environment variable that bounds how long a stream waits for an event
 /// (`aclrtStreamWaitEvent`), in seconds (default 1800); read once, at the first wait.
@@ -128,12 +129,12 @@ struct Event {
     flags: Option<u32>,
 }
 
-static EVENTS: Registry<Event> = Registry::new(ranks::EVENTS);
+static EVENTS: Registry<EventHandle, Event> = Registry::new(ranks::EVENTS);
 
 /// The live event `handle`: NULL is `ACL_ERROR_INVALID_PARAM`, an unknown or destroyed one
 /// `ACL_ERROR_RT_INVALID_HANDLE`.
-fn lookup(handle: usize, what: &str) -> AclResult<Arc<Event>> {
-    acl_non_null(handle, what)?;
+fn lookup(handle: EventHandle, what: &str) -> AclResult<Arc<Event>> {
+    acl_non_null(handle.raw(), what)?;
     EVENTS.get(handle).map_or_else(
         || {
             acl_fail(
@@ -146,19 +147,19 @@ fn lookup(handle: usize, what: &str) -> AclResult<Arc<Event>> {
 }
 
 /// `aclrtCreateEvent`: needs a current device, like a stream.
-pub(crate) fn create() -> AclResult<usize> {
+pub(crate) fn create() -> AclResult<EventHandle> {
     create_with(None)
 }
 
 /// `aclrtCreateEventExWithFlag`: an event with `flags` (any bits; only `ACL_EVENT_SYNC`
 /// matters here: without it a capture's streams cannot wait for the event).
-pub(crate) fn create_ex(flags: u32) -> AclResult<usize> {
+pub(crate) fn create_ex(flags: u32) -> AclResult<EventHandle> {
     create_with(Some(flags))
 }
 
-fn create_with(flags: Option<u32>) -> AclResult<usize> {
+fn create_with(flags: Option<u32>) -> AclResult<EventHandle> {
     device::current()?;
-    let handle = new_handle(HandleKind::Event);
+    let handle = EventHandle::fresh();
     EVENTS.insert(
         handle,
         Arc::new(Event {
@@ -172,7 +173,7 @@ fn create_with(flags: Option<u32>) -> AclResult<usize> {
 
 /// `ACL_ERROR_RT_EVENT_CAPTURED` while `handle` was recorded in a capture in progress: its
 /// record runs only when the graph is replayed.
-fn check_not_captured(handle: usize) -> AclResult {
+fn check_not_captured(handle: EventHandle) -> AclResult {
     if graph::event_model(handle).is_some() {
         return acl_fail(
             ACL_ERROR_RT_EVENT_CAPTURED,
@@ -184,7 +185,7 @@ fn check_not_captured(handle: usize) -> AclResult {
 
 /// `aclrtDestroyEvent`: forgets the handle at once, also while its record is pending (the
 /// newer CANN documentation allows that, and the call does not block).
-pub(crate) fn destroy(handle: usize) -> AclResult {
+pub(crate) fn destroy(handle: EventHandle) -> AclResult {
     lookup(handle, "event")?;
     if EVENTS.remove(handle).is_none() {
         return acl_fail(
@@ -198,7 +199,7 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 
 /// `aclrtRecordEvent`: queues a record on `stream`; the event then names it (a new record
 /// replaces the one before).
-pub(crate) fn record(handle: usize, stream: usize) -> AclResult {
+pub(crate) fn record(handle: EventHandle, stream: StreamHandle) -> AclResult {
     let event = lookup(handle, "event")?;
     let s = stream::lookup(stream)?;
     if graph::record(&s, stream, handle, event.flags, move || record_task(handle))? {
@@ -209,7 +210,7 @@ pub(crate) fn record(handle: usize, stream: usize) -> AclResult {
 
 /// A task that records `handle` when its stream reaches it; the event names it from now on
 /// (a capture's replay records through it too).
-pub(crate) fn record_task(handle: usize) -> AclResult<stream::Task> {
+pub(crate) fn record_task(handle: EventHandle) -> AclResult<stream::Task> {
     let event = lookup(handle, "event")?;
     let rec = Arc::new(Record {
         outcome: RankedMutex::new(ranks::RECORD, Outcome::Pending),
@@ -224,7 +225,7 @@ pub(crate) fn record_task(handle: usize) -> AclResult<stream::Task> {
 }
 
 /// The latest record of `handle`.
-fn latest(handle: usize, what: &str) -> AclResult<Option<Arc<Record>>> {
+fn latest(handle: EventHandle, what: &str) -> AclResult<Option<Arc<Record>>> {
     Ok(lock(&lookup(handle, what)?.last).clone())
 }
 
@@ -233,7 +234,7 @@ fn latest(handle: usize, what: &str) -> AclResult<Option<Arc<Record>>> {
 /// `ACL_ERROR_RT_INTERNAL_ERROR`. The wait is as long as the stream's work before the record,
 /// like `aclrtSynchronizeStream`'s (every task of a stream ends: collectives at their exec
 /// timeout, event waits at [`EVENT_WAIT_ENV`]'s bound).
-pub(crate) fn synchronize(handle: usize) -> AclResult {
+pub(crate) fn synchronize(handle: EventHandle) -> AclResult {
     lookup(handle, "event")?;
     check_not_captured(handle)?;
     let Some(rec) = latest(handle, "event")? else {
@@ -250,7 +251,7 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
 
 /// `aclrtQueryEventStatus`: `COMPLETE` once the latest record ran, and for an event never
 /// recorded (as CANN's runtime answers); `NOT_READY` while it is pending or if it was skipped.
-pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
+pub(crate) fn query(handle: EventHandle) -> AclResult<aclrtEventRecordedStatus> {
     lookup(handle, "event")?;
     check_not_captured(handle)?;
     let ran = latest(handle, "event")?.is_none_or(|r| matches!(r.outcome(), Outcome::Ran(_)));
@@ -266,7 +267,7 @@ pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
 /// task fails, and with it the stream (see `aclrtSynchronizeStream`), if the record was
 /// skipped, or with `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` if it has not run within
 /// [`EVENT_WAIT_ENV`]'s bound.
-pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
+pub(crate) fn stream_wait(stream: StreamHandle, handle: EventHandle) -> AclResult {
     let waiting = stream::lookup(stream)?;
     let event = lookup(handle, "event")?;
     if graph::wait(&waiting, stream, handle, event.flags)? {
@@ -299,7 +300,7 @@ pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
 }
 
 /// The time of an event's latest record, which must have run.
-fn stamp(handle: usize, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
+fn stamp(handle: EventHandle, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
     let Some(rec) = rec else {
         return acl_fail(
             ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
@@ -324,7 +325,7 @@ fn stamp(handle: usize, what: &str, rec: Option<Arc<Record>>) -> AclResult<Insta
 /// `aclrtEventElapsedTime`: milliseconds from `start`'s latest record to `end`'s, both run
 /// (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID` otherwise); an end before the start is
 /// `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL`.
-pub(crate) fn elapsed_ms(start: usize, end: usize) -> AclResult<f32> {
+pub(crate) fn elapsed_ms(start: EventHandle, end: EventHandle) -> AclResult<f32> {
     // Both handles are checked before either time.
     let (first, last) = (latest(start, "startEvent")?, latest(end, "endEvent")?);
     check_not_captured(start)?;
@@ -425,7 +426,7 @@ mod tests {
 
     /// Queues a task that sleeps for `d` on `s`.
     fn sleep_on(s: aclrtStream, d: Duration) {
-        stream_lookup(s as usize)
+        stream_lookup(crate::base::handle::StreamHandle::from_c(s))
             .unwrap()
             .enqueue(Box::new(move || {
                 std::thread::sleep(d);
@@ -677,7 +678,7 @@ mod tests {
                     ACL_STOP_ON_FAILURE,
                 ));
             }
-            stream_lookup(producer as usize)
+            stream_lookup(crate::base::handle::StreamHandle::from_c(producer))
                 .unwrap()
                 .enqueue(Box::new(|| {
                     Err(super::TaskFailure {

@@ -31,8 +31,9 @@ use crate::acl::device;
 use crate::acl::stream::{self, Task, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, acl_fail, invalid, param};
+use crate::base::handle::{EventHandle, ModelHandle, StreamHandle};
 use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
-use crate::base::registry::{HandleKind, Registry, new_handle};
+use crate::base::registry::Registry;
 use replay::Step;
 
 /// Makes a task for one replay of a captured call.
@@ -44,10 +45,10 @@ enum Item {
     Work(Recipe),
     /// An event record: each replay records the event anew, with a task the event's module
     /// makes (so that this module needs nothing of it).
-    Record(usize, Recipe),
+    Record(EventHandle, Recipe),
     /// A wait for an event recorded earlier in the capture: the join check reads it, and a
     /// replay's lane waits there for the record's lane.
-    Wait(usize),
+    Wait(EventHandle),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -60,13 +61,13 @@ enum Status {
 struct State {
     status: Status,
     /// The stream the capture began on, its mode, its device and the thread that began it.
-    origin: usize,
+    origin: StreamHandle,
     mode: aclmdlRICaptureMode,
     device: u32,
     thread: ThreadId,
-    items: Vec<(usize, Item)>,
+    items: Vec<(StreamHandle, Item)>,
     /// Streams that joined the capture (the origin not among them).
-    joined: Vec<usize>,
+    joined: Vec<StreamHandle>,
     /// Replays launched and not yet finished.
     running: usize,
 }
@@ -79,7 +80,7 @@ pub(crate) struct Model {
     lanes: replay::LaneThreads,
 }
 
-static MODELS: Registry<Model> = Registry::new(ranks::MODELS);
+static MODELS: Registry<ModelHandle, Model> = Registry::new(ranks::MODELS);
 
 /// Captures in progress, per device and mode (the context's count of `CaptureModeEnter`).
 static ACTIVE: RankedMutex<Vec<(u32, [u32; 3])>> =
@@ -172,8 +173,8 @@ fn check_mode(mode: aclmdlRICaptureMode) -> AclResult {
 }
 
 /// `aclmdlRICaptureBegin`: `stream` starts capturing into a new model.
-pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
-    if stream == 0 {
+pub(crate) fn begin(stream: StreamHandle, mode: aclmdlRICaptureMode) -> AclResult {
+    if stream.is_null() {
         return invalid("stream is NULL: the default stream cannot be captured");
     }
     check_mode(mode)?;
@@ -185,7 +186,7 @@ pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
         );
     }
     let device = s.device();
-    let handle = new_handle(HandleKind::Model);
+    let handle = ModelHandle::fresh();
     let model = Arc::new(Model {
         state: RankedMutex::new(
             ranks::MODEL,
@@ -211,8 +212,8 @@ pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
 }
 
 /// The live model `handle` (NULL `ACL_ERROR_INVALID_PARAM`, unknown `ACL_ERROR_RT_PARAM_INVALID`).
-fn lookup(handle: usize) -> AclResult<Arc<Model>> {
-    if handle == 0 {
+fn lookup(handle: ModelHandle) -> AclResult<Arc<Model>> {
+    if handle.is_null() {
         return invalid("modelRI is NULL");
     }
     MODELS
@@ -222,12 +223,12 @@ fn lookup(handle: usize) -> AclResult<Arc<Model>> {
 
 /// `aclmdlRICaptureGetInfo`: the stream's capture status and model (`NONE` and 0 when it is
 /// not capturing).
-pub(crate) fn info(stream: usize) -> AclResult<(aclmdlRICaptureStatus, usize)> {
-    if stream == 0 {
+pub(crate) fn info(stream: StreamHandle) -> AclResult<(aclmdlRICaptureStatus, ModelHandle)> {
+    if stream.is_null() {
         return invalid("stream is NULL");
     }
     let Some(handle) = stream::lookup(stream)?.capture() else {
-        return Ok((ACL_MODEL_RI_CAPTURE_STATUS_NONE, 0));
+        return Ok((ACL_MODEL_RI_CAPTURE_STATUS_NONE, ModelHandle::NULL));
     };
     let status = match lookup(handle).map(|m| lock(&m.state).status) {
         Ok(Status::Invalidated) => ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
@@ -237,7 +238,7 @@ pub(crate) fn info(stream: usize) -> AclResult<(aclmdlRICaptureStatus, usize)> {
 }
 
 /// Keeps `item`, queued on `stream`, in the model `handle` that the stream captures into.
-fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
+fn keep(handle: ModelHandle, stream: StreamHandle, item: Item) -> AclResult {
     let model = lookup(handle)?;
     let mut st = lock(&model.state);
     if st.status == Status::Capturing {
@@ -248,7 +249,7 @@ fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
 
 /// Queues stream work on `stream` (whose handle is `handle`): into the capture it is in, as a
 /// recipe made afresh per replay, or at once.
-pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> AclResult {
+pub(crate) fn submit(stream: &stream::Stream, handle: StreamHandle, recipe: Recipe) -> AclResult {
     match stream.capture() {
         Some(model) => keep(model, handle, Item::Work(recipe)),
         None => stream.enqueue(recipe()?),
@@ -256,7 +257,7 @@ pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> 
 }
 
 /// Events recorded in captures still in progress, and the model of each.
-static CAPTURED_EVENTS: RankedMutex<Vec<(usize, usize)>> =
+static CAPTURED_EVENTS: RankedMutex<Vec<(EventHandle, ModelHandle)>> =
     RankedMutex::new(ranks::CAPTURED_EVENTS, Vec::new());
 
 /// The capture's rule for `aclrtRecordEvent` of `event` (made with `flags`, `None` for one of
@@ -265,8 +266,8 @@ static CAPTURED_EVENTS: RankedMutex<Vec<(usize, usize)>> =
 /// otherwise the record is kept in the model, made by `recorder` at each replay, or dropped.
 pub(crate) fn record(
     stream: &stream::Stream,
-    handle: usize,
-    event: usize,
+    handle: StreamHandle,
+    event: EventHandle,
     flags: Option<u32>,
     recorder: impl Fn() -> AclResult<Task> + Send + Sync + 'static,
 ) -> AclResult<bool> {
@@ -297,8 +298,8 @@ pub(crate) fn record(
 /// stream cannot wait for a record outside its capture.
 pub(crate) fn wait(
     stream: &stream::Stream,
-    handle: usize,
-    event: usize,
+    handle: StreamHandle,
+    event: EventHandle,
     flags: Option<u32>,
 ) -> AclResult<bool> {
     if let Some(model) = event_model(event) {
@@ -324,7 +325,7 @@ pub(crate) fn wait(
 
 /// `stream` waits for `event`, recorded in the capture `model`: it joins the capture if it is
 /// not capturing, and the wait is kept.
-fn capture_wait(model: usize, stream: usize, event: usize) -> AclResult {
+fn capture_wait(model: ModelHandle, stream: StreamHandle, event: EventHandle) -> AclResult {
     let s = stream::lookup(stream)?;
     match s.capture() {
         None => {
@@ -350,13 +351,13 @@ fn capture_wait(model: usize, stream: usize, event: usize) -> AclResult {
 }
 
 /// The capture in progress `event` was last recorded in, if any.
-pub(crate) fn event_model(event: usize) -> Option<usize> {
+pub(crate) fn event_model(event: EventHandle) -> Option<ModelHandle> {
     let events = lock(&CAPTURED_EVENTS);
     events.iter().find(|&&(e, _)| e == event).map(|&(_, m)| m)
 }
 
 /// Every stream and event of the capture `handle` leaves it, and the capture's count goes.
-fn finish_capture(handle: usize, st: &State) {
+fn finish_capture(handle: ModelHandle, st: &State) {
     lock(&CAPTURED_EVENTS).retain(|&(_, m)| m != handle);
     for s in std::iter::once(st.origin).chain(st.joined.iter().copied()) {
         if let Ok(s) = stream::lookup(s) {
@@ -367,15 +368,15 @@ fn finish_capture(handle: usize, st: &State) {
 }
 
 /// The capture's model forgotten after a failed end.
-fn drop_model(handle: usize) {
+fn drop_model(handle: ModelHandle) {
     if MODELS.remove(handle).is_some() {
         counters::dec(Counter::Models);
     }
 }
 
 /// `aclmdlRICaptureEnd`: the checks of `CaptureEnd` in hicann/runtime's order, then the model.
-pub(crate) fn end(stream: usize) -> AclResult<usize> {
-    if stream == 0 {
+pub(crate) fn end(stream: StreamHandle) -> AclResult<ModelHandle> {
+    if stream.is_null() {
         return invalid("stream is NULL");
     }
     let Some(handle) = stream::lookup(stream)?.capture() else {
@@ -438,7 +439,7 @@ fn unjoined(st: &State) -> Option<String> {
                  it and make the origin stream wait for it"
             ));
         };
-        let waits: Vec<usize> = st.items[at + 1..]
+        let waits: Vec<StreamHandle> = st.items[at + 1..]
             .iter()
             .filter(|(_, i)| matches!(i, Item::Wait(e) if *e == event))
             .map(|(on, _)| *on)
@@ -457,7 +458,7 @@ fn unjoined(st: &State) -> Option<String> {
 const DESTROY_WAIT: Duration = Duration::from_secs(10);
 
 /// `aclmdlRIDestroy`.
-pub(crate) fn destroy(handle: usize) -> AclResult {
+pub(crate) fn destroy(handle: ModelHandle) -> AclResult {
     let model = lookup(handle)?;
     let st = lock(&model.state);
     if st.status != Status::Ready {
@@ -500,7 +501,7 @@ impl Drop for Running {
 /// `aclmdlRIExecuteAsync`: one replay on `stream`. Every recipe makes its task now (on this
 /// thread, in capture order); one task on `stream` runs the captured streams' lanes side by
 /// side ([`replay::run`]) and ends when they all have.
-pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
+pub(crate) fn execute(handle: ModelHandle, stream: StreamHandle) -> AclResult {
     let model = lookup(handle)?;
     let s = stream::lookup(stream)?;
     if s.capture().is_some() {
@@ -518,8 +519,8 @@ pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
     }
     // One lane per captured stream, the origin's first; each record signals a slot that the
     // waits for it (the last record of the event before them) await.
-    let mut lanes: Vec<(usize, Vec<Step>)> = vec![(st.origin, Vec::new())];
-    let mut last_record: Vec<(usize, usize)> = Vec::new();
+    let mut lanes: Vec<(StreamHandle, Vec<Step>)> = vec![(st.origin, Vec::new())];
+    let mut last_record: Vec<(EventHandle, usize)> = Vec::new();
     let mut slots = 0;
     for (on, item) in &st.items {
         let step = match item {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::acl::{graph, stream};
 use crate::base::errors::{AclResult, param};
+use crate::base::handle::StreamHandle;
 
 /// `aclrtLaunchHostFunc`: queues a call of `func(args)` on the stream's thread, behind
 /// everything already enqueued; the stream goes on once it returns. A NULL `func` is
@@ -13,7 +14,7 @@ use crate::base::errors::{AclResult, param};
 /// # Safety
 /// `func`, when not NULL, may be called once with `args` from another thread.
 pub(crate) unsafe fn launch_host_func(
-    handle: usize,
+    handle: StreamHandle,
     func: crate::sys::aclrtHostFunc,
     args: usize,
 ) -> AclResult {

@@ -20,15 +20,15 @@ use crate::GRANULARITY;
 use crate::acl::device::{self, MAX_DEVICES};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, param};
+use crate::base::handle::PhysicalHandle;
 use crate::base::lock::{RankedGuard, RankedMutex, lock, ranks};
-use crate::base::registry::{HandleKind, new_handle};
 use crate::ipc::os;
 
 /// A physical allocation: a memfd of a granularity multiple.
 #[derive(Debug)]
 pub(crate) struct Physical {
     /// The `aclrtDrvMemHandle` value.
-    pub(crate) handle: usize,
+    pub(crate) handle: PhysicalHandle,
     fd: OwnedFd,
     /// Bytes.
     pub(crate) size: usize,
@@ -125,7 +125,7 @@ struct State {
     reservations: BTreeMap<usize, Reservation>,
     /// Address space of symmetric heaps (base -> end): device addresses, not user reservations.
     heaps: BTreeMap<usize, usize>,
-    physicals: BTreeMap<usize, PhysEntry>,
+    physicals: BTreeMap<PhysicalHandle, PhysEntry>,
     /// Every mapped, device-addressable range by start address (never overlapping).
     regions: BTreeMap<usize, Region>,
     /// Live `aclrtMalloc` allocations by start address.
@@ -213,7 +213,7 @@ impl State {
         addr: usize,
         size: usize,
         offset: usize,
-        handle: usize,
+        handle: PhysicalHandle,
     ) -> AclResult<Arc<Physical>> {
         let Some(e) = self.physicals.get(&handle) else {
             return acl_fail(
@@ -350,7 +350,7 @@ pub(crate) fn malloc_physical(
     size: usize,
     prop: &aclrtPhysicalMemProp,
     flags: u64,
-) -> AclResult<usize> {
+) -> AclResult<PhysicalHandle> {
     check_granular("size", size)?;
     if flags != 0 {
         return param(format!("flags {flags} is not 0"));
@@ -364,7 +364,7 @@ pub(crate) fn malloc_physical(
             format!("memfd of {size} bytes: {e}"),
         )
     })?;
-    let handle = new_handle(HandleKind::Physical);
+    let handle = PhysicalHandle::fresh();
     let phys = Arc::new(Physical {
         handle,
         fd,
@@ -406,7 +406,7 @@ fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<u32> {
 }
 
 /// `aclrtFreePhysical`.
-pub(crate) fn free_physical(handle: usize) -> AclResult {
+pub(crate) fn free_physical(handle: PhysicalHandle) -> AclResult {
     let mut st = state();
     let Some(e) = st.physicals.get(&handle) else {
         return acl_fail(
@@ -442,7 +442,13 @@ pub(crate) fn free_physical(handle: usize) -> AclResult {
 }
 
 /// `aclrtMapMem`.
-pub(crate) fn map(addr: usize, size: usize, offset: usize, handle: usize, flags: u64) -> AclResult {
+pub(crate) fn map(
+    addr: usize,
+    size: usize,
+    offset: usize,
+    handle: PhysicalHandle,
+    flags: u64,
+) -> AclResult {
     check_map_args(addr, size, offset, flags)?;
     let mut st = state();
     let phys = st.mappable(addr, size, offset, handle)?;
@@ -591,7 +597,7 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
     let space = os::map_shared(fd.as_fd(), len).map_err(fail)?;
     let base = space.addr();
     let phys = Arc::new(Physical {
-        handle: new_handle(HandleKind::Physical),
+        handle: PhysicalHandle::fresh(),
         fd,
         size: len,
         device,
@@ -775,14 +781,14 @@ pub(crate) fn remove_window_region(base: usize) {
 
 /// Records a live window over physical allocation `handle`, mapped at `base`: blocks freeing
 /// the allocation and unmapping that mapping.
-pub(crate) fn attach_window(handle: usize, base: usize) {
+pub(crate) fn attach_window(handle: PhysicalHandle, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
         e.windows.push(base);
     }
 }
 
 /// Undoes [`attach_window`].
-pub(crate) fn detach_window(handle: usize, base: usize) {
+pub(crate) fn detach_window(handle: PhysicalHandle, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
         if let Some(i) = e.windows.iter().position(|&b| b == base) {
             e.windows.swap_remove(i);

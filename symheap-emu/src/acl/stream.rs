@@ -23,8 +23,9 @@ use crate::sys::{
 use crate::acl::device;
 use crate::base::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
+use crate::base::handle::{ModelHandle, StreamHandle};
 use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
-use crate::base::registry::{HandleKind, Registry, new_handle};
+use crate::base::registry::Registry;
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
 #[derive(Debug)]
@@ -73,10 +74,10 @@ impl Queue {
     }
 }
 
-static STREAMS: Registry<Stream> = Registry::new(ranks::STREAMS);
+static STREAMS: Registry<StreamHandle, Stream> = Registry::new(ranks::STREAMS);
 
 /// `aclrtCreateStream`: needs a current device, like the real runtime.
-pub(crate) fn create() -> AclResult<usize> {
+pub(crate) fn create() -> AclResult<StreamHandle> {
     let device = device::current()?;
     let shared = Arc::new(Shared {
         device,
@@ -96,11 +97,14 @@ pub(crate) fn create() -> AclResult<usize> {
         synchronizing: AtomicUsize::new(0),
         capture: AtomicUsize::new(0),
     });
-    let handle = new_handle(HandleKind::Stream);
+    let handle = StreamHandle::fresh();
     let worker = {
         let shared = shared.clone();
         thread::Builder::new()
-            .name(format!("{STREAM_THREAD_PREFIX}-{:x}", handle & 0xFFFF_FFFF))
+            .name(format!(
+                "{STREAM_THREAD_PREFIX}-{:x}",
+                handle.raw() & 0xFFFF_FFFF
+            ))
             .spawn(move || run(&shared))
     };
     let worker = worker.or_else(|e| {
@@ -122,8 +126,8 @@ pub(crate) fn create() -> AclResult<usize> {
 
 /// The live stream `handle` (null is `ACL_ERROR_RT_PARAM_INVALID`: the emulator has no
 /// default stream).
-pub(crate) fn lookup(handle: usize) -> AclResult<Arc<Stream>> {
-    if handle == 0 {
+pub(crate) fn lookup(handle: StreamHandle) -> AclResult<Arc<Stream>> {
+    if handle.is_null() {
         return acl_fail(
             ACL_ERROR_RT_PARAM_INVALID,
             "stream is NULL: the emulator has no default stream",
@@ -144,13 +148,13 @@ pub(crate) fn lookup(handle: usize) -> AclResult<Arc<Stream>> {
 /// Stop mode applies to the whole context, as on Atlas A2 / A3: every stream of the stream's
 /// device stops on failure, until `aclrtResetDevice`. A NULL stream (the default stream, which
 /// the emulator does not have) names the calling thread's device's context.
-pub(crate) fn set_failure_mode(handle: usize, mode: u64) -> AclResult {
+pub(crate) fn set_failure_mode(handle: StreamHandle, mode: u64) -> AclResult {
     if mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE {
         return param(format!(
             "failure mode {mode} is not ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1)"
         ));
     }
-    let device = if handle == 0 {
+    let device = if handle.is_null() {
         device::current()?
     } else {
         let stream = lookup(handle)?;
@@ -166,8 +170,8 @@ pub(crate) fn set_failure_mode(handle: usize, mode: u64) -> AclResult {
 /// `aclrtDestroyStream`: runs what is queued, then stops and joins the thread. A failure still
 /// pending on the stream is discarded. A NULL stream is `ACL_ERROR_INVALID_PARAM` (CANN's null
 /// check; the default stream cannot be destroyed).
-pub(crate) fn destroy(handle: usize) -> AclResult {
-    if handle == 0 {
+pub(crate) fn destroy(handle: StreamHandle) -> AclResult {
+    if handle.is_null() {
         return invalid("stream is NULL: the default stream cannot be destroyed");
     }
     if lookup(handle)?.capture().is_some() {
@@ -194,7 +198,7 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 
 /// `aclrtSynchronizeStream`: waits for everything enqueued so far, then reports (and clears)
 /// the stream's failure, if any.
-pub(crate) fn synchronize(handle: usize) -> AclResult {
+pub(crate) fn synchronize(handle: StreamHandle) -> AclResult {
     synchronize_within(handle, None)
 }
 
@@ -215,7 +219,7 @@ pub(crate) fn sync_timeout(timeout: i32) -> AclResult<Option<Instant>> {
 
 /// `aclrtStreamQuery`: whether everything enqueued so far has run (107027 while the stream
 /// captures, as `ApiErrorDecorator::StreamQuery` answers).
-pub(crate) fn query(handle: usize) -> AclResult<bool> {
+pub(crate) fn query(handle: StreamHandle) -> AclResult<bool> {
     let stream = lookup(handle)?;
     if stream.capture().is_some() {
         return acl_fail(
@@ -232,7 +236,7 @@ pub(crate) fn query(handle: usize) -> AclResult<bool> {
 /// first failure is reported; every stream's is cleared.
 pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
     let device = device::current()?;
-    let streams: Vec<(usize, Arc<Stream>)> = STREAMS
+    let streams: Vec<(StreamHandle, Arc<Stream>)> = STREAMS
         .all()
         .into_iter()
         .filter(|(_, s)| s.device() == device)
@@ -253,7 +257,7 @@ pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
 
 /// [`synchronize`], waiting until `until` at most (`ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` then,
 /// the failure kept).
-pub(crate) fn synchronize_within(handle: usize, until: Option<Instant>) -> AclResult {
+pub(crate) fn synchronize_within(handle: StreamHandle, until: Option<Instant>) -> AclResult {
     let stream = lookup(handle)?;
     wait_for(&stream, until)
 }
@@ -310,18 +314,18 @@ impl Stream {
     }
 
     /// The model the stream captures into, if it captures.
-    pub(crate) fn capture(&self) -> Option<usize> {
+    pub(crate) fn capture(&self) -> Option<ModelHandle> {
         match self.shared.capture.load(Ordering::Acquire) {
             0 => None,
-            model => Some(model),
+            model => Some(ModelHandle::from_raw(model)),
         }
     }
 
     /// Starts (`Some`) or ends (`None`) the stream's capture.
-    pub(crate) fn set_capture(&self, model: Option<usize>) {
+    pub(crate) fn set_capture(&self, model: Option<ModelHandle>) {
         self.shared
             .capture
-            .store(model.unwrap_or(0), Ordering::Release);
+            .store(model.map_or(0, ModelHandle::raw), Ordering::Release);
     }
 
     /// Whether a host thread waits for this stream now (`aclrtSynchronizeStream`): a
@@ -619,7 +623,7 @@ mod tests {
 
     /// Queues a task that fails with `msg`.
     fn fail(s: aclrtStream, msg: &'static str) {
-        lookup(s as usize)
+        lookup(StreamHandle::from_c(s))
             .unwrap()
             .enqueue(Box::new(move || {
                 Err(TaskFailure {
@@ -733,7 +737,7 @@ mod tests {
             let a = acl();
             ok(set_mode(s, ACL_STOP_ON_FAILURE));
             let open = gate(s);
-            let stream = lookup(s as usize).unwrap();
+            let stream = lookup(StreamHandle::from_c(s)).unwrap();
             stream
                 .enqueue(Box::new(|| {
                     Err(TaskFailure {

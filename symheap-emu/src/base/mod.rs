@@ -4,6 +4,7 @@
 
 pub(crate) mod counters;
 pub(crate) mod errors;
+pub(crate) mod handle;
 pub(crate) mod lock;
 pub(crate) mod patience;
 pub(crate) mod primitives;

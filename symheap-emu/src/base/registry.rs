@@ -27,19 +27,19 @@ pub(crate) enum HandleKind {
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
-/// A new handle of `kind`. The values are non-canonical x86-64 addresses (top bits set), so a
-/// caller that wrongly dereferences one faults instead of reading someone's memory.
-pub(crate) fn new_handle(kind: HandleKind) -> usize {
+/// A new handle value of `kind`. The values are non-canonical x86-64 addresses (top bits set),
+/// so a caller that wrongly dereferences one faults instead of reading someone's memory.
+pub(crate) fn new_raw(kind: HandleKind) -> usize {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     0xE5E0_0000_0000_0000 | ((kind as usize) << 48) | ((id & 0xFFF_FFFF_FFFF) << 4)
 }
 
-/// Live objects by handle.
-pub(crate) struct Registry<T> {
-    map: RankedMutex<BTreeMap<usize, Arc<T>>>,
+/// Live objects by handle (of type `H`).
+pub(crate) struct Registry<H, T> {
+    map: RankedMutex<BTreeMap<H, Arc<T>>>,
 }
 
-impl<T> Registry<T> {
+impl<H: Copy + Ord, T> Registry<H, T> {
     /// An empty registry whose lock has `rank` (usable in a `static`).
     pub(crate) const fn new(rank: Rank) -> Self {
         Self {
@@ -48,17 +48,17 @@ impl<T> Registry<T> {
     }
 
     /// Records `value` under `handle`.
-    pub(crate) fn insert(&self, handle: usize, value: Arc<T>) {
+    pub(crate) fn insert(&self, handle: H, value: Arc<T>) {
         lock(&self.map).insert(handle, value);
     }
 
     /// The live object named by `handle`.
-    pub(crate) fn get(&self, handle: usize) -> Option<Arc<T>> {
+    pub(crate) fn get(&self, handle: H) -> Option<Arc<T>> {
         lock(&self.map).get(&handle).cloned()
     }
 
     /// Every live object with its handle, in handle order.
-    pub(crate) fn all(&self) -> Vec<(usize, Arc<T>)> {
+    pub(crate) fn all(&self) -> Vec<(H, Arc<T>)> {
         lock(&self.map)
             .iter()
             .map(|(&h, v)| (h, Arc::clone(v)))
@@ -66,7 +66,7 @@ impl<T> Registry<T> {
     }
 
     /// Forgets `handle`, returning its object.
-    pub(crate) fn remove(&self, handle: usize) -> Option<Arc<T>> {
+    pub(crate) fn remove(&self, handle: H) -> Option<Arc<T>> {
         lock(&self.map).remove(&handle)
     }
 }

@@ -4,21 +4,22 @@
 //! destroying a communicator need not know how sub-communicators are made.
 
 use crate::base::errors::{HcclRes, para};
+use crate::base::handle::CommHandle;
 use crate::base::lock::{RankedMutex, lock, ranks};
 
 /// The live sub-communicator names of each global communicator in this process: a name is
 /// unique per global communicator (HCCL keeps one map per device context).
-static NAMES: RankedMutex<Vec<(usize, Vec<u8>)>> = RankedMutex::new(ranks::NAMES, Vec::new());
+static NAMES: RankedMutex<Vec<(CommHandle, Vec<u8>)>> = RankedMutex::new(ranks::NAMES, Vec::new());
 
 /// Forgets the name of `parent`'s sub-communicator `name`, destroyed, so that it may be made
 /// again.
-pub(crate) fn forget(parent: usize, name: &[u8]) {
+pub(crate) fn forget(parent: CommHandle, name: &[u8]) {
     lock(&NAMES).retain(|(p, n)| !(*p == parent && n == name));
 }
 
 /// A name claimed for a sub-communicator being made: released when the making fails.
 pub(crate) struct Claim {
-    parent: usize,
+    parent: CommHandle,
     name: Vec<u8>,
     kept: bool,
 }
@@ -40,7 +41,7 @@ impl Drop for Claim {
 
 /// Claims `name` among the live sub-communicators of `parent` (`HCCL_E_PARA` when taken, as
 /// HCCL answers a name already in its group map).
-pub(crate) fn claim(parent: usize, name: &[u8]) -> HcclRes<Claim> {
+pub(crate) fn claim(parent: CommHandle, name: &[u8]) -> HcclRes<Claim> {
     let mut names = lock(&NAMES);
     if names.iter().any(|(p, n)| *p == parent && n == name) {
         return para(format!(

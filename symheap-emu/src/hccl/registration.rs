@@ -15,6 +15,7 @@ use crate::GRANULARITY;
 use crate::acl::memory::{self, Allocation, Physical};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{HcclRes, hccl_fail, para};
+use crate::base::handle::{CommHandle, WindowHandle};
 use crate::base::lock::lock;
 use crate::hccl::comm::{self, Comm};
 use crate::hccl::host_call::exchange;
@@ -202,7 +203,13 @@ fn reserve_slot(comm: &Comm, size: usize) -> HcclRes<(Arc<SymHeap>, usize)> {
 
 /// `HcclCommSymWinRegister` (after the null checks) as the `seq`-th collective host call of
 /// `comm`. Collective.
-pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
+pub(crate) fn register(
+    comm: &Comm,
+    seq: u64,
+    addr: usize,
+    size: u64,
+    flag: u32,
+) -> HcclRes<WindowHandle> {
     if size == 0 {
         return para("size is 0");
     }
@@ -305,7 +312,7 @@ impl Wire for DeregVote {
 
 /// The live communicator window `handle` belongs to (`HCCL_E_PARA` for a handle that is not a
 /// live window).
-pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
+pub(crate) fn owner(handle: WindowHandle) -> HcclRes<Arc<Comm>> {
     let Some(comm) = window_comm(handle) else {
         return para(format!("{handle:#x} is not a live window"));
     };
@@ -314,7 +321,7 @@ pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
 
 /// `HcclCommSymWinDeregister` of window `handle` of `comm`, with the call's sequence number.
 /// Collective; never frees user memory.
-pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
+pub(crate) fn deregister(comm: &Comm, seq: u64, handle: WindowHandle) -> HcclRes {
     let Some(w) = lock(&comm.windows)
         .iter()
         .find(|w| w.handle() == handle)
@@ -360,7 +367,7 @@ pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
 
 /// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and
 /// the offset of `ptr` in it.
-pub(crate) fn get(comm: usize, ptr: usize, size: usize) -> HcclRes<(usize, usize)> {
+pub(crate) fn get(comm: CommHandle, ptr: usize, size: usize) -> HcclRes<(WindowHandle, usize)> {
     if size == 0 {
         return para("size is 0");
     }

@@ -17,6 +17,7 @@ use crate::sys::{HcclCommConfig, HcclResult};
 
 use crate::acl::device;
 use crate::base::errors::{HcclRes, hccl_fail, para};
+use crate::base::handle::CommHandle;
 use crate::hccl::comm::{self, Comm, Meeting, Member, Settings};
 use crate::hccl::{host_call, names};
 use crate::ipc::hub;
@@ -36,7 +37,7 @@ pub(crate) struct Request {
 
 /// `HcclCreateSubCommConfig` for a member, after the checks that need no communicator: the
 /// checks that do, then the members' rendezvous. The new communicator's handle.
-pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<usize> {
+pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
     if global.parent.is_some() {
         // As `HcclCreateSubCommConfigV2` answers a communicator that is not the world group.
         return hccl_fail(
