@@ -1,5 +1,5 @@
 //! The ACL runtime: devices, `aclInit` / `aclFinalize`, device (virtual and physical) memory,
-//! host memory, streams, events and copies.
+//! host memory, streams, host functions, events and copies.
 
 pub(crate) mod copy;
 pub(crate) mod device;

@@ -1,4 +1,5 @@
-//! HCCL: communicators, symmetric heaps and windows and their registration, the zero-copy
+//! HCCL: communicators (with their sub-communicators' names and the exchange of a collective
+//! host call), symmetric heaps and windows and their registration, the zero-copy
 //! memory ranges, and the collectives (a checked call, its rendezvous steps, the staged and
 //! symmetric algorithms, the V collectives' layouts) and point-to-point transfers.
 
