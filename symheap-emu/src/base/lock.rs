@@ -250,7 +250,7 @@ impl Condvar {
     }
 }
 
-pub(crate) use checked::Held;
+use checked::Held;
 
 /// The debug builds' bookkeeping: the ranks this thread holds, in the order taken (so
 /// ascending), and the checks.

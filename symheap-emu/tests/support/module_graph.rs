@@ -5,7 +5,10 @@
 //! path (in `use` groups too, expanded), or a path through a child module `m` declares with
 //! `mod x;`. A path resolves to the longest module prefix it names, so `crate::acl::stream::f`
 //! is an edge to `acl::stream`. Comments and `#[cfg(test)]` items are left out, and so are the
-//! files of `tests` modules: test code may reach anywhere.
+//! files of `tests` modules: test code may reach anywhere. A parent and its child files are
+//! separate modules: a `mod.rs` that uses its child's items while the child uses the
+//! parent's (through `super::`) is a cycle; a parent that only declares or re-exports its
+//! children is not.
 //!
 //! This file is shared: a test of another crate includes it with
 //! `#[path = "…/support/module_graph.rs"] mod module_graph;` and calls [`cycles`] on its own
