@@ -488,7 +488,7 @@ fn rank_waiting_under_hccl_exec_timeout() {
 fn hccl_exec_timeout_sets_the_emulators_exec_timeout() {
     let job = rank_job(2, "rank_waiting_under_hccl_exec_timeout")
         .env("HCCL_EXEC_TIMEOUT", "1")
-        .env_remove("SYMHEAP_EMU_EXEC_TIMEOUT_S");
+        .env_remove("SYMHEAP_EMU_EXEC_TIMEOUT_SECS");
     assert_success(&job.run().unwrap());
 }
 
@@ -514,7 +514,7 @@ fn init_refuses_timeout_variables_cann_refuses() {
     ] {
         let job = rank_job(2, "rank_with_a_bad_timeout_variable")
             .env(var, value)
-            .env_remove("SYMHEAP_EMU_EXEC_TIMEOUT_S");
+            .env_remove("SYMHEAP_EMU_EXEC_TIMEOUT_SECS");
         assert_success(&job.run().unwrap());
     }
 }

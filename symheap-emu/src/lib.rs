@@ -23,9 +23,10 @@ pub const GRANULARITY: usize = 2 << 20;
 /// injected failures), and resets that state on acquisition (no injected failure pending, the
 /// default device memory limit), so a test that failed half-way does not leak into the next.
 #[cfg(test)]
-pub(crate) fn test_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let guard = base::registry::lock(&LOCK);
+pub(crate) fn test_lock() -> base::lock::RankedGuard<'static, ()> {
+    static LOCK: base::lock::RankedMutex<()> =
+        base::lock::RankedMutex::new(base::lock::ranks::TESTS, ());
+    let guard = base::lock::lock(&LOCK);
     testing::clear_injected_failures();
     testing::set_device_memory_limit(0);
     guard

@@ -298,7 +298,7 @@ impl<T> Drop for PinnedBuf<T> {
 /// behind it provably has not run.
 pub(crate) fn gate(stream: aclrtStream) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    crate::acl::stream::lookup(stream as usize)
+    crate::acl::stream::lookup(crate::base::handle::StreamHandle::from_c(stream))
         .expect("a live stream")
         .enqueue(Box::new(move || {
             let _ = rx.recv();

@@ -3,22 +3,24 @@
 //! and [`crate::abi::args`]).
 //!
 //! Null pointer arguments are `HCCL_E_PTR`; an unknown communicator or window handle is
-//! `HCCL_E_PARA`. Every body has the C function's contract as its `# Safety`: pointer
-//! arguments are null or valid for what the C function reads or writes through them; device
-//! ranges and handles are validated, never trusted.
+//! `HCCL_E_PARA`. A body that reads or writes through the caller's pointers is an
+//! `unsafe fn` whose `# Safety` is the C function's contract (host pointers are null or valid
+//! for what the C function reads or writes through them); every other body is a safe
+//! function. Device ranges and handles are validated, never trusted.
 #![allow(non_snake_case)]
 
 use std::ffi::{c_char, c_void};
 
 use crate::sys::{
-    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclCommSymWindow, HcclDataType, HcclReduceOp,
-    HcclRootInfo, HcclSendRecvType, aclrtStream,
+    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclDataType, HcclReduceOp, HcclRootInfo,
+    HcclSendRecvType, aclrtStream,
 };
 
 use crate::abi::args;
 use crate::abi::entry::{CollectiveCall, Sequence, collective};
 use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
-use crate::base::registry::lock;
+use crate::base::handle::{CommHandle, PhysicalHandle, StreamHandle, WindowHandle};
+use crate::base::lock::lock;
 use crate::hccl::collective;
 use crate::hccl::comm;
 use crate::hccl::hcomm_mem;
@@ -52,9 +54,9 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> HcclRes {
 /// The body of a collective on a stream: `request` is checked and queued once the call's
 /// sequence number is taken.
 fn queue(comm: HcclComm, stream: aclrtStream, request: Request) -> CollectiveCall {
-    let comm = comm::lookup(comm as usize);
+    let comm = comm::lookup(CommHandle::from_c(comm));
     collective(comm, Sequence::Stream, move |c, seq| {
-        collective::enqueue(c, seq, stream as usize, &request)
+        collective::enqueue(c, seq, StreamHandle::from_c(stream), &request)
     })
 }
 
@@ -92,14 +94,18 @@ fn queue_vector(
     stream: aclrtStream,
     make: impl FnOnce(u32, u32) -> HcclRes<Request> + 'static,
 ) -> CollectiveCall {
-    let comm = comm::lookup(comm as usize);
+    let comm = comm::lookup(CommHandle::from_c(comm));
     collective(comm, Sequence::Stream, move |c, seq| {
         let request = make(c.n, c.rank)?;
-        collective::enqueue(c, seq, stream as usize, &request)
+        collective::enqueue(c, seq, StreamHandle::from_c(stream), &request)
     })
 }
 
 /// `HcclGetRootInfo`: a fresh rendezvous identity for `HcclCommInitRootInfo*`.
+///
+/// # Safety
+/// `HcclGetRootInfo`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclGetRootInfo(a: args::HcclGetRootInfo) -> HcclRes {
     non_null(a.rootInfo, "rootInfo")?;
     // SAFETY: the caller's contract; checked non-null above.
@@ -131,10 +137,14 @@ unsafe fn init(
     let root = unsafe { root_info.read_unaligned() };
     let handle = comm::init(n_ranks, &root, rank, &config)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(comm, handle as HcclComm, "comm") }
+    unsafe { put(comm, handle.to_c(), "comm") }
 }
 
 /// `HcclCommInitRootInfo`: `HcclCommInitRootInfoConfig` with the default config.
+///
+/// # Safety
+/// `HcclCommInitRootInfo`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclCommInitRootInfo(a: args::HcclCommInitRootInfo) -> HcclRes {
     // SAFETY: forwarded caller's contract.
     unsafe { init(a.nRanks, a.rootInfo, a.rank, None, a.comm) }
@@ -143,62 +153,82 @@ pub(super) unsafe fn HcclCommInitRootInfo(a: args::HcclCommInitRootInfo) -> Hccl
 /// `HcclCommInitRootInfoConfig`: joins as `rank` of `n_ranks` and blocks until every rank has
 /// joined (or the exec timeout passes: `HCCL_E_TIMEOUT`). The calling thread needs a device
 /// (`HCCL_E_RUNTIME` otherwise).
+///
+/// # Safety
+/// `HcclCommInitRootInfoConfig`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclCommInitRootInfoConfig(a: args::HcclCommInitRootInfoConfig) -> HcclRes {
     // SAFETY: forwarded caller's contract.
     unsafe { init(a.nRanks, a.rootInfo, a.rank, Some(a.config), a.comm) }
 }
 
 /// `HcclCommDestroy`: local; deregisters this rank's remaining windows without a rendezvous.
-pub(super) unsafe fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
-    comm::destroy(a.comm as usize)
+pub(super) fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
+    comm::destroy(CommHandle::from_c(a.comm))
 }
 
 /// `HcclGetRankSize`.
+///
+/// # Safety
+/// `HcclGetRankSize`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclGetRankSize(a: args::HcclGetRankSize) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     // SAFETY: the caller's contract; checked inside `put`.
     unsafe { put(a.rankSize, c.n, "rankSize") }
 }
 
 /// `HcclGetRankId`.
+///
+/// # Safety
+/// `HcclGetRankId`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclGetRankId(a: args::HcclGetRankId) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     // SAFETY: the caller's contract; checked inside `put`.
     unsafe { put(a.rank, c.rank, "rank") }
 }
 
 /// `HcclGetErrorString`: a static string describing the code, as libhccl's.
-pub(super) unsafe fn HcclGetErrorString(a: args::HcclGetErrorString) -> *const c_char {
+pub(super) fn HcclGetErrorString(a: args::HcclGetErrorString) -> *const c_char {
     hccl_error_string(a.code).as_ptr()
 }
 
 /// `HcclGetCommAsyncError`: the first collective failure since the last call (read and
 /// clear), `HCCL_SUCCESS` when there was none.
+///
+/// # Safety
+/// `HcclGetCommAsyncError`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclGetCommAsyncError(a: args::HcclGetCommAsyncError) -> HcclRes {
     non_null(a.asyncError, "asyncError")?;
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(a.asyncError, c.take_async_error(), "asyncError") }
 }
 
 /// `HcclCommSymWinRegister`: collective; see the module docs of `emu` for the rules.
+///
+/// # Safety
+/// `HcclCommSymWinRegister`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclCommSymWinRegister(a: args::HcclCommSymWinRegister) -> CollectiveCall {
     collective(
-        comm::lookup(a.comm as usize),
+        comm::lookup(CommHandle::from_c(a.comm)),
         Sequence::Host,
         move |c, seq| {
             non_null(a.addr, "addr")?;
             non_null(a.winHandle, "winHandle")?;
             let h = registration::register(c, seq, a.addr as usize, a.size, a.flag)?;
             // SAFETY: the caller's contract; checked non-null above.
-            unsafe { put(a.winHandle, h as HcclCommSymWindow, "winHandle") }
+            unsafe { put(a.winHandle, h.to_c(), "winHandle") }
         },
     )
 }
 
 /// `HcclCommSymWinDeregister`: collective; never frees the user's memory.
-pub(super) unsafe fn HcclCommSymWinDeregister(a: args::HcclCommSymWinDeregister) -> CollectiveCall {
-    let handle = a.winHandle as usize;
+pub(super) fn HcclCommSymWinDeregister(a: args::HcclCommSymWinDeregister) -> CollectiveCall {
+    let handle = WindowHandle::from_c(a.winHandle);
     let owner = non_null(a.winHandle, "winHandle").and_then(|()| registration::owner(handle));
     collective(owner, Sequence::Host, move |c, seq| {
         registration::deregister(c, seq, handle)
@@ -206,41 +236,45 @@ pub(super) unsafe fn HcclCommSymWinDeregister(a: args::HcclCommSymWinDeregister)
 }
 
 /// `HcclCommSymWinGet`: the window holding `[ptr, ptr + size)` and the offset of `ptr`.
+///
+/// # Safety
+/// `HcclCommSymWinGet`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclCommSymWinGet(a: args::HcclCommSymWinGet) -> HcclRes {
     non_null(a.comm, "comm")?;
     non_null(a.ptr, "ptr")?;
     non_null(a.winHandle, "winHandle")?;
     non_null(a.offset, "offset")?;
-    let (h, off) = registration::get(a.comm as usize, a.ptr as usize, a.size)?;
+    let (h, off) = registration::get(CommHandle::from_c(a.comm), a.ptr as usize, a.size)?;
     // SAFETY: the caller's contract; both checked non-null above.
     unsafe {
-        put(a.winHandle, h as HcclCommSymWindow, "winHandle")?;
+        put(a.winHandle, h.to_c(), "winHandle")?;
         put(a.offset, off, "offset")
     }
 }
 
 /// `HcclBarrier`: a rendezvous of every rank's stream.
-pub(super) unsafe fn HcclBarrier(a: args::HcclBarrier) -> CollectiveCall {
+pub(super) fn HcclBarrier(a: args::HcclBarrier) -> CollectiveCall {
     let null = std::ptr::null();
     let req = request(Barrier, null, null, 0, HcclDataType::HCCL_DATA_TYPE_INT8);
     queue(a.comm, a.stream, req)
 }
 
 /// `HcclAllReduce`: `count` elements, reduced with `op` in rank order.
-pub(super) unsafe fn HcclAllReduce(a: args::HcclAllReduce) -> CollectiveCall {
+pub(super) fn HcclAllReduce(a: args::HcclAllReduce) -> CollectiveCall {
     let mut req = request(AllReduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
     req.sig.op = a.op;
     queue(a.comm, a.stream, req)
 }
 
 /// `HcclAllGather`: `sendCount` elements per rank.
-pub(super) unsafe fn HcclAllGather(a: args::HcclAllGather) -> CollectiveCall {
+pub(super) fn HcclAllGather(a: args::HcclAllGather) -> CollectiveCall {
     let req = request(AllGather, a.sendBuf, a.recvBuf, a.sendCount, a.dataType);
     queue(a.comm, a.stream, req)
 }
 
 /// `HcclReduceScatter`: `recvCount` elements per rank.
-pub(super) unsafe fn HcclReduceScatter(a: args::HcclReduceScatter) -> CollectiveCall {
+pub(super) fn HcclReduceScatter(a: args::HcclReduceScatter) -> CollectiveCall {
     let mut req = request(ReduceScatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
     req.sig.op = a.op;
     queue(a.comm, a.stream, req)
@@ -248,14 +282,14 @@ pub(super) unsafe fn HcclReduceScatter(a: args::HcclReduceScatter) -> Collective
 
 /// `HcclAlltoAll`: `sendCount` elements to each peer. The emulator needs
 /// `sendCount == recvCount` and `sendType == recvType` (`HCCL_E_PARA` otherwise).
-pub(super) unsafe fn HcclAlltoAll(a: args::HcclAlltoAll) -> CollectiveCall {
+pub(super) fn HcclAlltoAll(a: args::HcclAlltoAll) -> CollectiveCall {
     let mut req = request(AlltoAll, a.sendBuf, a.recvBuf, a.sendCount, a.sendType);
     (req.recv_count, req.recv_dtype) = (a.recvCount, a.recvType);
     queue(a.comm, a.stream, req)
 }
 
 /// `HcclBroadcast`: `count` elements from `root` to every rank (always the staged path).
-pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
+pub(super) fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
     let mut req = request(Broadcast, a.buf, a.buf, a.count, a.dataType);
     req.sig.root = a.root;
     queue(a.comm, a.stream, req)
@@ -264,6 +298,10 @@ pub(super) unsafe fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
 /// `HcclAllGatherV`: rank `i` contributes `recvCounts[i]` elements (its `sendCount`), which
 /// land `recvDispls[i]` elements into every rank's `recvBuf`; both arrays, `rankSize` `u64`s
 /// on the host, must be the same on every rank.
+///
+/// # Safety
+/// `HcclAllGatherV`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
     queue_vector(a.comm, a.stream, move |n, _| {
         // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
@@ -283,6 +321,10 @@ pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
 /// `HcclReduceScatterV`: rank `j` receives the reduction of every rank's `sendCounts[j]`
 /// elements at `sendDispls[j]`; `recvCount` must be `sendCounts[myRank]`, and both arrays the
 /// same on every rank.
+///
+/// # Safety
+/// `HcclReduceScatterV`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> CollectiveCall {
     queue_vector(a.comm, a.stream, move |n, _| {
         // SAFETY: as in `HcclAllGatherV`.
@@ -302,6 +344,10 @@ pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> Collecti
 /// `HcclAlltoAllV`: each rank sends `sendCounts[j]` elements at `sdispls[j]` to rank `j` and
 /// receives `recvCounts[k]` elements at `rdispls[k]` from rank `k`; what `k` sends `j` must be
 /// what `j` expects from `k`. The emulator needs `sendType == recvType`.
+///
+/// # Safety
+/// `HcclAlltoAllV`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
     queue_vector(a.comm, a.stream, move |n, _| {
         // SAFETY: as in `HcclAllGatherV`.
@@ -325,6 +371,10 @@ pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
 /// that every rank passes (`sendCountMatrix[s * rankSize + d]` elements from rank `s` to rank
 /// `d`); each rank's blocks are packed in rank order in `sendBuf` and in `recvBuf` (hicann/hcomm
 /// `docs/*/api_ref/.../HcclAlltoAllVC.md`). The emulator needs `sendType == recvType`.
+///
+/// # Safety
+/// `HcclAlltoAllVC`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclAlltoAllVC(a: args::HcclAlltoAllVC) -> CollectiveCall {
     queue_vector(a.comm, a.stream, move |n, rank| {
         // SAFETY: as in `HcclAllGatherV`: the caller promises `n * n` counts.
@@ -338,7 +388,7 @@ pub(super) unsafe fn HcclAlltoAllVC(a: args::HcclAlltoAllVC) -> CollectiveCall {
 
 /// `HcclReduce`: `count` elements reduced with `op` in rank order into `root`'s `recvBuf`
 /// (always the staged path); other ranks' `recvBuf` is not used and may be NULL.
-pub(super) unsafe fn HcclReduce(a: args::HcclReduce) -> CollectiveCall {
+pub(super) fn HcclReduce(a: args::HcclReduce) -> CollectiveCall {
     let mut req = request(Reduce, a.sendBuf, a.recvBuf, a.count, a.dataType);
     (req.sig.op, req.sig.root) = (a.op, a.root);
     queue(a.comm, a.stream, req)
@@ -346,7 +396,7 @@ pub(super) unsafe fn HcclReduce(a: args::HcclReduce) -> CollectiveCall {
 
 /// `HcclScatter`: block `j` of `root`'s `sendBuf` (`recvCount` elements each) to rank `j`
 /// (always the staged path); other ranks' `sendBuf` is not used and may be NULL.
-pub(super) unsafe fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
+pub(super) fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
     let mut req = request(Scatter, a.sendBuf, a.recvBuf, a.recvCount, a.dataType);
     req.sig.root = a.root;
     queue(a.comm, a.stream, req)
@@ -355,6 +405,10 @@ pub(super) unsafe fn HcclScatter(a: args::HcclScatter) -> CollectiveCall {
 /// `HcclCommInitAll`: `ndev` communicators of one group in this process, rank i on device
 /// `devices[i]` (distinct valid ids), made from threads of their own; the calling thread's
 /// device binding is unchanged.
+///
+/// # Safety
+/// `HcclCommInitAll`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
     non_null(a.devices, "devices")?;
     non_null(a.comms, "comms")?;
@@ -363,7 +417,7 @@ pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
     let handles = comm::init_all(&devices)?;
     for (i, h) in handles.into_iter().enumerate() {
         // SAFETY: non-null; the caller promises room for `ndev` handles.
-        unsafe { a.comms.add(i).write(h as HcclComm) };
+        unsafe { a.comms.add(i).write(h.to_c()) };
     }
     Ok(())
 }
@@ -371,8 +425,12 @@ pub(super) unsafe fn HcclCommInitAll(a: args::HcclCommInitAll) -> HcclRes {
 /// `HcclGetCommName`: the config's `hcclCommName` if one was given, otherwise a name made
 /// from the root info (the same on every rank), NUL-terminated in at most
 /// `COMM_NAME_MAX_LENGTH` bytes.
+///
+/// # Safety
+/// `HcclGetCommName`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     non_null(a.commName, "commName")?;
     let name = c.name.as_slice();
     let len = name.len().min(COMM_NAME_MAX_LENGTH - 1);
@@ -389,6 +447,10 @@ pub(super) unsafe fn HcclGetCommName(a: args::HcclGetCommName) -> HcclRes {
 /// communicator `*comm`, rank `i` of it being global rank `rankIds[i]`; only its members meet
 /// (see [`sub_comm`]). A rank outside passes `rankIds = NULL` and `subCommId = 0xFFFFFFFF`,
 /// and gets `HCCL_SUCCESS` with `*subComm` untouched.
+///
+/// # Safety
+/// `HcclCreateSubCommConfig`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclCreateSubCommConfig(a: args::HcclCreateSubCommConfig) -> HcclRes {
     let member = sub_comm::check_call(
         !a.subComm.is_null(),
@@ -403,7 +465,7 @@ pub(super) unsafe fn HcclCreateSubCommConfig(a: args::HcclCreateSubCommConfig) -
     non_null(a.config, "config")?;
     non_null(a.comm, "comm")?;
     // SAFETY: non-null; the caller promises a readable `HcclComm`.
-    let global = comm::lookup(unsafe { a.comm.read() } as usize)?;
+    let global = comm::lookup(CommHandle::from_c(unsafe { a.comm.read() }))?;
     if a.rankNum > global.n {
         return crate::base::errors::para(format!(
             "rankNum {} exceeds the global communicator's {} ranks",
@@ -422,12 +484,12 @@ pub(super) unsafe fn HcclCreateSubCommConfig(a: args::HcclCreateSubCommConfig) -
     };
     let handle = sub_comm::create(&global, &request)?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.subComm, handle as HcclComm, "subComm") }
+    unsafe { put(a.subComm, handle.to_c(), "subComm") }
 }
 
 /// `HcclSend`: sends `count` elements to `destRank`; the task completes once that rank's
 /// matching `HcclRecv` has received everything (see [`p2p`]).
-pub(super) unsafe fn HcclSend(a: args::HcclSend) -> HcclRes {
+pub(super) fn HcclSend(a: args::HcclSend) -> HcclRes {
     let item = p2p::Item {
         kind: HcclSendRecvType::HCCL_SEND,
         buf: a.sendBuf as usize,
@@ -435,11 +497,16 @@ pub(super) unsafe fn HcclSend(a: args::HcclSend) -> HcclRes {
         dtype: a.dataType,
         peer: a.destRank,
     };
-    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclSend")
+    p2p::call(
+        CommHandle::from_c(a.comm),
+        StreamHandle::from_c(a.stream),
+        &[item],
+        "HcclSend",
+    )
 }
 
 /// `HcclRecv`: receives `count` elements from `srcRank`'s matching `HcclSend`.
-pub(super) unsafe fn HcclRecv(a: args::HcclRecv) -> HcclRes {
+pub(super) fn HcclRecv(a: args::HcclRecv) -> HcclRes {
     let item = p2p::Item {
         kind: HcclSendRecvType::HCCL_RECV,
         buf: a.recvBuf as usize,
@@ -447,7 +514,12 @@ pub(super) unsafe fn HcclRecv(a: args::HcclRecv) -> HcclRes {
         dtype: a.dataType,
         peer: a.srcRank,
     };
-    p2p::call(a.comm as usize, a.stream as usize, &[item], "HcclRecv")
+    p2p::call(
+        CommHandle::from_c(a.comm),
+        StreamHandle::from_c(a.stream),
+        &[item],
+        "HcclRecv",
+    )
 }
 
 /// The most items one `HcclBatchSendRecv` takes: far more than any batch needs (a few per
@@ -457,6 +529,10 @@ const MAX_BATCH_ITEMS: u32 = 1 << 20;
 
 /// `HcclBatchSendRecv`: every item progresses at once on the stream; items of one pair run
 /// in order. `itemNum` 0 does nothing.
+///
+/// # Safety
+/// `HcclBatchSendRecv`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
     non_null(a.sendRecvInfo, "sendRecvInfo")?;
     if a.itemNum > MAX_BATCH_ITEMS {
@@ -481,8 +557,8 @@ pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
         })
         .collect();
     p2p::call(
-        a.comm as usize,
-        a.stream as usize,
+        CommHandle::from_c(a.comm),
+        StreamHandle::from_c(a.stream),
         &items,
         "HcclBatchSendRecv",
     )
@@ -490,6 +566,10 @@ pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
 
 /// `HcommMemAlloc` (libhcomm; its `HcommResult` is an `int32_t` of HCCL's codes): mapped
 /// device memory for windows (see [`hcomm_mem`]).
+///
+/// # Safety
+/// `HcommMemAlloc`'s contract: its pointer arguments are null or valid for what it reads or
+/// writes through them.
 pub(super) unsafe fn HcommMemAlloc(a: args::HcommMemAlloc) -> HcclRes {
     if a.ptr.is_null() {
         // The documented code for a NULL `ptr`, unlike HCCL's usual HCCL_E_PTR.
@@ -501,41 +581,39 @@ pub(super) unsafe fn HcommMemAlloc(a: args::HcommMemAlloc) -> HcclRes {
 }
 
 /// `HcommMemFree`: frees `HcommMemAlloc` memory; NULL does nothing.
-pub(super) unsafe fn HcommMemFree(a: args::HcommMemFree) -> HcclRes {
+pub(super) fn HcommMemFree(a: args::HcommMemFree) -> HcclRes {
     hcomm_mem::free(a.ptr as usize)
 }
 
 /// `HcclCommSetMemoryRange`: records `[baseVirPtr, +size)`, a reserved range, on the
 /// communicator (see [`memory_range`]).
-pub(super) unsafe fn HcclCommSetMemoryRange(a: args::HcclCommSetMemoryRange) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+pub(super) fn HcclCommSetMemoryRange(a: args::HcclCommSetMemoryRange) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     let mut ranges = lock(&c.ranges);
     ranges.set(a.baseVirPtr as usize, a.size, a.alignment, a.flags)
 }
 
 /// `HcclCommUnsetMemoryRange`: forgets a range without activated blocks.
-pub(super) unsafe fn HcclCommUnsetMemoryRange(a: args::HcclCommUnsetMemoryRange) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+pub(super) fn HcclCommUnsetMemoryRange(a: args::HcclCommUnsetMemoryRange) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     lock(&c.ranges).unset(a.baseVirPtr as usize)
 }
 
 /// `HcclCommActivateCommMemory`: records a mapped block inside a range.
-pub(super) unsafe fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+pub(super) fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     let mut ranges = lock(&c.ranges);
     ranges.activate(
         a.virPtr as usize,
         a.size,
         a.offset,
-        a.handle as usize,
+        PhysicalHandle::from_c(a.handle),
         a.flags,
     )
 }
 
 /// `HcclCommDeactivateCommMemory`: forgets an activated block.
-pub(super) unsafe fn HcclCommDeactivateCommMemory(
-    a: args::HcclCommDeactivateCommMemory,
-) -> HcclRes {
-    let c = comm::lookup(a.comm as usize)?;
+pub(super) fn HcclCommDeactivateCommMemory(a: args::HcclCommDeactivateCommMemory) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
     lock(&c.ranges).deactivate(a.virPtr as usize)
 }

@@ -2,10 +2,9 @@
 //! without doing anything, so every error and `Drop` path of the layers above can be run.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::base::registry::lock;
+use crate::base::lock::{RankedMutex, lock, ranks};
 use crate::sys::{AclApi, HcclApi};
 
 /// The C function named `call` if it returns a status code (and so can be made to fail):
@@ -29,11 +28,13 @@ struct Pending {
 
 /// Whether any failure is pending: the only thing a call checks when none is.
 static ANY: AtomicBool = AtomicBool::new(false);
-static TABLE: Mutex<BTreeMap<&'static str, Pending>> = Mutex::new(BTreeMap::new());
+static TABLE: RankedMutex<BTreeMap<&'static str, Pending>> =
+    RankedMutex::new(ranks::INJECTED, BTreeMap::new());
 
 /// Whether [`count_calls`] is on, and what it counted.
 static COUNTING: AtomicBool = AtomicBool::new(false);
-static COUNTS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+static COUNTS: RankedMutex<BTreeMap<&'static str, u64>> =
+    RankedMutex::new(ranks::CALL_COUNTS, BTreeMap::new());
 
 /// Starts counting, process-wide, the calls of every emulated C function that returns a
 /// status code, from zero; [`call_counts`] reads the counts and stops. With the counts, a

@@ -14,7 +14,9 @@ use crate::sys::{ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC, aclrtMemcpyKind};
 
 use crate::acl::memory::{self, Pins};
 use crate::base::errors::{AclResult, Fail, acl_non_null, param};
+use crate::base::handle::StreamHandle;
 use crate::{acl::graph, acl::host, acl::stream};
+use std::ffi::c_void;
 use std::sync::Arc;
 
 /// A validated copy or fill, holding its device ranges pinned until dropped.
@@ -34,8 +36,9 @@ impl Op {
         if let Some(src) = self.src {
             // SAFETY: device sides were checked to be wholly inside mapped read/write memory
             // and stay pinned (unmappable) until `self` is dropped (a captured copy's pins
-            // live as long as its graph); host sides are valid for `len` bytes by the C
-            // caller's contract (a captured one's until its graph is destroyed). `copy` tolerates overlap. Work racing on
+            // live as long as its graph); host sides are valid for `len` bytes by the
+            // contract of `memcpy` / `memcpy_async`, the only makers of a copy (a captured
+            // one's until its graph is destroyed). `copy` tolerates overlap. Work racing on
             // the same device bytes from another stream is the caller's ordering bug and gives
             // torn data, as on a device.
             unsafe { std::ptr::copy(src as *const u8, self.dst as *mut u8, self.len) };
@@ -91,9 +94,8 @@ fn plan_copy(
         aclrtMemcpyKind::ACL_MEMCPY_DEFAULT => None,
         other => return param(format!("unknown aclrtMemcpyKind {}", other.0)),
     };
-    if let Some(want) = expected
-        && want != (dst_dev, src_dev)
-    {
+    // Not a let chain: those need Rust 1.88, and the crate builds with 1.85.
+    if expected.is_some_and(|want| want != (dst_dev, src_dev)) {
         let side = |dev| if dev { "device" } else { "host" };
         return param(format!(
             "kind {} does not match the pointers: dst is {} memory, src is {} memory",
@@ -164,15 +166,21 @@ fn plan_set(dst: usize, max: usize, value: i32, count: usize) -> AclResult<Optio
 }
 
 /// `aclrtMemcpy`: synchronous, on the calling thread.
-pub(crate) fn memcpy(
-    dst: usize,
+///
+/// # Safety
+/// `aclrtMemcpy`'s contract for host memory: where `dst` or `src` is host memory outside
+/// `aclrtMallocHost` allocations (which, like device memory, are checked and need nothing),
+/// it is valid for writing (`dst`) or reading (`src`) `count` bytes. Null pointers are refused.
+pub(crate) unsafe fn memcpy(
+    dst: *mut c_void,
     dest_max: usize,
-    src: usize,
+    src: *const c_void,
     count: usize,
     kind: aclrtMemcpyKind,
 ) -> AclResult {
     graph::check_unsafe_call("aclrtMemcpy")?;
-    if let Some(op) = plan_copy(dst, dest_max, src, count, kind)? {
+    // The addresses as numbers from here on: `Op::run` relies on this function's contract.
+    if let Some(op) = plan_copy(dst as usize, dest_max, src as usize, count, kind)? {
         op.run();
     }
     Ok(())
@@ -190,7 +198,7 @@ pub(crate) fn memset(dst: usize, max: usize, value: i32, count: usize) -> AclRes
 /// Queues `op` on stream `handle`, or keeps it in the stream's capture (an empty op is still
 /// a checked no-op). The stream is looked up before the op is planned, so a bad stream is the
 /// error whatever the op.
-fn enqueue(op: Option<Op>, stream: &stream::Stream, handle: usize) -> AclResult {
+fn enqueue(op: Option<Op>, stream: &stream::Stream, handle: StreamHandle) -> AclResult {
     let Some(op) = op else {
         return Ok(());
     };
@@ -209,16 +217,22 @@ fn enqueue(op: Option<Op>, stream: &stream::Stream, handle: usize) -> AclResult 
 }
 
 /// `aclrtMemcpyAsync`.
-pub(crate) fn memcpy_async(
-    dst: usize,
+///
+/// # Safety
+/// `aclrtMemcpyAsync`'s contract for host memory: as [`memcpy`]'s, and the host memory stays
+/// valid until the copy has run (for a captured copy, at every replay, until the graph is
+/// destroyed). A copy of pageable memory runs before this returns.
+pub(crate) unsafe fn memcpy_async(
+    dst: *mut c_void,
     dest_max: usize,
-    src: usize,
+    src: *const c_void,
     count: usize,
     kind: aclrtMemcpyKind,
-    stream: usize,
+    stream: StreamHandle,
 ) -> AclResult {
     let s = stream::lookup(stream)?;
-    let op = match plan_copy(dst, dest_max, src, count, kind)? {
+    // The addresses as numbers from here on: `Op::run` relies on this function's contract.
+    let op = match plan_copy(dst as usize, dest_max, src as usize, count, kind)? {
         Some(op) if op.pageable => op,
         op => return enqueue(op, &s, stream),
     };
@@ -243,7 +257,7 @@ pub(crate) fn memset_async(
     max: usize,
     value: i32,
     count: usize,
-    stream: usize,
+    stream: StreamHandle,
 ) -> AclResult {
     let s = stream::lookup(stream)?;
     enqueue(plan_set(dst, max, value, count)?, &s, stream)

@@ -7,26 +7,27 @@
 //! never leaves a task with a dangling reference.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys::{
-    ACL_ERROR_RT_CAPTURE_DEPENDENCY, ACL_ERROR_RT_EVENT_CAPTURED, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+    ACL_ERROR_RT_EVENT_CAPTURED, ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
     ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID, ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL,
-    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE,
-    ACL_EVENT_SYNC, aclrtEventRecordedStatus,
+    ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, aclrtEventRecordedStatus,
 };
 
 use crate::acl::device;
 use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
-use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null, param};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null};
+use crate::base::handle::{EventHandle, StreamHandle};
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
+use crate::base::registry::Registry;
 
 /// The environment variable that bounds how long a stream waits for an event
 /// (`aclrtStreamWaitEvent`), in seconds (default 1800); read once, at the first wait.
-pub(crate) const EVENT_WAIT_ENV: &str = "SYMHEAP_EMU_EVENT_WAIT_S";
+pub(crate) const EVENT_WAIT_ENV: &str = "SYMHEAP_EMU_EVENT_WAIT_SECS";
 
 const DEFAULT_EVENT_WAIT: Duration = Duration::from_secs(1800);
 
@@ -73,7 +74,7 @@ enum Outcome {
 
 /// One `aclrtRecordEvent`.
 struct Record {
-    outcome: Mutex<Outcome>,
+    outcome: RankedMutex<Outcome>,
     done: Condvar,
 }
 
@@ -97,16 +98,13 @@ impl Record {
         let mut o = lock(&self.outcome);
         while *o == Outcome::Pending {
             o = match deadline {
-                None => self.done.wait(o).unwrap_or_else(|e| e.into_inner()),
+                None => self.done.wait(o),
                 Some(at) => {
                     let now = Instant::now();
                     if now >= at {
                         break;
                     }
-                    self.done
-                        .wait_timeout(o, at - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
+                    self.done.wait_timeout(o, at - now).0
                 }
             };
         }
@@ -125,18 +123,18 @@ impl Drop for RecordTask {
 
 /// A live event: its latest record, if any.
 struct Event {
-    last: Mutex<Option<Arc<Record>>>,
+    last: RankedMutex<Option<Arc<Record>>>,
     /// `aclrtCreateEventExWithFlag`'s flags; `None` for an event of `aclrtCreateEvent`, which
     /// a capture cannot use.
     flags: Option<u32>,
 }
 
-static EVENTS: Registry<Event> = Registry::new();
+static EVENTS: Registry<EventHandle, Event> = Registry::new(ranks::EVENTS);
 
 /// The live event `handle`: NULL is `ACL_ERROR_INVALID_PARAM`, an unknown or destroyed one
 /// `ACL_ERROR_RT_INVALID_HANDLE`.
-fn lookup(handle: usize, what: &str) -> AclResult<Arc<Event>> {
-    acl_non_null(handle, what)?;
+fn lookup(handle: EventHandle, what: &str) -> AclResult<Arc<Event>> {
+    acl_non_null(handle.raw(), what)?;
     EVENTS.get(handle).map_or_else(
         || {
             acl_fail(
@@ -149,23 +147,23 @@ fn lookup(handle: usize, what: &str) -> AclResult<Arc<Event>> {
 }
 
 /// `aclrtCreateEvent`: needs a current device, like a stream.
-pub(crate) fn create() -> AclResult<usize> {
+pub(crate) fn create() -> AclResult<EventHandle> {
     create_with(None)
 }
 
 /// `aclrtCreateEventExWithFlag`: an event with `flags` (any bits; only `ACL_EVENT_SYNC`
 /// matters here: without it a capture's streams cannot wait for the event).
-pub(crate) fn create_ex(flags: u32) -> AclResult<usize> {
+pub(crate) fn create_ex(flags: u32) -> AclResult<EventHandle> {
     create_with(Some(flags))
 }
 
-fn create_with(flags: Option<u32>) -> AclResult<usize> {
+fn create_with(flags: Option<u32>) -> AclResult<EventHandle> {
     device::current()?;
-    let handle = new_handle(HandleKind::Event);
+    let handle = EventHandle::fresh();
     EVENTS.insert(
         handle,
         Arc::new(Event {
-            last: Mutex::new(None),
+            last: RankedMutex::new(ranks::EVENT_LAST, None),
             flags,
         }),
     );
@@ -175,7 +173,7 @@ fn create_with(flags: Option<u32>) -> AclResult<usize> {
 
 /// `ACL_ERROR_RT_EVENT_CAPTURED` while `handle` was recorded in a capture in progress: its
 /// record runs only when the graph is replayed.
-fn check_not_captured(handle: usize) -> AclResult {
+fn check_not_captured(handle: EventHandle) -> AclResult {
     if graph::event_model(handle).is_some() {
         return acl_fail(
             ACL_ERROR_RT_EVENT_CAPTURED,
@@ -187,7 +185,7 @@ fn check_not_captured(handle: usize) -> AclResult {
 
 /// `aclrtDestroyEvent`: forgets the handle at once, also while its record is pending (the
 /// newer CANN documentation allows that, and the call does not block).
-pub(crate) fn destroy(handle: usize) -> AclResult {
+pub(crate) fn destroy(handle: EventHandle) -> AclResult {
     lookup(handle, "event")?;
     if EVENTS.remove(handle).is_none() {
         return acl_fail(
@@ -201,32 +199,21 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 
 /// `aclrtRecordEvent`: queues a record on `stream`; the event then names it (a new record
 /// replaces the one before).
-pub(crate) fn record(handle: usize, stream: usize) -> AclResult {
+pub(crate) fn record(handle: EventHandle, stream: StreamHandle) -> AclResult {
     let event = lookup(handle, "event")?;
     let s = stream::lookup(stream)?;
-    if let Some(model) = s.capture() {
-        // As hicann/runtime's `RecordEvent` on a capturing stream.
-        if event.flags.is_none() {
-            return acl_fail(
-                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                "an event of aclrtCreateEvent cannot be recorded in a capture: create it with                  aclrtCreateEventExWithFlag(&event, ACL_EVENT_SYNC)",
-            );
-        }
-        if event.flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
-            // Succeeds and records nothing: no stream could wait for it.
-            return Ok(());
-        }
-        return graph::capture_record(model, stream, handle);
+    if graph::record(&s, stream, handle, event.flags, move || record_task(handle))? {
+        return Ok(());
     }
     s.enqueue(record_task(handle)?)
 }
 
 /// A task that records `handle` when its stream reaches it; the event names it from now on
 /// (a capture's replay records through it too).
-pub(crate) fn record_task(handle: usize) -> AclResult<stream::Task> {
+pub(crate) fn record_task(handle: EventHandle) -> AclResult<stream::Task> {
     let event = lookup(handle, "event")?;
     let rec = Arc::new(Record {
-        outcome: Mutex::new(Outcome::Pending),
+        outcome: RankedMutex::new(ranks::RECORD, Outcome::Pending),
         done: Condvar::new(),
     });
     let task = RecordTask(rec.clone());
@@ -238,7 +225,7 @@ pub(crate) fn record_task(handle: usize) -> AclResult<stream::Task> {
 }
 
 /// The latest record of `handle`.
-fn latest(handle: usize, what: &str) -> AclResult<Option<Arc<Record>>> {
+fn latest(handle: EventHandle, what: &str) -> AclResult<Option<Arc<Record>>> {
     Ok(lock(&lookup(handle, what)?.last).clone())
 }
 
@@ -247,7 +234,7 @@ fn latest(handle: usize, what: &str) -> AclResult<Option<Arc<Record>>> {
 /// `ACL_ERROR_RT_INTERNAL_ERROR`. The wait is as long as the stream's work before the record,
 /// like `aclrtSynchronizeStream`'s (every task of a stream ends: collectives at their exec
 /// timeout, event waits at [`EVENT_WAIT_ENV`]'s bound).
-pub(crate) fn synchronize(handle: usize) -> AclResult {
+pub(crate) fn synchronize(handle: EventHandle) -> AclResult {
     lookup(handle, "event")?;
     check_not_captured(handle)?;
     let Some(rec) = latest(handle, "event")? else {
@@ -264,7 +251,7 @@ pub(crate) fn synchronize(handle: usize) -> AclResult {
 
 /// `aclrtQueryEventStatus`: `COMPLETE` once the latest record ran, and for an event never
 /// recorded (as CANN's runtime answers); `NOT_READY` while it is pending or if it was skipped.
-pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
+pub(crate) fn query(handle: EventHandle) -> AclResult<aclrtEventRecordedStatus> {
     lookup(handle, "event")?;
     check_not_captured(handle)?;
     let ran = latest(handle, "event")?.is_none_or(|r| matches!(r.outcome(), Outcome::Ran(_)));
@@ -280,26 +267,11 @@ pub(crate) fn query(handle: usize) -> AclResult<aclrtEventRecordedStatus> {
 /// task fails, and with it the stream (see `aclrtSynchronizeStream`), if the record was
 /// skipped, or with `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` if it has not run within
 /// [`EVENT_WAIT_ENV`]'s bound.
-pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
+pub(crate) fn stream_wait(stream: StreamHandle, handle: EventHandle) -> AclResult {
     let waiting = stream::lookup(stream)?;
     let event = lookup(handle, "event")?;
-    if let Some(model) = graph::event_model(handle) {
-        if event.flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
-            return param("the event has no ACL_EVENT_SYNC flag: no stream can wait for it");
-        }
-        return graph::capture_wait(model, stream, handle);
-    }
-    if waiting.capture().is_some() {
-        if event.flags.is_none() {
-            return acl_fail(
-                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
-                "a capturing stream cannot wait for an event of aclrtCreateEvent",
-            );
-        }
-        return acl_fail(
-            ACL_ERROR_RT_CAPTURE_DEPENDENCY,
-            "a capturing stream waits for an event recorded outside the capture",
-        );
+    if graph::wait(&waiting, stream, handle, event.flags)? {
+        return Ok(());
     }
     let Some(rec) = latest(handle, "event")? else {
         return Ok(());
@@ -328,7 +300,7 @@ pub(crate) fn stream_wait(stream: usize, handle: usize) -> AclResult {
 }
 
 /// The time of an event's latest record, which must have run.
-fn stamp(handle: usize, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
+fn stamp(handle: EventHandle, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
     let Some(rec) = rec else {
         return acl_fail(
             ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
@@ -353,7 +325,7 @@ fn stamp(handle: usize, what: &str, rec: Option<Arc<Record>>) -> AclResult<Insta
 /// `aclrtEventElapsedTime`: milliseconds from `start`'s latest record to `end`'s, both run
 /// (`ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID` otherwise); an end before the start is
 /// `ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL`.
-pub(crate) fn elapsed_ms(start: usize, end: usize) -> AclResult<f32> {
+pub(crate) fn elapsed_ms(start: EventHandle, end: EventHandle) -> AclResult<f32> {
     // Both handles are checked before either time.
     let (first, last) = (latest(start, "startEvent")?, latest(end, "endEvent")?);
     check_not_captured(start)?;
@@ -454,7 +426,7 @@ mod tests {
 
     /// Queues a task that sleeps for `d` on `s`.
     fn sleep_on(s: aclrtStream, d: Duration) {
-        stream_lookup(s as usize)
+        stream_lookup(crate::base::handle::StreamHandle::from_c(s))
             .unwrap()
             .enqueue(Box::new(move || {
                 std::thread::sleep(d);
@@ -676,7 +648,7 @@ mod tests {
             }
             set_wait_limit(None);
             assert!(
-                recent().contains("SYMHEAP_EMU_EVENT_WAIT_S"),
+                recent().contains("SYMHEAP_EMU_EVENT_WAIT_SECS"),
                 "{}",
                 recent()
             );
@@ -706,7 +678,7 @@ mod tests {
                     ACL_STOP_ON_FAILURE,
                 ));
             }
-            stream_lookup(producer as usize)
+            stream_lookup(crate::base::handle::StreamHandle::from_c(producer))
                 .unwrap()
                 .enqueue(Box::new(|| {
                     Err(super::TaskFailure {

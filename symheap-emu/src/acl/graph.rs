@@ -11,15 +11,16 @@
 //! every lane is done.
 
 use std::cell::Cell;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::Duration;
 
 use crate::sys::{
-    ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, ACL_ERROR_RT_MODEL_CAPTURED, ACL_ERROR_RT_MODEL_RUNNING,
+    ACL_ERROR_RT_CAPTURE_DEPENDENCY, ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT, ACL_ERROR_RT_MODEL_CAPTURED, ACL_ERROR_RT_MODEL_RUNNING,
     ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED, ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
     ACL_ERROR_RT_STREAM_CAPTURE_WRONG_THREAD, ACL_ERROR_RT_STREAM_CAPTURED,
-    ACL_ERROR_RT_STREAM_NOT_CAPTURED, ACL_ERROR_RT_STREAM_UNJOINED,
+    ACL_ERROR_RT_STREAM_NOT_CAPTURED, ACL_ERROR_RT_STREAM_UNJOINED, ACL_EVENT_SYNC,
     ACL_MODEL_RI_CAPTURE_MODE_GLOBAL, ACL_MODEL_RI_CAPTURE_MODE_RELAXED,
     ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL, ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
     ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED, ACL_MODEL_RI_CAPTURE_STATUS_NONE, aclmdlRICaptureMode,
@@ -30,7 +31,9 @@ use crate::acl::device;
 use crate::acl::stream::{self, Task, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, acl_fail, invalid, param};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::handle::{EventHandle, ModelHandle, StreamHandle};
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
+use crate::base::registry::Registry;
 use replay::Step;
 
 /// Makes a task for one replay of a captured call.
@@ -40,11 +43,12 @@ pub(crate) type Recipe = Arc<dyn Fn() -> AclResult<Task> + Send + Sync>;
 enum Item {
     /// Stream work, made afresh for each replay.
     Work(Recipe),
-    /// An event record: each replay records the event anew.
-    Record(usize),
+    /// An event record: each replay records the event anew, with a task the event's module
+    /// makes (so that this module needs nothing of it).
+    Record(EventHandle, Recipe),
     /// A wait for an event recorded earlier in the capture: the join check reads it, and a
     /// replay's lane waits there for the record's lane.
-    Wait(usize),
+    Wait(EventHandle),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -57,29 +61,30 @@ enum Status {
 struct State {
     status: Status,
     /// The stream the capture began on, its mode, its device and the thread that began it.
-    origin: usize,
+    origin: StreamHandle,
     mode: aclmdlRICaptureMode,
     device: u32,
     thread: ThreadId,
-    items: Vec<(usize, Item)>,
+    items: Vec<(StreamHandle, Item)>,
     /// Streams that joined the capture (the origin not among them).
-    joined: Vec<usize>,
+    joined: Vec<StreamHandle>,
     /// Replays launched and not yet finished.
     running: usize,
 }
 
 /// A model: a capture in progress, or the graph it made.
 pub(crate) struct Model {
-    state: Mutex<State>,
+    state: RankedMutex<State>,
     idle: Condvar,
     /// The threads that run its joined streams' lanes in a replay.
     lanes: replay::LaneThreads,
 }
 
-static MODELS: Registry<Model> = Registry::new();
+static MODELS: Registry<ModelHandle, Model> = Registry::new(ranks::MODELS);
 
 /// Captures in progress, per device and mode (the context's count of `CaptureModeEnter`).
-static ACTIVE: Mutex<Vec<(u32, [u32; 3])>> = Mutex::new(Vec::new());
+static ACTIVE: RankedMutex<Vec<(u32, [u32; 3])>> =
+    RankedMutex::new(ranks::ACTIVE_CAPTURES, Vec::new());
 
 thread_local! {
     /// This thread's exchange mode (`aclmdlRICaptureThreadExchangeMode`); GLOBAL at first.
@@ -168,8 +173,8 @@ fn check_mode(mode: aclmdlRICaptureMode) -> AclResult {
 }
 
 /// `aclmdlRICaptureBegin`: `stream` starts capturing into a new model.
-pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
-    if stream == 0 {
+pub(crate) fn begin(stream: StreamHandle, mode: aclmdlRICaptureMode) -> AclResult {
+    if stream.is_null() {
         return invalid("stream is NULL: the default stream cannot be captured");
     }
     check_mode(mode)?;
@@ -181,18 +186,21 @@ pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
         );
     }
     let device = s.device();
-    let handle = new_handle(HandleKind::Model);
+    let handle = ModelHandle::fresh();
     let model = Arc::new(Model {
-        state: Mutex::new(State {
-            status: Status::Capturing,
-            origin: stream,
-            mode,
-            device,
-            thread: std::thread::current().id(),
-            items: Vec::new(),
-            joined: Vec::new(),
-            running: 0,
-        }),
+        state: RankedMutex::new(
+            ranks::MODEL,
+            State {
+                status: Status::Capturing,
+                origin: stream,
+                mode,
+                device,
+                thread: std::thread::current().id(),
+                items: Vec::new(),
+                joined: Vec::new(),
+                running: 0,
+            },
+        ),
         idle: Condvar::new(),
         lanes: replay::LaneThreads::default(),
     });
@@ -204,8 +212,8 @@ pub(crate) fn begin(stream: usize, mode: aclmdlRICaptureMode) -> AclResult {
 }
 
 /// The live model `handle` (NULL `ACL_ERROR_INVALID_PARAM`, unknown `ACL_ERROR_RT_PARAM_INVALID`).
-fn lookup(handle: usize) -> AclResult<Arc<Model>> {
-    if handle == 0 {
+fn lookup(handle: ModelHandle) -> AclResult<Arc<Model>> {
+    if handle.is_null() {
         return invalid("modelRI is NULL");
     }
     MODELS
@@ -215,12 +223,12 @@ fn lookup(handle: usize) -> AclResult<Arc<Model>> {
 
 /// `aclmdlRICaptureGetInfo`: the stream's capture status and model (`NONE` and 0 when it is
 /// not capturing).
-pub(crate) fn info(stream: usize) -> AclResult<(aclmdlRICaptureStatus, usize)> {
-    if stream == 0 {
+pub(crate) fn info(stream: StreamHandle) -> AclResult<(aclmdlRICaptureStatus, ModelHandle)> {
+    if stream.is_null() {
         return invalid("stream is NULL");
     }
     let Some(handle) = stream::lookup(stream)?.capture() else {
-        return Ok((ACL_MODEL_RI_CAPTURE_STATUS_NONE, 0));
+        return Ok((ACL_MODEL_RI_CAPTURE_STATUS_NONE, ModelHandle::NULL));
     };
     let status = match lookup(handle).map(|m| lock(&m.state).status) {
         Ok(Status::Invalidated) => ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
@@ -230,7 +238,7 @@ pub(crate) fn info(stream: usize) -> AclResult<(aclmdlRICaptureStatus, usize)> {
 }
 
 /// Keeps `item`, queued on `stream`, in the model `handle` that the stream captures into.
-fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
+fn keep(handle: ModelHandle, stream: StreamHandle, item: Item) -> AclResult {
     let model = lookup(handle)?;
     let mut st = lock(&model.state);
     if st.status == Status::Capturing {
@@ -241,7 +249,7 @@ fn keep(handle: usize, stream: usize, item: Item) -> AclResult {
 
 /// Queues stream work on `stream` (whose handle is `handle`): into the capture it is in, as a
 /// recipe made afresh per replay, or at once.
-pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> AclResult {
+pub(crate) fn submit(stream: &stream::Stream, handle: StreamHandle, recipe: Recipe) -> AclResult {
     match stream.capture() {
         Some(model) => keep(model, handle, Item::Work(recipe)),
         None => stream.enqueue(recipe()?),
@@ -249,20 +257,75 @@ pub(crate) fn submit(stream: &stream::Stream, handle: usize, recipe: Recipe) -> 
 }
 
 /// Events recorded in captures still in progress, and the model of each.
-static CAPTURED_EVENTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+static CAPTURED_EVENTS: RankedMutex<Vec<(EventHandle, ModelHandle)>> =
+    RankedMutex::new(ranks::CAPTURED_EVENTS, Vec::new());
 
-/// Keeps a record of `event` on the capturing `stream` in its model.
-pub(crate) fn capture_record(model: usize, stream: usize, event: usize) -> AclResult {
-    keep(model, stream, Item::Record(event))?;
+/// The capture's rule for `aclrtRecordEvent` of `event` (made with `flags`, `None` for one of
+/// `aclrtCreateEvent`) on `stream` (whose handle is `handle`), as hicann/runtime's
+/// `RecordEvent` on a capturing stream: `false` when the stream does not capture (record now);
+/// otherwise the record is kept in the model, made by `recorder` at each replay, or dropped.
+pub(crate) fn record(
+    stream: &stream::Stream,
+    handle: StreamHandle,
+    event: EventHandle,
+    flags: Option<u32>,
+    recorder: impl Fn() -> AclResult<Task> + Send + Sync + 'static,
+) -> AclResult<bool> {
+    let Some(model) = stream.capture() else {
+        return Ok(false);
+    };
+    let Some(flags) = flags else {
+        return acl_fail(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "an event of aclrtCreateEvent cannot be recorded in a capture: create it with \
+             aclrtCreateEventExWithFlag(&event, ACL_EVENT_SYNC)",
+        );
+    };
+    if flags & ACL_EVENT_SYNC == 0 {
+        // Succeeds and records nothing: no stream could wait for it.
+        return Ok(true);
+    }
+    keep(model, handle, Item::Record(event, Arc::new(recorder)))?;
     let mut events = lock(&CAPTURED_EVENTS);
     events.retain(|&(e, _)| e != event);
     events.push((event, model));
-    Ok(())
+    Ok(true)
+}
+
+/// The capture's rule for `aclrtStreamWaitEvent` of `stream` (whose handle is `handle`) on
+/// `event` (made with `flags`): `false` when neither the event's record nor the stream is in
+/// a capture (wait now). A wait for a record of a capture joins the stream to it; a capturing
+/// stream cannot wait for a record outside its capture.
+pub(crate) fn wait(
+    stream: &stream::Stream,
+    handle: StreamHandle,
+    event: EventHandle,
+    flags: Option<u32>,
+) -> AclResult<bool> {
+    if let Some(model) = event_model(event) {
+        if flags.is_some_and(|f| f & ACL_EVENT_SYNC == 0) {
+            return param("the event has no ACL_EVENT_SYNC flag: no stream can wait for it");
+        }
+        return capture_wait(model, handle, event).map(|()| true);
+    }
+    if stream.capture().is_none() {
+        return Ok(false);
+    }
+    if flags.is_none() {
+        return acl_fail(
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "a capturing stream cannot wait for an event of aclrtCreateEvent",
+        );
+    }
+    acl_fail(
+        ACL_ERROR_RT_CAPTURE_DEPENDENCY,
+        "a capturing stream waits for an event recorded outside the capture",
+    )
 }
 
 /// `stream` waits for `event`, recorded in the capture `model`: it joins the capture if it is
 /// not capturing, and the wait is kept.
-pub(crate) fn capture_wait(model: usize, stream: usize, event: usize) -> AclResult {
+fn capture_wait(model: ModelHandle, stream: StreamHandle, event: EventHandle) -> AclResult {
     let s = stream::lookup(stream)?;
     match s.capture() {
         None => {
@@ -288,13 +351,13 @@ pub(crate) fn capture_wait(model: usize, stream: usize, event: usize) -> AclResu
 }
 
 /// The capture in progress `event` was last recorded in, if any.
-pub(crate) fn event_model(event: usize) -> Option<usize> {
+pub(crate) fn event_model(event: EventHandle) -> Option<ModelHandle> {
     let events = lock(&CAPTURED_EVENTS);
     events.iter().find(|&&(e, _)| e == event).map(|&(_, m)| m)
 }
 
 /// Every stream and event of the capture `handle` leaves it, and the capture's count goes.
-fn finish_capture(handle: usize, st: &State) {
+fn finish_capture(handle: ModelHandle, st: &State) {
     lock(&CAPTURED_EVENTS).retain(|&(_, m)| m != handle);
     for s in std::iter::once(st.origin).chain(st.joined.iter().copied()) {
         if let Ok(s) = stream::lookup(s) {
@@ -305,15 +368,15 @@ fn finish_capture(handle: usize, st: &State) {
 }
 
 /// The capture's model forgotten after a failed end.
-fn drop_model(handle: usize) {
+fn drop_model(handle: ModelHandle) {
     if MODELS.remove(handle).is_some() {
         counters::dec(Counter::Models);
     }
 }
 
 /// `aclmdlRICaptureEnd`: the checks of `CaptureEnd` in hicann/runtime's order, then the model.
-pub(crate) fn end(stream: usize) -> AclResult<usize> {
-    if stream == 0 {
+pub(crate) fn end(stream: StreamHandle) -> AclResult<ModelHandle> {
+    if stream.is_null() {
         return invalid("stream is NULL");
     }
     let Some(handle) = stream::lookup(stream)?.capture() else {
@@ -370,13 +433,13 @@ fn unjoined(st: &State) -> Option<String> {
                 "stream {s:#x} joined the capture but queued nothing"
             ));
         };
-        let Item::Record(event) = st.items[at].1 else {
+        let Item::Record(event, _) = st.items[at].1 else {
             return Some(format!(
                 "the last task of stream {s:#x} is not an event record: record an event on \
                  it and make the origin stream wait for it"
             ));
         };
-        let waits: Vec<usize> = st.items[at + 1..]
+        let waits: Vec<StreamHandle> = st.items[at + 1..]
             .iter()
             .filter(|(_, i)| matches!(i, Item::Wait(e) if *e == event))
             .map(|(on, _)| *on)
@@ -395,7 +458,7 @@ fn unjoined(st: &State) -> Option<String> {
 const DESTROY_WAIT: Duration = Duration::from_secs(10);
 
 /// `aclmdlRIDestroy`.
-pub(crate) fn destroy(handle: usize) -> AclResult {
+pub(crate) fn destroy(handle: ModelHandle) -> AclResult {
     let model = lookup(handle)?;
     let st = lock(&model.state);
     if st.status != Status::Ready {
@@ -406,8 +469,7 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
     }
     let (mut st, waited) = model
         .idle
-        .wait_timeout_while(st, DESTROY_WAIT, |st| st.running > 0)
-        .unwrap_or_else(|e| e.into_inner());
+        .wait_timeout_while(st, DESTROY_WAIT, |st| st.running > 0);
     if waited.timed_out() && st.running > 0 {
         return acl_fail(
             ACL_ERROR_RT_MODEL_RUNNING,
@@ -439,7 +501,7 @@ impl Drop for Running {
 /// `aclmdlRIExecuteAsync`: one replay on `stream`. Every recipe makes its task now (on this
 /// thread, in capture order); one task on `stream` runs the captured streams' lanes side by
 /// side ([`replay::run`]) and ends when they all have.
-pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
+pub(crate) fn execute(handle: ModelHandle, stream: StreamHandle) -> AclResult {
     let model = lookup(handle)?;
     let s = stream::lookup(stream)?;
     if s.capture().is_some() {
@@ -457,19 +519,19 @@ pub(crate) fn execute(handle: usize, stream: usize) -> AclResult {
     }
     // One lane per captured stream, the origin's first; each record signals a slot that the
     // waits for it (the last record of the event before them) await.
-    let mut lanes: Vec<(usize, Vec<Step>)> = vec![(st.origin, Vec::new())];
-    let mut last_record: Vec<(usize, usize)> = Vec::new();
+    let mut lanes: Vec<(StreamHandle, Vec<Step>)> = vec![(st.origin, Vec::new())];
+    let mut last_record: Vec<(EventHandle, usize)> = Vec::new();
     let mut slots = 0;
     for (on, item) in &st.items {
         let step = match item {
             Item::Work(recipe) => Step::Run(recipe()?),
             // An event destroyed since the capture has no one left to wait for its record
             // outside the graph: only the graph's own waits are signalled.
-            Item::Record(event) => {
+            Item::Record(event, recorder) => {
                 last_record.retain(|&(e, _)| e != *event);
                 last_record.push((*event, slots));
                 slots += 1;
-                Step::Signal(slots - 1, crate::acl::event::record_task(*event).ok())
+                Step::Signal(slots - 1, recorder().ok())
             }
             Item::Wait(event) => match last_record.iter().find(|&&(e, _)| e == *event) {
                 Some(&(_, slot)) => Step::Await(slot),

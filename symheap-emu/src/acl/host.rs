@@ -4,14 +4,14 @@
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::sys::ACL_ERROR_RT_MEMORY_ALLOCATION;
 
 use crate::acl::memory::Pin;
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, acl_fail, invalid, param};
-use crate::base::registry::lock;
+use crate::base::lock::{RankedMutex, lock, ranks};
 
 /// The alignment of `aclrtMallocHost` memory (CANN documents 64 bytes).
 pub(crate) const HOST_ALIGN: usize = 64;
@@ -33,7 +33,8 @@ impl Drop for HostAlloc {
 }
 
 /// Live allocations by address.
-static HOST: Mutex<BTreeMap<usize, Arc<HostAlloc>>> = Mutex::new(BTreeMap::new());
+static HOST: RankedMutex<BTreeMap<usize, Arc<HostAlloc>>> =
+    RankedMutex::new(ranks::HOST, BTreeMap::new());
 
 /// `aclrtMallocHost`: `size` (non-zero) bytes of 64-byte aligned host memory. The emulator
 /// zeroes it (CANN does not initialise it). Size 0, or one too large for a [`Layout`] (about

@@ -4,12 +4,10 @@
 //! The emulator needs no initialisation, so no other call depends on this state: it exists
 //! only so that a repeated `aclInit` or `aclFinalize` gets the code CANN returns.
 
-use std::sync::Mutex;
-
 use crate::sys::{ACL_ERROR_REPEAT_FINALIZE, ACL_ERROR_REPEAT_INITIALIZE};
 
 use crate::base::errors::{AclResult, acl_fail};
-use crate::base::registry::lock;
+use crate::base::lock::{RankedMutex, lock, ranks};
 
 /// Where a process is between `aclInit` and `aclFinalize`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,12 +23,12 @@ enum Phase {
 /// One process's initialisation state (a type of its own so tests can run the sequences on a
 /// private one, whatever other tests do to the process's).
 #[derive(Debug)]
-pub(crate) struct Init(Mutex<Phase>);
+pub(crate) struct Init(RankedMutex<Phase>);
 
 impl Init {
     /// Neither `aclInit` nor `aclFinalize` called yet.
     pub(crate) const fn new() -> Init {
-        Init(Mutex::new(Phase::Fresh))
+        Init(RankedMutex::new(ranks::INIT, Phase::Fresh))
     }
 
     /// `aclInit`: `ACL_ERROR_REPEAT_INITIALIZE` (100002) when already initialised (CANN's

@@ -9,7 +9,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::sys::{
     ACL_ERROR_RT_INTERNAL_ERROR, ACL_ERROR_RT_INVALID_HANDLE, ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -20,14 +20,15 @@ use crate::GRANULARITY;
 use crate::acl::device::{self, MAX_DEVICES};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, param};
-use crate::base::registry::{HandleKind, lock, new_handle};
+use crate::base::handle::PhysicalHandle;
+use crate::base::lock::{RankedGuard, RankedMutex, lock, ranks};
 use crate::ipc::os;
 
 /// A physical allocation: a memfd of a granularity multiple.
 #[derive(Debug)]
 pub(crate) struct Physical {
     /// The `aclrtDrvMemHandle` value.
-    pub(crate) handle: usize,
+    pub(crate) handle: PhysicalHandle,
     fd: OwnedFd,
     /// Bytes.
     pub(crate) size: usize,
@@ -124,7 +125,7 @@ struct State {
     reservations: BTreeMap<usize, Reservation>,
     /// Address space of symmetric heaps (base -> end): device addresses, not user reservations.
     heaps: BTreeMap<usize, usize>,
-    physicals: BTreeMap<usize, PhysEntry>,
+    physicals: BTreeMap<PhysicalHandle, PhysEntry>,
     /// Every mapped, device-addressable range by start address (never overlapping).
     regions: BTreeMap<usize, Region>,
     /// Live `aclrtMalloc` allocations by start address.
@@ -133,16 +134,19 @@ struct State {
     used: [u64; MAX_DEVICES],
 }
 
-static STATE: Mutex<State> = Mutex::new(State {
-    reservations: BTreeMap::new(),
-    heaps: BTreeMap::new(),
-    physicals: BTreeMap::new(),
-    regions: BTreeMap::new(),
-    mallocs: BTreeMap::new(),
-    used: [0; MAX_DEVICES],
-});
+static STATE: RankedMutex<State> = RankedMutex::new(
+    ranks::MEMORY,
+    State {
+        reservations: BTreeMap::new(),
+        heaps: BTreeMap::new(),
+        physicals: BTreeMap::new(),
+        regions: BTreeMap::new(),
+        mallocs: BTreeMap::new(),
+        used: [0; MAX_DEVICES],
+    },
+);
 
-fn state() -> MutexGuard<'static, State> {
+fn state() -> RankedGuard<'static, State> {
     lock(&STATE)
 }
 
@@ -209,7 +213,7 @@ impl State {
         addr: usize,
         size: usize,
         offset: usize,
-        handle: usize,
+        handle: PhysicalHandle,
     ) -> AclResult<Arc<Physical>> {
         let Some(e) = self.physicals.get(&handle) else {
             return acl_fail(
@@ -346,7 +350,7 @@ pub(crate) fn malloc_physical(
     size: usize,
     prop: &aclrtPhysicalMemProp,
     flags: u64,
-) -> AclResult<usize> {
+) -> AclResult<PhysicalHandle> {
     check_granular("size", size)?;
     if flags != 0 {
         return param(format!("flags {flags} is not 0"));
@@ -360,7 +364,7 @@ pub(crate) fn malloc_physical(
             format!("memfd of {size} bytes: {e}"),
         )
     })?;
-    let handle = new_handle(HandleKind::Physical);
+    let handle = PhysicalHandle::fresh();
     let phys = Arc::new(Physical {
         handle,
         fd,
@@ -402,7 +406,7 @@ fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<u32> {
 }
 
 /// `aclrtFreePhysical`.
-pub(crate) fn free_physical(handle: usize) -> AclResult {
+pub(crate) fn free_physical(handle: PhysicalHandle) -> AclResult {
     let mut st = state();
     let Some(e) = st.physicals.get(&handle) else {
         return acl_fail(
@@ -438,7 +442,13 @@ pub(crate) fn free_physical(handle: usize) -> AclResult {
 }
 
 /// `aclrtMapMem`.
-pub(crate) fn map(addr: usize, size: usize, offset: usize, handle: usize, flags: u64) -> AclResult {
+pub(crate) fn map(
+    addr: usize,
+    size: usize,
+    offset: usize,
+    handle: PhysicalHandle,
+    flags: u64,
+) -> AclResult {
     check_map_args(addr, size, offset, flags)?;
     let mut st = state();
     let phys = st.mappable(addr, size, offset, handle)?;
@@ -587,7 +597,7 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
     let space = os::map_shared(fd.as_fd(), len).map_err(fail)?;
     let base = space.addr();
     let phys = Arc::new(Physical {
-        handle: new_handle(HandleKind::Physical),
+        handle: PhysicalHandle::fresh(),
         fd,
         size: len,
         device,
@@ -771,14 +781,14 @@ pub(crate) fn remove_window_region(base: usize) {
 
 /// Records a live window over physical allocation `handle`, mapped at `base`: blocks freeing
 /// the allocation and unmapping that mapping.
-pub(crate) fn attach_window(handle: usize, base: usize) {
+pub(crate) fn attach_window(handle: PhysicalHandle, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
         e.windows.push(base);
     }
 }
 
 /// Undoes [`attach_window`].
-pub(crate) fn detach_window(handle: usize, base: usize) {
+pub(crate) fn detach_window(handle: PhysicalHandle, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
         if let Some(i) = e.windows.iter().position(|&b| b == base) {
             e.windows.swap_remove(i);

@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -23,7 +23,9 @@ use crate::sys::{
 use crate::acl::device;
 use crate::base::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::handle::{ModelHandle, StreamHandle};
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
+use crate::base::registry::Registry;
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
 #[derive(Debug)]
@@ -48,7 +50,7 @@ struct Queue {
 struct Shared {
     /// The device the stream was created on: whose context's failure mode applies too.
     device: u32,
-    queue: Mutex<Queue>,
+    queue: RankedMutex<Queue>,
     /// Signalled when a task is enqueued or the stream shuts down.
     work: Condvar,
     /// Signalled when a task completes.
@@ -62,7 +64,7 @@ struct Shared {
 /// A live stream.
 pub(crate) struct Stream {
     shared: Arc<Shared>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+    worker: RankedMutex<Option<JoinHandle<()>>>,
 }
 
 impl Queue {
@@ -72,31 +74,37 @@ impl Queue {
     }
 }
 
-static STREAMS: Registry<Stream> = Registry::new();
+static STREAMS: Registry<StreamHandle, Stream> = Registry::new(ranks::STREAMS);
 
 /// `aclrtCreateStream`: needs a current device, like the real runtime.
-pub(crate) fn create() -> AclResult<usize> {
+pub(crate) fn create() -> AclResult<StreamHandle> {
     let device = device::current()?;
     let shared = Arc::new(Shared {
         device,
-        queue: Mutex::new(Queue {
-            tasks: VecDeque::new(),
-            enqueued: 0,
-            completed: 0,
-            failure: None,
-            shutdown: false,
-            stop: false,
-        }),
+        queue: RankedMutex::new(
+            ranks::STREAM_QUEUE,
+            Queue {
+                tasks: VecDeque::new(),
+                enqueued: 0,
+                completed: 0,
+                failure: None,
+                shutdown: false,
+                stop: false,
+            },
+        ),
         work: Condvar::new(),
         done: Condvar::new(),
         synchronizing: AtomicUsize::new(0),
         capture: AtomicUsize::new(0),
     });
-    let handle = new_handle(HandleKind::Stream);
+    let handle = StreamHandle::fresh();
     let worker = {
         let shared = shared.clone();
         thread::Builder::new()
-            .name(format!("{STREAM_THREAD_PREFIX}-{:x}", handle & 0xFFFF_FFFF))
+            .name(format!(
+                "{STREAM_THREAD_PREFIX}-{:x}",
+                handle.raw() & 0xFFFF_FFFF
+            ))
             .spawn(move || run(&shared))
     };
     let worker = worker.or_else(|e| {
@@ -109,7 +117,7 @@ pub(crate) fn create() -> AclResult<usize> {
         handle,
         Arc::new(Stream {
             shared,
-            worker: Mutex::new(Some(worker)),
+            worker: RankedMutex::new(ranks::STREAM_WORKER, Some(worker)),
         }),
     );
     counters::inc(Counter::Streams);
@@ -118,8 +126,8 @@ pub(crate) fn create() -> AclResult<usize> {
 
 /// The live stream `handle` (null is `ACL_ERROR_RT_PARAM_INVALID`: the emulator has no
 /// default stream).
-pub(crate) fn lookup(handle: usize) -> AclResult<Arc<Stream>> {
-    if handle == 0 {
+pub(crate) fn lookup(handle: StreamHandle) -> AclResult<Arc<Stream>> {
+    if handle.is_null() {
         return acl_fail(
             ACL_ERROR_RT_PARAM_INVALID,
             "stream is NULL: the emulator has no default stream",
@@ -140,13 +148,13 @@ pub(crate) fn lookup(handle: usize) -> AclResult<Arc<Stream>> {
 /// Stop mode applies to the whole context, as on Atlas A2 / A3: every stream of the stream's
 /// device stops on failure, until `aclrtResetDevice`. A NULL stream (the default stream, which
 /// the emulator does not have) names the calling thread's device's context.
-pub(crate) fn set_failure_mode(handle: usize, mode: u64) -> AclResult {
+pub(crate) fn set_failure_mode(handle: StreamHandle, mode: u64) -> AclResult {
     if mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE {
         return param(format!(
             "failure mode {mode} is not ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1)"
         ));
     }
-    let device = if handle == 0 {
+    let device = if handle.is_null() {
         device::current()?
     } else {
         let stream = lookup(handle)?;
@@ -162,8 +170,8 @@ pub(crate) fn set_failure_mode(handle: usize, mode: u64) -> AclResult {
 /// `aclrtDestroyStream`: runs what is queued, then stops and joins the thread. A failure still
 /// pending on the stream is discarded. A NULL stream is `ACL_ERROR_INVALID_PARAM` (CANN's null
 /// check; the default stream cannot be destroyed).
-pub(crate) fn destroy(handle: usize) -> AclResult {
-    if handle == 0 {
+pub(crate) fn destroy(handle: StreamHandle) -> AclResult {
+    if handle.is_null() {
         return invalid("stream is NULL: the default stream cannot be destroyed");
     }
     if lookup(handle)?.capture().is_some() {
@@ -190,7 +198,7 @@ pub(crate) fn destroy(handle: usize) -> AclResult {
 
 /// `aclrtSynchronizeStream`: waits for everything enqueued so far, then reports (and clears)
 /// the stream's failure, if any.
-pub(crate) fn synchronize(handle: usize) -> AclResult {
+pub(crate) fn synchronize(handle: StreamHandle) -> AclResult {
     synchronize_within(handle, None)
 }
 
@@ -211,7 +219,7 @@ pub(crate) fn sync_timeout(timeout: i32) -> AclResult<Option<Instant>> {
 
 /// `aclrtStreamQuery`: whether everything enqueued so far has run (107027 while the stream
 /// captures, as `ApiErrorDecorator::StreamQuery` answers).
-pub(crate) fn query(handle: usize) -> AclResult<bool> {
+pub(crate) fn query(handle: StreamHandle) -> AclResult<bool> {
     let stream = lookup(handle)?;
     if stream.capture().is_some() {
         return acl_fail(
@@ -228,7 +236,7 @@ pub(crate) fn query(handle: usize) -> AclResult<bool> {
 /// first failure is reported; every stream's is cleared.
 pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
     let device = device::current()?;
-    let streams: Vec<(usize, Arc<Stream>)> = STREAMS
+    let streams: Vec<(StreamHandle, Arc<Stream>)> = STREAMS
         .all()
         .into_iter()
         .filter(|(_, s)| s.device() == device)
@@ -249,7 +257,7 @@ pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
 
 /// [`synchronize`], waiting until `until` at most (`ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` then,
 /// the failure kept).
-pub(crate) fn synchronize_within(handle: usize, until: Option<Instant>) -> AclResult {
+pub(crate) fn synchronize_within(handle: StreamHandle, until: Option<Instant>) -> AclResult {
     let stream = lookup(handle)?;
     wait_for(&stream, until)
 }
@@ -277,7 +285,7 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     let target = q.enqueued;
     while q.completed < target {
         q = match until {
-            None => shared.done.wait(q).unwrap_or_else(|e| e.into_inner()),
+            None => shared.done.wait(q),
             Some(until) => {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -286,11 +294,7 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
                         "the stream's work did not finish within the timeout",
                     );
                 }
-                shared
-                    .done
-                    .wait_timeout(q, left)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0
+                shared.done.wait_timeout(q, left).0
             }
         };
     }
@@ -303,35 +307,6 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     }
 }
 
-/// `aclrtLaunchHostFunc`: queues a call of `func(args)` on the stream's thread, behind
-/// everything already enqueued; the stream goes on once it returns. A NULL `func` is
-/// `ACL_ERROR_RT_PARAM_INVALID` (as hicann/runtime's `ApiErrorDecorator::LaunchHostFunc`
-/// answers a NULL callback).
-///
-/// # Safety
-/// `func`, when not NULL, may be called once with `args` from another thread.
-pub(crate) unsafe fn launch_host_func(
-    handle: usize,
-    func: crate::sys::aclrtHostFunc,
-    args: usize,
-) -> AclResult {
-    let Some(func) = func else {
-        return param("fn is NULL");
-    };
-    crate::acl::graph::submit(
-        &*lookup(handle)?,
-        handle,
-        Arc::new(move || {
-            Ok(Box::new(move || {
-                // SAFETY: the caller's contract: `func` may be called with `args` from any
-                // thread (once per replay when captured).
-                unsafe { func(args as *mut std::ffi::c_void) };
-                Ok(())
-            }) as Task)
-        }),
-    )
-}
-
 impl Stream {
     /// The device the stream was created on.
     pub(crate) fn device(&self) -> u32 {
@@ -339,18 +314,18 @@ impl Stream {
     }
 
     /// The model the stream captures into, if it captures.
-    pub(crate) fn capture(&self) -> Option<usize> {
+    pub(crate) fn capture(&self) -> Option<ModelHandle> {
         match self.shared.capture.load(Ordering::Acquire) {
             0 => None,
-            model => Some(model),
+            model => Some(ModelHandle::from_raw(model)),
         }
     }
 
     /// Starts (`Some`) or ends (`None`) the stream's capture.
-    pub(crate) fn set_capture(&self, model: Option<usize>) {
+    pub(crate) fn set_capture(&self, model: Option<ModelHandle>) {
         self.shared
             .capture
-            .store(model.unwrap_or(0), Ordering::Release);
+            .store(model.map_or(0, ModelHandle::raw), Ordering::Release);
     }
 
     /// Whether a host thread waits for this stream now (`aclrtSynchronizeStream`): a
@@ -409,7 +384,7 @@ fn run(shared: &Shared) {
                 if q.shutdown {
                     return;
                 }
-                q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+                q = shared.work.wait(q);
             }
         };
         // The task (and every pin it holds) is gone before completion is announced, so a
@@ -648,7 +623,7 @@ mod tests {
 
     /// Queues a task that fails with `msg`.
     fn fail(s: aclrtStream, msg: &'static str) {
-        lookup(s as usize)
+        lookup(StreamHandle::from_c(s))
             .unwrap()
             .enqueue(Box::new(move || {
                 Err(TaskFailure {
@@ -762,7 +737,7 @@ mod tests {
             let a = acl();
             ok(set_mode(s, ACL_STOP_ON_FAILURE));
             let open = gate(s);
-            let stream = lookup(s as usize).unwrap();
+            let stream = lookup(StreamHandle::from_c(s)).unwrap();
             stream
                 .enqueue(Box::new(|| {
                     Err(TaskFailure {

@@ -5,14 +5,10 @@
 //! A stale, foreign or made-up handle is therefore an error, not a dangling pointer.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Locks `m`, ignoring poisoning: every critical section leaves its data consistent before
-/// doing anything that can panic, so a panic elsewhere never leaves half-updated state.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::base::lock::{Rank, RankedMutex, lock};
 
 /// What a handle names; each kind has its own range of values.
 #[derive(Clone, Copy, Debug)]
@@ -31,38 +27,38 @@ pub(crate) enum HandleKind {
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
-/// A new handle of `kind`. The values are non-canonical x86-64 addresses (top bits set), so a
-/// caller that wrongly dereferences one faults instead of reading someone's memory.
-pub(crate) fn new_handle(kind: HandleKind) -> usize {
+/// A new handle value of `kind`. The values are non-canonical x86-64 addresses (top bits set),
+/// so a caller that wrongly dereferences one faults instead of reading someone's memory.
+pub(crate) fn new_raw(kind: HandleKind) -> usize {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     0xE5E0_0000_0000_0000 | ((kind as usize) << 48) | ((id & 0xFFF_FFFF_FFFF) << 4)
 }
 
-/// Live objects by handle.
-pub(crate) struct Registry<T> {
-    map: Mutex<BTreeMap<usize, Arc<T>>>,
+/// Live objects by handle (of type `H`).
+pub(crate) struct Registry<H, T> {
+    map: RankedMutex<BTreeMap<H, Arc<T>>>,
 }
 
-impl<T> Registry<T> {
-    /// An empty registry (usable in a `static`).
-    pub(crate) const fn new() -> Self {
+impl<H: Copy + Ord, T> Registry<H, T> {
+    /// An empty registry whose lock has `rank` (usable in a `static`).
+    pub(crate) const fn new(rank: Rank) -> Self {
         Self {
-            map: Mutex::new(BTreeMap::new()),
+            map: RankedMutex::new(rank, BTreeMap::new()),
         }
     }
 
     /// Records `value` under `handle`.
-    pub(crate) fn insert(&self, handle: usize, value: Arc<T>) {
+    pub(crate) fn insert(&self, handle: H, value: Arc<T>) {
         lock(&self.map).insert(handle, value);
     }
 
     /// The live object named by `handle`.
-    pub(crate) fn get(&self, handle: usize) -> Option<Arc<T>> {
+    pub(crate) fn get(&self, handle: H) -> Option<Arc<T>> {
         lock(&self.map).get(&handle).cloned()
     }
 
     /// Every live object with its handle, in handle order.
-    pub(crate) fn all(&self) -> Vec<(usize, Arc<T>)> {
+    pub(crate) fn all(&self) -> Vec<(H, Arc<T>)> {
         lock(&self.map)
             .iter()
             .map(|(&h, v)| (h, Arc::clone(v)))
@@ -70,7 +66,7 @@ impl<T> Registry<T> {
     }
 
     /// Forgets `handle`, returning its object.
-    pub(crate) fn remove(&self, handle: usize) -> Option<Arc<T>> {
+    pub(crate) fn remove(&self, handle: H) -> Option<Arc<T>> {
         lock(&self.map).remove(&handle)
     }
 }

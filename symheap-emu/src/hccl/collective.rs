@@ -12,6 +12,7 @@ use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, para};
+use crate::base::handle::StreamHandle;
 use crate::hccl::comm::Comm;
 use crate::hccl::job::{self, Job, Path, Place, Request, Signature};
 use crate::hccl::steps::Steps;
@@ -107,7 +108,7 @@ pub(crate) fn stream_error(f: Fail<i32>) -> Fail<HcclResult> {
 
 /// `HcclAllReduce` & co., once the call has taken its sequence number `seq`: checks
 /// synchronously, then queues the work on the stream.
-pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: usize, req: &Request) -> HcclRes {
+pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: StreamHandle, req: &Request) -> HcclRes {
     let handle = stream;
     let stream = stream::lookup(stream).map_err(stream_error)?;
     let Some(job) = job::check(comm, req)? else {

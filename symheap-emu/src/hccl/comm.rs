@@ -2,8 +2,8 @@
 //! and the configuration fields the emulator uses.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::sys::{
@@ -13,9 +13,12 @@ use crate::sys::{
 use crate::acl::device;
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
-use crate::base::registry::{HandleKind, Registry, lock, new_handle};
+use crate::base::handle::CommHandle;
+use crate::base::lock::{RankedMutex, lock, ranks};
+use crate::base::registry::Registry;
 use crate::hccl::expansion::{self, Expansion};
 use crate::hccl::memory_range::Ranges;
+use crate::hccl::names;
 use crate::hccl::window::{SymHeap, Window, forget_window};
 use crate::ipc::hub;
 use crate::ipc::os;
@@ -30,7 +33,7 @@ const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 const HCCL_EXEC_TIMEOUT_ENV: &str = "HCCL_EXEC_TIMEOUT";
 /// The emulator's own exec timeout (seconds, fractions allowed), which wins over
 /// [`HCCL_EXEC_TIMEOUT_ENV`]: for tests that want a short timeout whatever the job sets.
-const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_S";
+const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_SECS";
 /// CANN's variable for how long init waits for the other ranks: whole seconds, 120 to 7200.
 const HCCL_CONNECT_TIMEOUT_ENV: &str = "HCCL_CONNECT_TIMEOUT";
 /// The range CANN accepts for [`HCCL_CONNECT_TIMEOUT_ENV`], in seconds.
@@ -71,7 +74,7 @@ pub(crate) struct Messages {
 /// One rank's communicator (what an `HcclComm` handle names).
 pub(crate) struct Comm {
     /// The `HcclComm` value.
-    pub(crate) handle: usize,
+    pub(crate) handle: CommHandle,
     pub(crate) group: Arc<Group>,
     pub(crate) rank: u32,
     pub(crate) n: u32,
@@ -84,7 +87,7 @@ pub(crate) struct Comm {
     pub(crate) meeting: Meeting,
     /// For a sub-communicator, the global communicator it was split from (`None` for a
     /// global one, which alone may be split).
-    pub(crate) parent: Option<usize>,
+    pub(crate) parent: Option<CommHandle>,
     /// How long a rendezvous waits for peers (`hcclExecTimeOut`).
     pub(crate) timeout: Duration,
     /// Per-rank stride of the symmetric heap in bytes (`hcclSymWinMaxMemSizePerRank` GiB).
@@ -94,18 +97,18 @@ pub(crate) struct Comm {
     coll_seq: AtomicU64,
     host_seq: AtomicU64,
     /// The symmetric heap, reserved at the first window registration.
-    heap: Mutex<Option<Arc<SymHeap>>>,
+    heap: RankedMutex<Option<Arc<SymHeap>>>,
     /// Live windows of this rank, in registration order.
-    pub(crate) windows: Mutex<Vec<Arc<Window>>>,
+    pub(crate) windows: RankedMutex<Vec<Arc<Window>>>,
     /// The first collective failure not yet read by `HcclGetCommAsyncError`.
     async_error: AtomicI32,
     /// Point-to-point messages queued so far, per pair.
-    pub(crate) messages: Mutex<Messages>,
+    pub(crate) messages: RankedMutex<Messages>,
     /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
-    pub(crate) ranges: Mutex<Ranges>,
+    pub(crate) ranges: RankedMutex<Ranges>,
 }
 
-static COMMS: Registry<Comm> = Registry::new();
+static COMMS: Registry<CommHandle, Comm> = Registry::new(ranks::COMMS);
 
 static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
 
@@ -325,7 +328,7 @@ pub(crate) fn init(
     root: &HcclRootInfo,
     rank: u32,
     config: &HcclCommConfig,
-) -> HcclRes<usize> {
+) -> HcclRes<CommHandle> {
     init_cancellable(n, root, rank, config, &AtomicBool::new(false))
 }
 
@@ -336,7 +339,7 @@ fn init_cancellable(
     rank: u32,
     config: &HcclCommConfig,
     cancel: &AtomicBool,
-) -> HcclRes<usize> {
+) -> HcclRes<CommHandle> {
     if n == 0 {
         return para("nRanks is 0");
     }
@@ -368,7 +371,7 @@ pub(crate) struct Member {
     pub(crate) n: u32,
     pub(crate) rank: u32,
     pub(crate) name: Vec<u8>,
-    pub(crate) parent: Option<usize>,
+    pub(crate) parent: Option<CommHandle>,
 }
 
 /// Makes this rank's staging memfd, meets the group at `meeting` through `join` (given the
@@ -379,7 +382,7 @@ pub(crate) fn form(
     settings: &Settings,
     meeting: Meeting,
     join: impl FnOnce(BorrowedFd<'_>, Duration) -> HcclRes<(Rendezvous, Vec<OwnedFd>)>,
-) -> HcclRes<usize> {
+) -> HcclRes<CommHandle> {
     let &Member { n, rank, .. } = member;
     // Made before joining, so a failure here leaves the peers' group untouched.
     let buffer_mb = settings.buffer_mb;
@@ -402,7 +405,7 @@ pub(crate) fn form(
     };
     let (staging, p2p) = (map(0)?, map(buffer)?);
     let group = Arc::new(Group { rv, staging, p2p });
-    let handle = new_handle(HandleKind::Comm);
+    let handle = CommHandle::fresh();
     COMMS.insert(
         handle,
         Arc::new(Comm {
@@ -418,14 +421,17 @@ pub(crate) fn form(
             expansion: settings.expansion,
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
-            heap: Mutex::new(None),
-            windows: Mutex::new(Vec::new()),
+            heap: RankedMutex::new(ranks::COMM_HEAP, None),
+            windows: RankedMutex::new(ranks::COMM_WINDOWS, Vec::new()),
             async_error: AtomicI32::new(0),
-            messages: Mutex::new(Messages {
-                sent: vec![0; n as usize],
-                received: vec![0; n as usize],
-            }),
-            ranges: Mutex::new(Ranges::default()),
+            messages: RankedMutex::new(
+                ranks::COMM_MESSAGES,
+                Messages {
+                    sent: vec![0; n as usize],
+                    received: vec![0; n as usize],
+                },
+            ),
+            ranges: RankedMutex::new(ranks::COMM_RANGES, Ranges::default()),
         }),
     );
     counters::inc(Counter::Comms);
@@ -465,7 +471,7 @@ fn check_buffer_sizes(stagings: &[OwnedFd], len: usize) -> HcclRes {
 /// `HcclCommInitAll` (after the null checks): `devices.len()` communicators of one group,
 /// rank i on device `devices[i]`, each joined from a thread of its own bound to its device
 /// (the calling thread's binding is untouched). On failure none is left.
-pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<usize>> {
+pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<CommHandle>> {
     if devices.is_empty() {
         return para("ndev is 0");
     }
@@ -498,10 +504,10 @@ const CANCELLED: &str = "another rank of HcclCommInitAll failed";
 /// by rank (not counting the ranks that were cancelled) is returned.
 fn init_ranks(
     devices: &[i32],
-    init_one: &(dyn Fn(u32, i32, &AtomicBool) -> HcclRes<usize> + Sync),
-) -> HcclRes<Vec<usize>> {
+    init_one: &(dyn Fn(u32, i32, &AtomicBool) -> HcclRes<CommHandle> + Sync),
+) -> HcclRes<Vec<CommHandle>> {
     let cancel = AtomicBool::new(false);
-    let joined: Vec<HcclRes<usize>> = std::thread::scope(|s| {
+    let joined: Vec<HcclRes<CommHandle>> = std::thread::scope(|s| {
         let threads: Vec<_> = devices
             .iter()
             .zip(0u32..)
@@ -612,8 +618,8 @@ pub(crate) fn join_failed<T>(e: JoinError, rank: u32, timeout: Duration) -> Hccl
 }
 
 /// The live communicator `handle` (null `HCCL_E_PTR`, unknown `HCCL_E_PARA`).
-pub(crate) fn lookup(handle: usize) -> HcclRes<Arc<Comm>> {
-    hccl_non_null(handle, "comm")?;
+pub(crate) fn lookup(handle: CommHandle) -> HcclRes<Arc<Comm>> {
+    hccl_non_null(handle.raw(), "comm")?;
     COMMS.get(handle).map_or_else(
         || para(format!("{handle:#x} is not a live communicator")),
         Ok,
@@ -623,7 +629,7 @@ pub(crate) fn lookup(handle: usize) -> HcclRes<Arc<Comm>> {
 /// `HcclCommDestroy`: a local call. Marks the rank as gone in the group's rendezvous (peers
 /// waiting for it fail at once), deregisters this rank's windows without a rendezvous and
 /// forgets the handle; the staging buffer and heap go when queued work no longer uses them.
-pub(crate) fn destroy(handle: usize) -> HcclRes {
+pub(crate) fn destroy(handle: CommHandle) -> HcclRes {
     lookup(handle)?;
     let Some(comm) = COMMS.remove(handle) else {
         return para(format!("{handle:#x} is not a live communicator"));
@@ -634,7 +640,9 @@ pub(crate) fn destroy(handle: usize) -> HcclRes {
     let board = comm.group.rv.board();
     board.leave_pairs(comm.rank as usize, &messages.sent, &messages.received);
     drop(messages);
-    crate::hccl::sub_comm::forget(&comm);
+    if let Some(parent) = comm.parent {
+        names::forget(parent, &comm.name);
+    }
     let windows = std::mem::take(&mut *lock(&comm.windows));
     for w in &windows {
         forget_window(w);

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::acl::memory;
 use crate::base::errors::{HcclRes, hccl_non_null, para};
+use crate::base::handle::PhysicalHandle;
 
 /// An activated block.
 struct Active {
@@ -99,11 +100,11 @@ impl Ranges {
         ptr: usize,
         size: usize,
         offset: usize,
-        handle: usize,
+        handle: PhysicalHandle,
         flags: u64,
     ) -> HcclRes {
         hccl_non_null(ptr, "virPtr")?;
-        hccl_non_null(handle, "handle")?;
+        hccl_non_null(handle.raw(), "handle")?;
         if size == 0 {
             return para("size is 0");
         }

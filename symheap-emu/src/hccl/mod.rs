@@ -1,4 +1,5 @@
-//! HCCL: communicators, symmetric heaps and windows and their registration, the zero-copy
+//! HCCL: communicators (with their sub-communicators' names and the exchange of a collective
+//! host call), symmetric heaps and windows and their registration, the zero-copy
 //! memory ranges, and the collectives (a checked call, its rendezvous steps, the staged and
 //! symmetric algorithms, the V collectives' layouts) and point-to-point transfers.
 
@@ -6,8 +7,10 @@ pub(crate) mod collective;
 pub(crate) mod comm;
 pub(crate) mod expansion;
 pub(crate) mod hcomm_mem;
+pub(crate) mod host_call;
 pub(crate) mod job;
 pub(crate) mod memory_range;
+pub(crate) mod names;
 pub(crate) mod p2p;
 pub(crate) mod registration;
 pub(crate) mod staged;

@@ -40,10 +40,11 @@ use crate::acl::memory::{self, Pins};
 use crate::acl::stream::{self, TaskFailure};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
+use crate::base::handle::{CommHandle, StreamHandle};
+use crate::base::lock::lock;
 use crate::base::patience::Patience;
 use crate::base::primitives::copy;
 use crate::base::reduce::DType;
-use crate::base::registry::lock;
 use crate::hccl::collective::stream_error;
 use crate::hccl::comm::{self, Comm};
 use crate::hccl::window::Window;
@@ -73,7 +74,12 @@ pub(crate) struct Item {
 /// checks takes none (as in HCCL, where it creates no operation), so the peer's matching call
 /// pairs with this rank's next accepted call of the pair. Items with a count of 0 move
 /// nothing and take no number.
-pub(crate) fn call(comm: usize, stream: usize, items: &[Item], name: &'static str) -> HcclRes {
+pub(crate) fn call(
+    comm: CommHandle,
+    stream: StreamHandle,
+    items: &[Item],
+    name: &'static str,
+) -> HcclRes {
     let comm = comm::lookup(comm)?;
     let handle = stream;
     let stream = stream::lookup(stream).map_err(stream_error)?;

@@ -14,78 +14,16 @@ use crate::sys::HcclResult;
 use crate::GRANULARITY;
 use crate::acl::memory::{self, Allocation, Physical};
 use crate::base::counters::{self, Counter};
-use crate::base::errors::{Fail, HcclRes, hccl_fail, para};
-use crate::base::registry::lock;
+use crate::base::errors::{HcclRes, hccl_fail, para};
+use crate::base::handle::{CommHandle, WindowHandle};
+use crate::base::lock::lock;
 use crate::hccl::comm::{self, Comm};
+use crate::hccl::host_call::exchange;
 use crate::hccl::window::{SymHeap, Window, forget_window, remember_window, window_comm};
-use crate::ipc::attendance::Key;
-use crate::ipc::rendezvous::{HOST_LOST, RvError};
 use crate::ipc::wire::{Reader, Wire, Writer};
 
 const REGISTER: &str = "HcclCommSymWinRegister";
 const DEREGISTER: &str = "HcclCommSymWinDeregister";
-
-/// Step `step` of `comm`'s `seq`-th collective host call, the C function `call`: every rank's
-/// `value`, in rank order, or the failure in HCCL's codes.
-pub(crate) fn exchange<T: Wire>(
-    comm: &Comm,
-    seq: u64,
-    step: u32,
-    value: T,
-    call: &str,
-) -> HcclRes<Vec<T>> {
-    let key = Key::Host { seq, step };
-    comm.group
-        .rv
-        .exchange(key, &value, comm.timeout)
-        .map_err(|e| match e {
-            RvError::Timeout { missing } => Fail {
-                code: HcclResult::HCCL_E_TCP_TRANSFER,
-                msg: format!(
-                    "rank {} waited {:.1} s for ranks {missing:?} to call {call}",
-                    comm.rank,
-                    comm.timeout.as_secs_f64()
-                ),
-            },
-            RvError::Gone { ranks } => Fail {
-                code: HcclResult::HCCL_E_TCP_TRANSFER,
-                msg: format!(
-                    "rank {}: ranks {ranks:?} destroyed their communicator and will never call \
-                     {call}",
-                    comm.rank
-                ),
-            },
-            RvError::Lost { ranks } => Fail {
-                code: HcclResult::HCCL_E_TCP_TRANSFER,
-                msg: format!(
-                    "rank {}: ranks {ranks:?} exited or were killed (their connection to the \
-                     rendezvous closed) and will never call {call}",
-                    comm.rank
-                ),
-            },
-            RvError::HostLost => Fail {
-                code: HcclResult::HCCL_E_TCP_TRANSFER,
-                msg: format!("rank {}: {HOST_LOST}", comm.rank),
-            },
-            RvError::Mismatch | RvError::Duplicate => Fail {
-                code: HcclResult::HCCL_E_INTERNAL,
-                msg: format!("ranks made different collective calls where {call} was expected"),
-            },
-            // The code a timeout would give, now instead of then.
-            RvError::Deadlock(who) => Fail {
-                code: HcclResult::HCCL_E_TCP_TRANSFER,
-                msg: format!("rank {} in {call}: {who}", comm.rank),
-            },
-            // What a call naming a destroyed communicator gets.
-            RvError::Closed => Fail {
-                code: HcclResult::HCCL_E_PARA,
-                msg: format!(
-                    "rank {}: HcclCommDestroy destroyed the communicator while {call} waited",
-                    comm.rank
-                ),
-            },
-        })
-}
 
 /// A registration checked locally, before the ranks meet.
 enum Prep {
@@ -265,7 +203,13 @@ fn reserve_slot(comm: &Comm, size: usize) -> HcclRes<(Arc<SymHeap>, usize)> {
 
 /// `HcclCommSymWinRegister` (after the null checks) as the `seq`-th collective host call of
 /// `comm`. Collective.
-pub(crate) fn register(comm: &Comm, seq: u64, addr: usize, size: u64, flag: u32) -> HcclRes<usize> {
+pub(crate) fn register(
+    comm: &Comm,
+    seq: u64,
+    addr: usize,
+    size: u64,
+    flag: u32,
+) -> HcclRes<WindowHandle> {
     if size == 0 {
         return para("size is 0");
     }
@@ -368,7 +312,7 @@ impl Wire for DeregVote {
 
 /// The live communicator window `handle` belongs to (`HCCL_E_PARA` for a handle that is not a
 /// live window).
-pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
+pub(crate) fn owner(handle: WindowHandle) -> HcclRes<Arc<Comm>> {
     let Some(comm) = window_comm(handle) else {
         return para(format!("{handle:#x} is not a live window"));
     };
@@ -377,7 +321,7 @@ pub(crate) fn owner(handle: usize) -> HcclRes<Arc<Comm>> {
 
 /// `HcclCommSymWinDeregister` of window `handle` of `comm`, with the call's sequence number.
 /// Collective; never frees user memory.
-pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
+pub(crate) fn deregister(comm: &Comm, seq: u64, handle: WindowHandle) -> HcclRes {
     let Some(w) = lock(&comm.windows)
         .iter()
         .find(|w| w.handle() == handle)
@@ -423,7 +367,7 @@ pub(crate) fn deregister(comm: &Comm, seq: u64, handle: usize) -> HcclRes {
 
 /// `HcclCommSymWinGet` (after the null checks): the window holding `[ptr, ptr + size)` and
 /// the offset of `ptr` in it.
-pub(crate) fn get(comm: usize, ptr: usize, size: usize) -> HcclRes<(usize, usize)> {
+pub(crate) fn get(comm: CommHandle, ptr: usize, size: usize) -> HcclRes<(WindowHandle, usize)> {
     if size == 0 {
         return para("size is 0");
     }

@@ -9,17 +9,17 @@
 //! bound); then the members compare their calls and fail alike on any difference.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::sys::{HcclCommConfig, HcclResult};
 
 use crate::acl::device;
 use crate::base::errors::{HcclRes, hccl_fail, para};
-use crate::base::registry::lock;
+use crate::base::handle::CommHandle;
 use crate::hccl::comm::{self, Comm, Meeting, Member, Settings};
-use crate::hccl::registration;
+use crate::hccl::{host_call, names};
 use crate::ipc::hub;
 use crate::ipc::rendezvous::{JoinError, Rendezvous, deadline};
 use crate::ipc::wire::{Reader, Wire, Writer};
@@ -35,13 +35,9 @@ pub(crate) struct Request {
     pub(crate) config: HcclCommConfig,
 }
 
-/// The live sub-communicator names of each global communicator in this process: a name is
-/// unique per global communicator (HCCL keeps one map per device context).
-static NAMES: Mutex<Vec<(usize, Vec<u8>)>> = Mutex::new(Vec::new());
-
 /// `HcclCreateSubCommConfig` for a member, after the checks that need no communicator: the
 /// checks that do, then the members' rendezvous. The new communicator's handle.
-pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<usize> {
+pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
     if global.parent.is_some() {
         // As `HcclCreateSubCommConfigV2` answers a communicator that is not the world group.
         return hccl_fail(
@@ -63,7 +59,7 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<usize> {
             "the sub-communicator's name is the global communicator's",
         );
     }
-    let name_claim = claim(global.handle, &name)?;
+    let name_claim = names::claim(global.handle, &name)?;
     let meeting = meeting_of(&global.meeting, &name);
     let member = Member {
         n,
@@ -81,13 +77,6 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<usize> {
     }
     name_claim.keep();
     Ok(handle)
-}
-
-/// Forgets a destroyed sub-communicator's name, so that it may be made again.
-pub(crate) fn forget(c: &Comm) {
-    if let Some(parent) = c.parent {
-        lock(&NAMES).retain(|(p, name)| !(*p == parent && *name == c.name));
-    }
 }
 
 /// `rankIds` as HCCL checks them (`GenerateSubRankTable`): no rank twice, each a rank of the
@@ -114,47 +103,6 @@ fn check_rank_ids(global: &Comm, ids: &[u32], sub_rank: u32) -> HcclRes {
         ));
     }
     Ok(())
-}
-
-/// A name claimed for a sub-communicator being made: released when the making fails.
-struct Claim {
-    parent: usize,
-    name: Vec<u8>,
-    kept: bool,
-}
-
-impl Claim {
-    /// The sub-communicator was made: its destroy releases the name ([`forget`]).
-    fn keep(mut self) {
-        self.kept = true;
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if !self.kept {
-            lock(&NAMES).retain(|(p, name)| !(*p == self.parent && *name == self.name));
-        }
-    }
-}
-
-/// Claims `name` among the live sub-communicators of `parent` (`HCCL_E_PARA` when taken, as
-/// HCCL answers a name already in its group map).
-fn claim(parent: usize, name: &[u8]) -> HcclRes<Claim> {
-    let mut names = lock(&NAMES);
-    if names.iter().any(|(p, n)| *p == parent && n == name) {
-        return para(format!(
-            "the sub-communicator name {:?} is in use: destroy it first, or pass another \
-             subCommId (or hcclCommName)",
-            String::from_utf8_lossy(name)
-        ));
-    }
-    names.push((parent, name.to_vec()));
-    Ok(Claim {
-        parent,
-        name: name.to_vec(),
-        kept: false,
-    })
 }
 
 /// 64-bit FNV-1a of `bytes`, from `seed`: stable across processes and builds.
@@ -294,7 +242,7 @@ fn compare_calls(sub: &Arc<Comm>, req: &Request, settings: &Settings) -> HcclRes
         expansion: settings.expansion as u64,
     };
     let seq = sub.next_host_seq();
-    let all = registration::exchange(sub, seq, 0, mine, "HcclCreateSubCommConfig")?;
+    let all = host_call::exchange(sub, seq, 0, mine, "HcclCreateSubCommConfig")?;
     let first = &all[0];
     let Some((k, other)) = all.iter().enumerate().find(|(_, c)| *c != first) else {
         return Ok(());

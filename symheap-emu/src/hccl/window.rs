@@ -11,7 +11,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::sys::HcclResult;
 
@@ -19,7 +19,8 @@ use crate::GRANULARITY;
 use crate::acl::memory::{self, Physical};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{HcclRes, hccl_fail};
-use crate::base::registry::lock;
+use crate::base::handle::{CommHandle, PhysicalHandle, WindowHandle};
+use crate::base::lock::{RankedMutex, lock, ranks};
 use crate::ipc::os;
 
 /// One rank's symmetric heap on one communicator: `stride * n` bytes of reserved address
@@ -29,16 +30,16 @@ pub(crate) struct SymHeap {
     /// Bytes per rank.
     pub(crate) stride: usize,
     /// The communicator handle it belongs to, the rank it belongs to, and the rank count.
-    comm: usize,
+    comm: CommHandle,
     rank: u32,
     n: u32,
     /// Allocated slots: offset -> size (granularity multiples).
-    slots: Mutex<BTreeMap<usize, usize>>,
+    slots: RankedMutex<BTreeMap<usize, usize>>,
 }
 
 impl SymHeap {
     /// Reserves the heap of rank `rank` of communicator `comm`: `n` ranks of `stride` bytes.
-    pub(crate) fn new(comm: usize, rank: u32, n: u32, stride: usize) -> HcclRes<Self> {
+    pub(crate) fn new(comm: CommHandle, rank: u32, n: u32, stride: usize) -> HcclRes<Self> {
         let len = stride * n as usize;
         let space = os::reserve(len.max(GRANULARITY), GRANULARITY).or_else(|e| {
             hccl_fail(
@@ -53,7 +54,7 @@ impl SymHeap {
             comm,
             rank,
             n,
-            slots: Mutex::new(BTreeMap::new()),
+            slots: RankedMutex::new(ranks::HEAP_SLOTS, BTreeMap::new()),
         })
     }
 
@@ -130,7 +131,7 @@ pub(crate) struct Window {
     /// Where the user mapped the allocation on this rank.
     pub(crate) user_base: usize,
     /// The `aclrtDrvMemHandle` of the allocation.
-    pub(crate) phys: usize,
+    pub(crate) phys: PhysicalHandle,
     /// Registrations of this allocation on this rank not yet deregistered.
     pub(crate) refs: AtomicU32,
 }
@@ -191,8 +192,8 @@ impl Window {
     }
 
     /// The `HcclCommSymWindow` value.
-    pub(crate) fn handle(&self) -> usize {
-        (&raw const *self.desc) as usize
+    pub(crate) fn handle(&self) -> WindowHandle {
+        WindowHandle::from_raw((&raw const *self.desc) as usize)
     }
 
     /// Where rank `rank`'s byte `offset` of this window is visible in this rank's heap.
@@ -231,7 +232,8 @@ impl std::fmt::Debug for Window {
 }
 
 /// Live window handles -> their communicator handle.
-static WINDOWS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+static WINDOWS: RankedMutex<BTreeMap<WindowHandle, CommHandle>> =
+    RankedMutex::new(ranks::WINDOWS, BTreeMap::new());
 
 /// Records the handle of `w`, which then names it (until [`forget_window`]).
 pub(crate) fn remember_window(w: &Window) {
@@ -244,7 +246,7 @@ pub(crate) fn forget_window(w: &Window) {
 }
 
 /// The communicator handle of the live window `handle`.
-pub(crate) fn window_comm(handle: usize) -> Option<usize> {
+pub(crate) fn window_comm(handle: WindowHandle) -> Option<CommHandle> {
     lock(&WINDOWS).get(&handle).copied()
 }
 

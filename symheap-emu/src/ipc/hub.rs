@@ -629,21 +629,18 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 pub(crate) mod tests_hook {
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
 
-    static HELLOS: Mutex<BTreeMap<[u8; 16], usize>> = Mutex::new(BTreeMap::new());
+    use crate::base::lock::{RankedMutex, lock, ranks};
+
+    static HELLOS: RankedMutex<BTreeMap<[u8; 16], usize>> =
+        RankedMutex::new(ranks::HELLOS, BTreeMap::new());
 
     pub(super) fn hello(session: &[u8; 16]) {
-        *crate::base::registry::lock(&HELLOS)
-            .entry(*session)
-            .or_default() += 1;
+        *lock(&HELLOS).entry(*session).or_default() += 1;
     }
 
     /// Joins received by the hub of `session`, accepted or not.
     pub(crate) fn hellos(session: &[u8; 16]) -> usize {
-        crate::base::registry::lock(&HELLOS)
-            .get(session)
-            .copied()
-            .unwrap_or(0)
+        lock(&HELLOS).get(session).copied().unwrap_or(0)
     }
 }

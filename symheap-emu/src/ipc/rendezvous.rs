@@ -12,11 +12,10 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
 use crate::base::patience::Patience;
-use crate::base::registry::lock;
 use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
 use crate::ipc::blame;
 use crate::ipc::board::{self, Board};
@@ -93,7 +92,7 @@ pub(crate) struct Rendezvous {
     posts: AtomicU64,
     /// Set by [`Rendezvous::leave`]: a host thread still waiting in an exchange gives up.
     closed: AtomicBool,
-    state: Mutex<State>,
+    state: RankedMutex<State>,
     cv: Condvar,
 }
 
@@ -211,7 +210,7 @@ impl Rendezvous {
             host_pidfd,
             posts: AtomicU64::new(0),
             closed: AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: RankedMutex::new(ranks::RENDEZVOUS, State::default()),
             cv: Condvar::new(),
         };
         Ok((rv, fds))
@@ -505,11 +504,7 @@ impl Rendezvous {
             // Sliced, so that `waited` runs now and then.
             let slice = (deadline - now).min(DEADLOCK_CHECK);
             if st.reading {
-                st = self
-                    .cv
-                    .wait_timeout(st, slice)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+                st = self.cv.wait_timeout(st, slice).0;
                 continue;
             }
             st.reading = true;

@@ -4,10 +4,10 @@
 //! a device runs a model's streams. A lane that fails stops the others at their next wait.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 
 use crate::acl::stream::{Task, TaskFailure};
-use crate::base::registry::lock;
+use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
 use crate::sys::ACL_ERROR_RT_INTERNAL_ERROR;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -15,9 +15,16 @@ type Job = Box<dyn FnOnce() + Send>;
 /// The threads that run a model's joined lanes, one per lane after the origin's, made at the
 /// first replay that needs them; they end when the model is gone. Replays running at once
 /// queue their lanes on them in order.
-#[derive(Default)]
 pub(super) struct LaneThreads {
-    senders: Mutex<Vec<mpsc::Sender<Job>>>,
+    senders: RankedMutex<Vec<mpsc::Sender<Job>>>,
+}
+
+impl Default for LaneThreads {
+    fn default() -> Self {
+        Self {
+            senders: RankedMutex::new(ranks::LANES, Vec::new()),
+        }
+    }
 }
 
 impl LaneThreads {
@@ -58,7 +65,7 @@ pub(super) enum Step {
 
 /// The replay's signals, and whether a lane failed.
 struct Signals {
-    state: Mutex<(Vec<bool>, bool)>,
+    state: RankedMutex<(Vec<bool>, bool)>,
     changed: Condvar,
 }
 
@@ -77,7 +84,7 @@ impl Signals {
     fn wait(&self, slot: usize) -> bool {
         let mut st = lock(&self.state);
         while !st.0[slot] && !st.1 {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.changed.wait(st);
         }
         st.0[slot]
     }
@@ -123,7 +130,7 @@ pub(super) fn run(
     threads: &LaneThreads,
 ) -> Result<(), TaskFailure> {
     let signals = Arc::new(Signals {
-        state: Mutex::new((vec![false; slots], false)),
+        state: RankedMutex::new(ranks::SIGNALS, (vec![false; slots], false)),
         changed: Condvar::new(),
     });
     let (done, results) = mpsc::channel();

@@ -4,6 +4,7 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::base::handle::StreamHandle;
 use crate::sys::*;
 use crate::testutil::{DevBuf, acl, assert_clean, hccl, hok, ok, register, run_ranks, test_config};
 use crate::{GRANULARITY as G, test_lock};
@@ -603,14 +604,17 @@ fn a_task_that_panics_in_a_joined_lane_fails_the_replay_instead_of_hanging_it() 
     side.join(s);
     // An emulator task that panics (no C call makes one): the origin's wait for the side's
     // record must not wait for ever.
-    let side_stream = crate::acl::stream::lookup(side.stream as usize).unwrap();
+    let side_stream = crate::acl::stream::lookup(StreamHandle::from_c(side.stream)).unwrap();
     let recipe: super::Recipe = std::sync::Arc::new(|| {
         Ok(
             Box::new(|| -> Result<(), crate::acl::stream::TaskFailure> { panic!("a task panics") })
                 as _,
         )
     });
-    ok(super::submit(&side_stream, side.stream as usize, recipe).map_or_else(|f| f.code, |()| 0));
+    ok(
+        super::submit(&side_stream, StreamHandle::from_c(side.stream), recipe)
+            .map_or_else(|f| f.code, |()| 0),
+    );
     side.join_back(s);
     let graph = end(s).unwrap();
     ok(replay(graph, s));

@@ -449,7 +449,7 @@ fn a_call_refused_by_a_stopped_stream_takes_no_message_number() {
             let a = acl();
             // SAFETY: a live stream.
             ok(unsafe { (a.aclrtSetStreamFailureMode.unwrap())(r.stream, ACL_STOP_ON_FAILURE) });
-            crate::acl::stream::lookup(r.stream as usize)
+            crate::acl::stream::lookup(crate::base::handle::StreamHandle::from_c(r.stream))
                 .unwrap()
                 .enqueue(Box::new(|| {
                     Err(crate::acl::stream::TaskFailure {
@@ -507,8 +507,9 @@ fn a_direct_read_matches_the_window_id_as_well_as_the_slot() {
         let win = register(r, &win_buf);
         let plain = DevBuf::new(r.rank, G);
         if r.rank == 1 {
-            let comm = crate::hccl::comm::lookup(r.comm as usize).unwrap();
-            let w = crate::base::registry::lock(&comm.windows)[0].clone();
+            let comm =
+                crate::hccl::comm::lookup(crate::base::handle::CommHandle::from_c(r.comm)).unwrap();
+            let w = crate::base::lock::lock(&comm.windows)[0].clone();
             let item = super::Item {
                 kind: RECV,
                 buf: plain.ptr as usize,

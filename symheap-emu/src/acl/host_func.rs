@@ -1,0 +1,36 @@
+//! `aclrtLaunchHostFunc`: a host function as stream work, captured like any other.
+
+use std::sync::Arc;
+
+use crate::acl::{graph, stream};
+use crate::base::errors::{AclResult, param};
+use crate::base::handle::StreamHandle;
+
+/// `aclrtLaunchHostFunc`: queues a call of `func(args)` on the stream's thread, behind
+/// everything already enqueued; the stream goes on once it returns. A NULL `func` is
+/// `ACL_ERROR_RT_PARAM_INVALID` (as hicann/runtime's `ApiErrorDecorator::LaunchHostFunc`
+/// answers a NULL callback).
+///
+/// # Safety
+/// `func`, when not NULL, may be called once with `args` from another thread.
+pub(crate) unsafe fn launch_host_func(
+    handle: StreamHandle,
+    func: crate::sys::aclrtHostFunc,
+    args: usize,
+) -> AclResult {
+    let Some(func) = func else {
+        return param("fn is NULL");
+    };
+    graph::submit(
+        &*stream::lookup(handle)?,
+        handle,
+        Arc::new(move || {
+            Ok(Box::new(move || {
+                // SAFETY: the caller's contract: `func` may be called with `args` from any
+                // thread (once per replay when captured).
+                unsafe { func(args as *mut std::ffi::c_void) };
+                Ok(())
+            }) as stream::Task)
+        }),
+    )
+}
