@@ -3,9 +3,10 @@
 //! Every mutex of the emulator is a [`RankedMutex`] with a [`Rank`] from the table below. A
 //! thread may take a lock only while every lock it holds has a lower rank, so no two threads
 //! can each hold a lock the other waits for. Debug builds check this on every acquisition
-//! with a per-thread stack of the ranks held, and panic naming both locks; release builds
-//! check nothing (a guard is a `MutexGuard` and a zero-sized marker). The unit tests run in
-//! debug, so every nesting they reach is checked.
+//! with a per-thread stack of the ranks held, and panic naming both locks, and so do the
+//! emulator's unit tests in any profile (the README's `cargo test --release` included), so
+//! every nesting they reach is checked; other release builds check nothing (a guard is a
+//! `MutexGuard` and a zero-sized marker).
 //!
 //! A condition-variable wait ([`Condvar`]) gives the lock up and takes it back: the thread is
 //! blocked meanwhile, so the rank stays on its stack, but the lock waited on must be the
@@ -252,9 +253,9 @@ impl Condvar {
 
 use checked::Held;
 
-/// The debug builds' bookkeeping: the ranks this thread holds, in the order taken (so
+/// The bookkeeping of debug builds and of the unit tests: the ranks this thread holds, in the order taken (so
 /// ascending), and the checks.
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, test))]
 mod checked {
     use std::cell::RefCell;
 
@@ -314,7 +315,7 @@ mod checked {
 }
 
 /// The release builds' marker: nothing to record, nothing to check.
-#[cfg(not(debug_assertions))]
+#[cfg(not(any(debug_assertions, test)))]
 mod checked {
     use super::Rank;
 
@@ -354,13 +355,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        debug_assertions,
-        should_panic(
-            expected = "taking `acl::graph model state` (rank 2) while holding `acl::stream streams` (rank 19)"
-        )
+    #[should_panic(
+        expected = "taking `acl::graph model state` (rank 2) while holding `acl::stream streams` (rank 19)"
     )]
-    fn a_lock_taken_under_a_higher_rank_panics_in_debug_builds() {
+    fn a_lock_taken_under_a_higher_rank_panics() {
         let (outer, inner) = (
             RankedMutex::new(ranks::MODEL, 0),
             RankedMutex::new(ranks::STREAMS, 0),
@@ -370,13 +368,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        debug_assertions,
-        should_panic(
-            expected = "taking `acl::stream queue` (rank 13) while holding `acl::stream queue`"
-        )
+    #[should_panic(
+        expected = "taking `acl::stream queue` (rank 13) while holding `acl::stream queue`"
     )]
-    fn two_locks_of_one_rank_panic_in_debug_builds() {
+    fn two_locks_of_one_rank_panic() {
         let (a, b) = (
             RankedMutex::new(ranks::STREAM_QUEUE, 0),
             RankedMutex::new(ranks::STREAM_QUEUE, 0),
@@ -400,11 +395,8 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(
-        debug_assertions,
-        should_panic(expected = "waiting on `acl::graph model state` (rank 2) while holding")
-    )]
-    fn a_wait_under_a_higher_lock_panics_in_debug_builds() {
+    #[should_panic(expected = "waiting on `acl::graph model state` (rank 2) while holding")]
+    fn a_wait_under_a_higher_lock_panics() {
         let (m, cv) = (RankedMutex::new(ranks::MODEL, ()), Condvar::new());
         let g = m.lock();
         let inner = RankedMutex::new(ranks::STREAMS, ());
