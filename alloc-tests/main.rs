@@ -13,6 +13,7 @@ mod harness;
 mod heap_map;
 mod inference_worker;
 mod inspect;
+mod module_order;
 mod moe;
 mod paths;
 mod pool;
