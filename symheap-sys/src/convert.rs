@@ -36,9 +36,51 @@ impl From<DataType> for HcclDataType {
     }
 }
 
+impl TryFrom<HcclReduceOp> for ReduceOp {
+    /// The value itself, when no reduction has it.
+    type Error = HcclReduceOp;
+
+    /// The reduction of an `HCCL_REDUCE_*` value: the inverse of the `From` above, found
+    /// through it (so the two cannot disagree).
+    fn try_from(op: HcclReduceOp) -> Result<ReduceOp, HcclReduceOp> {
+        ReduceOp::ALL
+            .into_iter()
+            .find(|&r| HcclReduceOp::from(r) == op)
+            .ok_or(op)
+    }
+}
+
+impl TryFrom<HcclDataType> for DataType {
+    /// The value itself, for a type without a Rust number type (INT128, the FP8 formats) or
+    /// no type at all.
+    type Error = HcclDataType;
+
+    /// The element type of an `HCCL_DATA_TYPE_*` value: the inverse of the `From` above,
+    /// found through it (so the two cannot disagree).
+    fn try_from(t: HcclDataType) -> Result<DataType, HcclDataType> {
+        DataType::ALL
+            .into_iter()
+            .find(|&d| HcclDataType::from(d) == t)
+            .ok_or(t)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_c_value_of_a_word_converts_back() {
+        for op in ReduceOp::ALL {
+            assert_eq!(ReduceOp::try_from(HcclReduceOp::from(op)), Ok(op));
+        }
+        for t in DataType::ALL {
+            assert_eq!(DataType::try_from(HcclDataType::from(t)), Ok(t));
+        }
+        let int128 = HcclDataType::HCCL_DATA_TYPE_INT128;
+        assert!(DataType::try_from(int128).is_err());
+        assert!(ReduceOp::try_from(HcclReduceOp(99)).is_err());
+    }
 
     #[test]
     fn every_word_has_its_own_c_value() {

@@ -17,77 +17,7 @@
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-use crate::sys::{HcclDataType, HcclReduceOp};
-
-/// A supported element type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum DType {
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
-    F16,
-    Bf16,
-    F32,
-    F64,
-}
-
-impl DType {
-    /// The type of an `HcclDataType`, if supported (not INT128 or the FP8 formats).
-    pub(crate) fn from_hccl(t: HcclDataType) -> Option<Self> {
-        Some(match t {
-            HcclDataType::HCCL_DATA_TYPE_INT8 => DType::I8,
-            HcclDataType::HCCL_DATA_TYPE_INT16 => DType::I16,
-            HcclDataType::HCCL_DATA_TYPE_INT32 => DType::I32,
-            HcclDataType::HCCL_DATA_TYPE_INT64 => DType::I64,
-            HcclDataType::HCCL_DATA_TYPE_UINT8 => DType::U8,
-            HcclDataType::HCCL_DATA_TYPE_UINT16 => DType::U16,
-            HcclDataType::HCCL_DATA_TYPE_UINT32 => DType::U32,
-            HcclDataType::HCCL_DATA_TYPE_UINT64 => DType::U64,
-            HcclDataType::HCCL_DATA_TYPE_FP16 => DType::F16,
-            HcclDataType::HCCL_DATA_TYPE_BFP16 => DType::Bf16,
-            HcclDataType::HCCL_DATA_TYPE_FP32 => DType::F32,
-            HcclDataType::HCCL_DATA_TYPE_FP64 => DType::F64,
-            _ => return None,
-        })
-    }
-
-    /// Bytes per element.
-    pub(crate) fn size(self) -> usize {
-        match self {
-            DType::I8 | DType::U8 => 1,
-            DType::I16 | DType::U16 | DType::F16 | DType::Bf16 => 2,
-            DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::U64 | DType::F64 => 8,
-        }
-    }
-}
-
-/// A supported reduction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    Sum,
-    Prod,
-    Max,
-    Min,
-}
-
-impl Op {
-    /// The reduction of an `HcclReduceOp`, if valid.
-    pub(crate) fn from_hccl(op: HcclReduceOp) -> Option<Self> {
-        Some(match op {
-            HcclReduceOp::HCCL_REDUCE_SUM => Op::Sum,
-            HcclReduceOp::HCCL_REDUCE_PROD => Op::Prod,
-            HcclReduceOp::HCCL_REDUCE_MAX => Op::Max,
-            HcclReduceOp::HCCL_REDUCE_MIN => Op::Min,
-            _ => return None,
-        })
-    }
-}
+use symheap_types::{DataType, ReduceOp};
 
 /// Arithmetic of an accumulator type.
 trait Arith: Copy + Default {
@@ -297,16 +227,16 @@ unsafe fn fold<T: Elem, O: Combine>(dsts: &[*mut T], srcs: &[*const T], count: u
 ///
 /// # Safety
 /// As for [`fold`].
-unsafe fn typed<T: Elem>(op: Op, dsts: &[usize], srcs: &[usize], count: usize) {
+unsafe fn typed<T: Elem>(op: ReduceOp, dsts: &[usize], srcs: &[usize], count: usize) {
     let srcs: Vec<*const T> = srcs.iter().map(|&s| s as *const T).collect();
     let dsts: Vec<*mut T> = dsts.iter().map(|&d| d as *mut T).collect();
     // SAFETY: forwarded from the caller.
     unsafe {
         match op {
-            Op::Sum => fold::<T, SumOp>(&dsts, &srcs, count),
-            Op::Prod => fold::<T, ProdOp>(&dsts, &srcs, count),
-            Op::Max => fold::<T, MaxOp>(&dsts, &srcs, count),
-            Op::Min => fold::<T, MinOp>(&dsts, &srcs, count),
+            ReduceOp::Sum => fold::<T, SumOp>(&dsts, &srcs, count),
+            ReduceOp::Prod => fold::<T, ProdOp>(&dsts, &srcs, count),
+            ReduceOp::Max => fold::<T, MaxOp>(&dsts, &srcs, count),
+            ReduceOp::Min => fold::<T, MinOp>(&dsts, &srcs, count),
         }
     }
 }
@@ -319,23 +249,29 @@ unsafe fn typed<T: Elem>(op: Op, dsts: &[usize], srcs: &[usize], count: usize) {
 /// writing them, all aligned to the element size; a destination may equal a source but not
 /// overlap one partially, and destinations do not overlap each other; nothing else writes
 /// these ranges during the call. `srcs` is not empty.
-pub(crate) unsafe fn reduce(dtype: DType, op: Op, dsts: &[usize], srcs: &[usize], count: usize) {
+pub(crate) unsafe fn reduce(
+    dtype: DataType,
+    op: ReduceOp,
+    dsts: &[usize],
+    srcs: &[usize],
+    count: usize,
+) {
     debug_assert!(!srcs.is_empty());
     // SAFETY: forwarded from the caller; the element type matches `dtype`.
     unsafe {
         match dtype {
-            DType::I8 => typed::<i8>(op, dsts, srcs, count),
-            DType::I16 => typed::<i16>(op, dsts, srcs, count),
-            DType::I32 => typed::<i32>(op, dsts, srcs, count),
-            DType::I64 => typed::<i64>(op, dsts, srcs, count),
-            DType::U8 => typed::<u8>(op, dsts, srcs, count),
-            DType::U16 => typed::<u16>(op, dsts, srcs, count),
-            DType::U32 => typed::<u32>(op, dsts, srcs, count),
-            DType::U64 => typed::<u64>(op, dsts, srcs, count),
-            DType::F16 => typed::<f16>(op, dsts, srcs, count),
-            DType::Bf16 => typed::<bf16>(op, dsts, srcs, count),
-            DType::F32 => typed::<f32>(op, dsts, srcs, count),
-            DType::F64 => typed::<f64>(op, dsts, srcs, count),
+            DataType::I8 => typed::<i8>(op, dsts, srcs, count),
+            DataType::I16 => typed::<i16>(op, dsts, srcs, count),
+            DataType::I32 => typed::<i32>(op, dsts, srcs, count),
+            DataType::I64 => typed::<i64>(op, dsts, srcs, count),
+            DataType::U8 => typed::<u8>(op, dsts, srcs, count),
+            DataType::U16 => typed::<u16>(op, dsts, srcs, count),
+            DataType::U32 => typed::<u32>(op, dsts, srcs, count),
+            DataType::U64 => typed::<u64>(op, dsts, srcs, count),
+            DataType::F16 => typed::<f16>(op, dsts, srcs, count),
+            DataType::BF16 => typed::<bf16>(op, dsts, srcs, count),
+            DataType::F32 => typed::<f32>(op, dsts, srcs, count),
+            DataType::F64 => typed::<f64>(op, dsts, srcs, count),
         }
     }
 }
@@ -353,7 +289,7 @@ mod tests {
         let srcs = [out.as_ptr() as usize, b.as_ptr() as usize];
         let dsts = [out.as_mut_ptr() as usize, copy.as_mut_ptr() as usize];
         // SAFETY: both sources hold 5000 elements; `out` is the first source exactly.
-        unsafe { reduce(DType::I8, Op::Sum, &dsts, &srcs, 5000) };
+        unsafe { reduce(DataType::I8, ReduceOp::Sum, &dsts, &srcs, 5000) };
         for i in 0..5000 {
             assert_eq!(out[i], a[i].wrapping_add(b[i]), "wraps at {i}");
         }
@@ -361,10 +297,13 @@ mod tests {
         let x = [f16::from_f32(1.0), f16::from_f32(f32::NAN)];
         let y = [f16::from_f32(2048.0), f16::from_f32(3.0)];
         let mut z = [f16::ZERO; 2];
-        for (op, want) in [(Op::Sum, [2049.0, f32::NAN]), (Op::Max, [2048.0, 3.0])] {
+        for (op, want) in [
+            (ReduceOp::Sum, [2049.0, f32::NAN]),
+            (ReduceOp::Max, [2048.0, 3.0]),
+        ] {
             let srcs = [x.as_ptr() as usize, y.as_ptr() as usize];
             // SAFETY: two elements each.
-            unsafe { reduce(DType::F16, op, &[z.as_mut_ptr() as usize], &srcs, 2) };
+            unsafe { reduce(DataType::F16, op, &[z.as_mut_ptr() as usize], &srcs, 2) };
             // fp16 spacing at 2048 is 2: 2049 rounds to even (2048) when narrowed once.
             let want0 = f16::from_f32(want[0]);
             assert_eq!(z[0], want0);
@@ -384,7 +323,7 @@ mod tests {
         let dsts = [base + 8, base + 8 + count * 8, base + 8 + 2 * count * 8];
         let srcs = [a.as_ptr() as usize, b.as_ptr() as usize];
         // SAFETY: every destination has room for `count` elements and is 8-byte aligned.
-        unsafe { reduce(DType::F64, Op::Max, &dsts, &srcs, count) };
+        unsafe { reduce(DataType::F64, ReduceOp::Max, &dsts, &srcs, count) };
         for d in dsts {
             // SAFETY: just written.
             let got = unsafe { std::slice::from_raw_parts(d as *const f64, count) };
@@ -399,7 +338,15 @@ mod tests {
         let mut odd = vec![0u8; n * 4 + 64];
         let at = (odd.as_mut_ptr() as usize).next_multiple_of(16) + 4;
         // SAFETY: room for `n` f32s at a 4-byte (not 16-byte) aligned address.
-        unsafe { reduce(DType::F32, Op::Sum, &[at], &[x.as_ptr() as usize], n) };
+        unsafe {
+            reduce(
+                DataType::F32,
+                ReduceOp::Sum,
+                &[at],
+                &[x.as_ptr() as usize],
+                n,
+            )
+        };
         // SAFETY: just written.
         let got = unsafe { std::slice::from_raw_parts(at as *const f32, n) };
         assert_eq!(got, &x[..]);

@@ -9,11 +9,11 @@ use symheap_types::Collective;
 
 use crate::acl::memory::{self, Pins};
 use crate::base::errors::{HcclRes, hccl_non_null, para};
-use crate::base::reduce::{DType, Op};
 use crate::hccl::comm::Comm;
 use crate::hccl::expansion::Expansion;
 use crate::hccl::v_layout::Blocks;
 use crate::hccl::window::Window;
+use symheap_types::{DataType, ReduceOp};
 
 /// A collective call as the C entry point received it.
 pub(crate) struct Request {
@@ -105,8 +105,8 @@ pub(crate) struct Job {
     pub(crate) count: usize,
     /// Bytes per element.
     pub(crate) es: usize,
-    pub(crate) dtype: DType,
-    pub(crate) op: Op,
+    pub(crate) dtype: DataType,
+    pub(crate) op: ReduceOp,
     pub(crate) path: Path,
     /// A V collective's blocks on this rank (`None` for the others).
     pub(crate) vectors: Option<Blocks>,
@@ -131,8 +131,8 @@ impl Job {
             recv: 0,
             count: 0,
             es: 1,
-            dtype: DType::I8,
-            op: Op::Sum,
+            dtype: DataType::I8,
+            op: ReduceOp::Sum,
             path: Path::Staged,
             vectors: None,
             _pins: Pins::default(),
@@ -180,8 +180,8 @@ fn check_vector(
     comm: &Comm,
     req: &Request,
     blocks: &Blocks,
-    dtype: DType,
-    op: Op,
+    dtype: DataType,
+    op: ReduceOp,
 ) -> HcclRes<Option<Job>> {
     let kind = req.sig.kind;
     // CANN refuses it for all three, whatever the blocks (two NULLs are unused buffers).
@@ -233,17 +233,17 @@ fn check_vector(
 
 /// The checks of what the call asks for, before any buffer is looked at: the element type,
 /// the reduction, AlltoAll's receive side and Broadcast's root.
-fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DType, Op)> {
-    let Some(dtype) = DType::from_hccl(req.sig.dtype) else {
+fn check_operation(comm: &Comm, req: &Request) -> HcclRes<(DataType, ReduceOp)> {
+    let Some(dtype) = DataType::try_from(req.sig.dtype).ok() else {
         return para(format!("data type {} is not supported", req.sig.dtype));
     };
     let op = if req.sig.kind.reduces() {
-        match Op::from_hccl(req.sig.op) {
+        match ReduceOp::try_from(req.sig.op).ok() {
             Some(op) => op,
             None => return para(format!("reduce op {} is not supported", req.sig.op)),
         }
     } else {
-        Op::Sum
+        ReduceOp::Sum
     };
     if req.sig.kind.is_v() && req.recv_dtype != req.sig.dtype {
         return para(format!(

@@ -44,12 +44,12 @@ use crate::base::handle::{CommHandle, StreamHandle};
 use crate::base::lock::lock;
 use crate::base::patience::Patience;
 use crate::base::primitives::copy;
-use crate::base::reduce::DType;
 use crate::hccl::collective::stream_error;
 use crate::hccl::comm::{self, Comm};
 use crate::hccl::window::Window;
 use crate::ipc::board::{Mailbox, Side};
 use crate::ipc::rendezvous::{HOST_LOST, RvError, deadline};
+use symheap_types::DataType;
 
 #[cfg(test)]
 mod tests;
@@ -231,7 +231,7 @@ struct Transfer {
 impl Transfer {
     /// The checks of the item's type and buffer, made when it is called.
     fn check(comm: &Comm, item: &Item) -> HcclRes<Transfer> {
-        let Some(dtype) = DType::from_hccl(item.dtype) else {
+        let Some(dtype) = DataType::try_from(item.dtype).ok() else {
             return para(format!("data type {} is not supported", item.dtype));
         };
         hccl_non_null(item.buf, "buf")?;
