@@ -7,7 +7,7 @@ use crate::sys::HcclResult;
 use crate::base::errors::{Fail, HcclRes};
 use crate::hccl::comm::Comm;
 use crate::ipc::attendance::Key;
-use crate::ipc::rendezvous::{HOST_LOST, RvError};
+use crate::ipc::rendezvous::{HUB_LOST, RvError};
 use crate::ipc::wire::Wire;
 
 /// Step `step` of `comm`'s `seq`-th collective host call, the C function `call`: every rank's
@@ -48,9 +48,9 @@ pub(crate) fn exchange<T: Wire>(
                     comm.rank
                 ),
             },
-            RvError::HostLost => Fail {
+            RvError::HubLost => Fail {
                 code: HcclResult::HCCL_E_TCP_TRANSFER,
-                msg: format!("rank {}: {HOST_LOST}", comm.rank),
+                msg: format!("rank {}: {HUB_LOST}", comm.rank),
             },
             RvError::Mismatch | RvError::Duplicate => Fail {
                 code: HcclResult::HCCL_E_INTERNAL,

@@ -48,7 +48,7 @@ use crate::hccl::collective::stream_error;
 use crate::hccl::comm::{self, Comm};
 use crate::hccl::window::Window;
 use crate::ipc::board::{Mailbox, Side};
-use crate::ipc::rendezvous::{HOST_LOST, RvError, deadline};
+use crate::ipc::rendezvous::{HUB_LOST, RvError, deadline};
 use symheap_types::DataType;
 
 #[cfg(test)]
@@ -573,7 +573,7 @@ impl Transfer {
         }
         match lost {
             None => Ok(()),
-            Some(RvError::HostLost) => fail(HOST_LOST.into()),
+            Some(RvError::HubLost) => fail(HUB_LOST.into()),
             Some(e) => fail(format!(
                 "rank {p} is lost ({e:?}): its process exited or was killed"
             )),

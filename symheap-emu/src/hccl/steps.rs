@@ -10,7 +10,7 @@ use crate::base::errors::{Fail, HcclRes};
 use crate::hccl::comm::Comm;
 use crate::ipc::attendance::Key;
 use crate::ipc::board::MAX_VALUE;
-use crate::ipc::rendezvous::{HOST_LOST, Rendezvous, RvError};
+use crate::ipc::rendezvous::{HUB_LOST, Rendezvous, RvError};
 use crate::ipc::wire::{Reader, Wire, Writer};
 
 /// The most words one step of [`Steps::exchange_words`] carries: a board value holds the
@@ -102,9 +102,9 @@ impl<'a> Steps<'a> {
                         self.step - 1
                     ),
                 },
-                RvError::HostLost => Fail {
+                RvError::HubLost => Fail {
                     code: HcclResult::HCCL_E_TIMEOUT,
-                    msg: format!("rank {}: {HOST_LOST}", self.rank),
+                    msg: format!("rank {}: {HUB_LOST}", self.rank),
                 },
                 RvError::Closed => Fail {
                     code: HcclResult::HCCL_E_PARA,

@@ -5,7 +5,7 @@
 //!
 //! The call exchanges nothing through the global communicator: only the members meet, at a
 //! rendezvous whose name and key are made from the global communicator's and the
-//! sub-communicator's name. Whichever member comes first hosts it (the others find its name
+//! sub-communicator's name. Whichever member comes first runs its hub (the others find its name
 //! bound); then the members compare their calls and fail alike on any difference.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -68,7 +68,7 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
         parent: Some(global.handle),
     };
     let handle = comm::form(&member, &settings, meeting.clone(), |staging, timeout| {
-        host_or_join(&meeting, n, req.sub_rank, staging, timeout)
+        serve_or_join(&meeting, n, req.sub_rank, staging, timeout)
     })?;
     let compared = comm::lookup(handle).and_then(|sub| compare_calls(&sub, req, &settings));
     if let Err(e) = compared {
@@ -133,7 +133,7 @@ fn meeting_of(global: &Meeting, name: &[u8]) -> Meeting {
 const RETRY: Duration = Duration::from_millis(2);
 
 /// Hosts the members' rendezvous if no member has yet (binding its name), then joins it.
-fn host_or_join(
+fn serve_or_join(
     meeting: &Meeting,
     n: u32,
     rank: u32,

@@ -32,8 +32,8 @@ pub(crate) enum RvError {
     Gone { ranks: Vec<u32> },
     /// These ranks' processes exited or were killed (their connections closed).
     Lost { ranks: Vec<u32> },
-    /// The process that called `HcclGetRootInfo`, which hosts the rendezvous, is gone.
-    HostLost,
+    /// The process that called `HcclGetRootInfo`, which runs the rendezvous's hub, is gone.
+    HubLost,
     /// Ranks deposited values of different kinds under one key (different operations).
     Mismatch,
     /// Every rank waits, at steps none of them can complete ([`Board::deadlock`]): who waits
@@ -49,9 +49,9 @@ pub(crate) enum RvError {
 /// How long a step waits before it first checks for a deadlock, and then between checks.
 const DEADLOCK_CHECK: Duration = Duration::from_millis(50);
 
-/// What a rank is told when [`RvError::HostLost`] ends a step.
-pub(crate) const HOST_LOST: &str = "the rendezvous is gone: the process that called \
-     HcclGetRootInfo (which hosts it) exited or was killed";
+/// What a rank is told when [`RvError::HubLost`] ends a step.
+pub(crate) const HUB_LOST: &str = "the rendezvous is gone: the process that called \
+     HcclGetRootInfo (which runs its hub) exited or was killed";
 
 /// What the hub answered for a key.
 enum Answer {
@@ -186,7 +186,7 @@ impl Rendezvous {
         if pids.len() != n as usize {
             return Err(JoinError::Refused("a malformed answer to a join".into()));
         }
-        // The ranks that live in the process hosting the rendezvous: lost with it.
+        // The ranks that live in the process running the rendezvous hub: lost with it.
         let host_ranks = (0..n).filter(|&k| pids[k as usize] == host_pid).collect();
         let mut fds = welcome.fds;
         let board = fds.pop().map(|fd| Board::map(fd.as_fd(), n as usize));
@@ -337,7 +337,7 @@ impl Rendezvous {
                 self.board.deadlock_odd_ones_out(),
                 "odd one out in a deadlock",
             ),
-            RvError::HostLost => return blame::blame(&[self.host_pid], "host lost"),
+            RvError::HubLost => return blame::blame(&[self.host_pid], "host lost"),
             RvError::Mismatch | RvError::Duplicate | RvError::Closed => return,
         };
         let mut pids: Vec<u32> = ranks
@@ -379,7 +379,7 @@ impl Rendezvous {
     /// are lost with it.
     fn host_lost(&self) -> RvError {
         match self.host_ranks.is_empty() {
-            true => RvError::HostLost,
+            true => RvError::HubLost,
             false => RvError::Lost {
                 ranks: self.host_ranks.clone(),
             },
