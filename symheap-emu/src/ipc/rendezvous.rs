@@ -79,7 +79,7 @@ pub(crate) struct Rendezvous {
     conn: Conn,
     /// Where collective steps meet (see [`crate::ipc::board`]).
     board: Board,
-    /// The ranks in the process that hosts the rendezvous.
+    /// The ranks in the process that runs the rendezvous hub.
     host_ranks: Vec<u32>,
     /// Every rank's process id, in rank order, and the host's: whom a failure blames
     /// ([`crate::ipc::blame`]).
