@@ -270,26 +270,38 @@ mod checked {
 
     impl Held {
         /// Pushes `rank`, panicking if a lock of the same or a higher rank is held.
+        /// A lock taken while the thread's locals are torn down (a C caller's thread-local
+        /// destructor calling the emulator) has no stack left: it is taken unchecked, since a
+        /// panic there would abort the process.
         pub(crate) fn take(rank: Rank) -> Held {
-            HELD.with(|held| {
-                let mut held = held.borrow_mut();
-                if let Some(top) = held.last().filter(|top| top.order >= rank.order) {
-                    let top = *top;
-                    drop(held);
-                    panic!(
-                        "lock order violated: taking `{}` (rank {}) while holding `{}` (rank {})",
-                        rank.name, rank.order, top.name, top.order
-                    );
-                }
-                held.push(rank);
-            });
+            let violated = HELD
+                .try_with(|held| {
+                    let mut held = held.borrow_mut();
+                    let top = held.last().copied().filter(|top| top.order >= rank.order);
+                    if top.is_none() {
+                        held.push(rank);
+                    }
+                    top
+                })
+                .ok()
+                .flatten();
+            if let Some(top) = violated {
+                panic!(
+                    "lock order violated: taking `{}` (rank {}) while holding `{}` (rank {})",
+                    rank.name, rank.order, top.name, top.order
+                );
+            }
             Held(rank)
         }
 
         /// Panics unless this lock is the highest this thread holds: a waiter takes it back
         /// on waking, which under a higher one would break the order.
         pub(crate) fn check_wait(&self) {
-            let top = HELD.with(|held| held.borrow().last().copied());
+            // No stack (the thread's locals are torn down): nothing to check.
+            let top = HELD
+                .try_with(|held| held.borrow().last().copied())
+                .ok()
+                .flatten();
             if let Some(top) = top.filter(|top| *top != self.0) {
                 panic!(
                     "lock order violated: waiting on `{}` (rank {}) while holding `{}` (rank {})",
@@ -378,6 +390,28 @@ mod tests {
         );
         let _a = a.lock();
         let _b = b.lock();
+    }
+
+    #[test]
+    fn a_lock_taken_while_the_threads_locals_are_torn_down_works() {
+        // A C caller's thread-local destructor may call the emulator after the stack of held
+        // ranks is gone; the lock must still work (unchecked), not panic (which would abort).
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                static M: RankedMutex<u32> = RankedMutex::new(ranks::MODEL, 0);
+                *M.lock() += 1;
+                let (_g, _) = Condvar::new().wait_timeout(M.lock(), Duration::from_millis(1));
+            }
+        }
+        thread_local! { static LATE: Late = const { Late }; }
+        std::thread::spawn(|| {
+            LATE.with(|_| {});
+            // Registered after LATE, so the stack of held ranks is torn down first.
+            drop(RankedMutex::new(ranks::STREAMS, ()).lock());
+        })
+        .join()
+        .expect("the late lock did not panic");
     }
 
     #[test]
