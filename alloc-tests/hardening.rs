@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use symheap::{Comm, CommConfig, PoolConfig, ReduceOp, RootInfo, Runtime, SymPool, SymVec};
 
+use crate::harness::EmuSession;
 use crate::processes::{failed, placement, rank_job_in};
 
 /// The unprivileged user the attacks run as.
@@ -65,6 +66,7 @@ fn a_process_of_another_user_cannot_join_even_with_the_key() {
         eprintln!("skipped: needs root (to run a process as another user)");
         return;
     }
+    let _session = EmuSession::start();
     let rt = Runtime::emulated().unwrap();
     let root = RootInfo::new(&rt).unwrap();
     let dir = scratch("leaked-key");
@@ -401,6 +403,8 @@ fn a_forked_child_neither_keeps_its_rank_alive_nor_uses_its_handles() {
 /// tried: other tests of this process hold memfds too.)
 #[test]
 fn every_emulator_memfd_is_sealed_against_shrinking() {
+    // Its memfds count in the leak checks of the tests that hold the session: hold it too.
+    let session = EmuSession::start();
     let rt = Runtime::emulated().unwrap();
     rt.set_device(0).unwrap();
     let root = RootInfo::new(&rt).unwrap();
@@ -430,4 +434,6 @@ fn every_emulator_memfd_is_sealed_against_shrinking() {
     }
     assert!(seen > 0, "no emulator memfd found");
     window.deregister().unwrap();
+    drop(comm);
+    session.assert_clean();
 }
