@@ -34,6 +34,15 @@ const HCCL_EXEC_TIMEOUT_ENV: &str = "HCCL_EXEC_TIMEOUT";
 /// The emulator's own exec timeout (seconds, fractions allowed), which wins over
 /// [`HCCL_EXEC_TIMEOUT_ENV`]: for tests that want a short timeout whatever the job sets.
 const EXEC_TIMEOUT_ENV: &str = "SYMHEAP_EMU_EXEC_TIMEOUT_SECS";
+/// The emulator's variables that had other names before, as (old, new): an old one still
+/// set fails init naming the new one, instead of being ignored in silence.
+const RENAMED_ENV: [(&str, &str); 2] = [
+    ("SYMHEAP_EMU_EXEC_TIMEOUT_S", EXEC_TIMEOUT_ENV),
+    (
+        "SYMHEAP_EMU_EVENT_WAIT_S",
+        crate::acl::event::EVENT_WAIT_ENV,
+    ),
+];
 /// CANN's variable for how long init waits for the other ranks: whole seconds, 120 to 7200.
 const HCCL_CONNECT_TIMEOUT_ENV: &str = "HCCL_CONNECT_TIMEOUT";
 /// The range CANN accepts for [`HCCL_CONNECT_TIMEOUT_ENV`], in seconds.
@@ -198,8 +207,10 @@ pub(crate) unsafe fn read_config(config: *const HcclCommConfig) -> HcclRes<HcclC
 /// else [`EXEC_TIMEOUT_ENV`], else [`HCCL_EXEC_TIMEOUT_ENV`], else [`DEFAULT_EXEC_TIMEOUT`].
 ///
 /// # Errors
-/// `HCCL_E_PARA` for an `HCCL_EXEC_TIMEOUT` that CANN would refuse (init fails there too).
+/// `HCCL_E_PARA` for an `HCCL_EXEC_TIMEOUT` that CANN would refuse (init fails there too), or
+/// for a variable of [`RENAMED_ENV`] set under its old name.
 fn exec_timeout(config: &HcclCommConfig) -> HcclRes<Duration> {
+    check_renamed(|name| std::env::var_os(name))?;
     if config.hcclExecTimeOut > 0 {
         return Ok(Duration::from_secs(config.hcclExecTimeOut as u64).min(MAX_TIMEOUT));
     }
@@ -209,6 +220,15 @@ fn exec_timeout(config: &HcclCommConfig) -> HcclRes<Duration> {
     match std::env::var(HCCL_EXEC_TIMEOUT_ENV) {
         Ok(value) => hccl_exec_timeout(&value),
         Err(_) => Ok(DEFAULT_EXEC_TIMEOUT),
+    }
+}
+
+/// `HCCL_E_PARA` naming the new name of the first variable of [`RENAMED_ENV`] that `var`
+/// finds set under its old one.
+fn check_renamed(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> HcclRes<()> {
+    match RENAMED_ENV.iter().find(|(old, _)| var(old).is_some()) {
+        Some((old, new)) => para(format!("{old} is now called {new}: set that instead")),
+        None => Ok(()),
     }
 }
 
@@ -1129,6 +1149,19 @@ mod tests {
         assert_eq!(super::env_timeout(Some("0.5")), Duration::from_millis(500));
         assert_eq!(super::env_timeout(Some("-1")), super::DEFAULT_EXEC_TIMEOUT);
         assert_eq!(super::env_timeout(None), super::DEFAULT_EXEC_TIMEOUT);
+        // A variable set under its old name fails init, naming the new one.
+        let old = |set: &'static str| {
+            move |name: &str| (name == set).then(|| std::ffi::OsString::from("5"))
+        };
+        assert!(super::check_renamed(|_| None).is_ok());
+        let err = super::check_renamed(old("SYMHEAP_EMU_EVENT_WAIT_S")).unwrap_err();
+        assert_eq!(err.code, HcclResult::HCCL_E_PARA);
+        assert!(
+            err.msg.contains("SYMHEAP_EMU_EVENT_WAIT_SECS"),
+            "{}",
+            err.msg
+        );
+        assert!(super::check_renamed(old("SYMHEAP_EMU_EXEC_TIMEOUT_S")).is_err());
         // HCCL_EXEC_TIMEOUT, as CANN parses it.
         let exec = |v: &str| super::hccl_exec_timeout(v).map_err(|e| e.code);
         assert_eq!(exec("15"), Ok(Duration::from_secs(15)));
