@@ -383,7 +383,7 @@ fn a_rank_killed_in_a_collective_fails_its_peers_within_2_seconds() {
     killed_rank("rank_killed_in_a_collective", 2);
 }
 
-/// Rank 0's process also hosts the rendezvous (it called `HcclGetRootInfo`): losing it ends
+/// Rank 0's process also runs the rendezvous hub (it called `HcclGetRootInfo`): losing it ends
 /// the communicator for everyone, and the others say which rank went.
 #[test]
 fn a_killed_rank_0_which_hosts_the_rendezvous_fails_its_peers_within_2_seconds() {

@@ -125,7 +125,7 @@ pub fn counters() -> Counters {
 /// Checks that the emulator holds nothing (a test hook): every live count of [`counters`] is
 /// zero, no stream thread runs and no memfd the emulator made is open in
 /// this process. What is on its way out gets a second: a joined thread wakes its joiner a
-/// moment before the kernel drops it from `/proc`, and the rendezvous host closes what a
+/// moment before the kernel drops it from `/proc`, and the rendezvous hub closes what a
 /// departed rank shared when it notices the departure.
 ///
 /// # Errors

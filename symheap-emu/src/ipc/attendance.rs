@@ -1,5 +1,5 @@
 //! Who a rendezvous step waits for: step keys, why a rank will not come again, and which
-//! missing ranks will therefore never come to a step. The rendezvous host decides this for
+//! missing ranks will therefore never come to a step. The rendezvous hub decides this for
 //! steps it relays, each rank for steps on the board, by the same rule.
 
 use crate::ipc::wire::{Reader, Writer};

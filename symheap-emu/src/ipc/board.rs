@@ -1,4 +1,4 @@
-//! The board: a memfd that every rank of a communicator (and its rendezvous host) maps, where
+//! The board: a memfd that every rank of a communicator (and its rendezvous hub) maps, where
 //! the ranks meet for the steps of collectives without a message through the host. Each rank
 //! posts its value for a step into one of its two buffers and wakes the others (a futex on
 //! the board, which works across processes); a rank has all values for a step once every

@@ -1,4 +1,4 @@
-//! The rendezvous host of one root info: a thread of the process that called
+//! The rendezvous hub of one root info: a thread of the process that called
 //! `HcclGetRootInfo`, listening on an abstract Unix socket that the root info names. Every
 //! rank, a thread of any process on the machine, connects to it, joins, and then meets its
 //! peers through it: it collects each step's values (with any memfds) from every rank and

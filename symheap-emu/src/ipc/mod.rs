@@ -1,5 +1,5 @@
 //! The plumbing between ranks, whether threads or processes: system calls (memfds, mappings,
-//! futexes), sockets and messages, the rendezvous host and a rank's end of it, who a step waits
+//! futexes), sockets and messages, the rendezvous hub and a rank's end of it, who a step waits
 //! for, and the shared board on which the ranks meet at every collective step.
 
 pub(crate) mod attendance;

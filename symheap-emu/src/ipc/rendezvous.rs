@@ -196,7 +196,7 @@ impl Rendezvous {
         let host_pidfd = match host_pid == std::process::id() {
             true => None,
             false => os::pidfd(host_pid).map_err(|e| {
-                JoinError::Refused(format!("cannot watch the rendezvous host's process: {e}"))
+                JoinError::Refused(format!("cannot watch the rendezvous hub's process: {e}"))
             })?,
         };
         let rv = Rendezvous {
@@ -291,7 +291,7 @@ impl Rendezvous {
         let mut waited = || {
             patience.check(|| {
                 format!(
-                    "in {step} on rank {} for the other ranks (the rendezvous host names those \
+                    "in {step} on rank {} for the other ranks (the rendezvous hub names those \
                      missing when the exec timeout ends the wait)",
                     self.rank
                 )
@@ -367,7 +367,7 @@ impl Rendezvous {
         (in_host && self.host_gone()).then(|| self.host_lost())
     }
 
-    /// Whether the rendezvous host is gone: its connection closed, or its process ended.
+    /// Whether the rendezvous hub is gone: its connection closed, or its process ended.
     fn host_gone(&self) -> bool {
         let ended = self.host_pidfd.as_ref().is_some_and(|fd| {
             poll_readable(&[fd.as_fd()], Duration::ZERO).is_ok_and(|r| !r.is_empty())
@@ -375,7 +375,7 @@ impl Rendezvous {
         ended || self.conn.is_closed()
     }
 
-    /// The failure of every step once the rendezvous host is gone: the ranks in its process
+    /// The failure of every step once the rendezvous hub is gone: the ranks in its process
     /// are lost with it.
     fn host_lost(&self) -> RvError {
         match self.host_ranks.is_empty() {
