@@ -16,7 +16,7 @@ impl SymPool {
     /// Sends `data` to rank `peer` (`HcclSend`), which must post the matching
     /// [`recv`](Self::recv) of as many elements of the same type. Not counted in the
     /// [`op_hash`](Self::op_hash), and not preceded by strict mode's check: see the module
-    /// notes in the crate's source, `src/collectives/p2p.rs`. An empty `data` sends nothing (its peer's
+    /// notes in the crate's source, `src/ops/p2p.rs`. An empty `data` sends nothing (its peer's
     /// empty receive does the same).
     ///
     /// Rank pairs must order their calls so that they do not wait for each other in a cycle:

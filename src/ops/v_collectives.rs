@@ -232,7 +232,7 @@ impl SymPool {
     /// Gathers every rank's part into `output`: rank `p`'s first `recv_counts[p]` elements of
     /// `input` land at element `recv_displs[p]` (`HcclAllGatherV`). Every rank passes the same
     /// arrays, and `input` holds at least `recv_counts[rank]` elements (buffers are allocated
-    /// alike on every rank: see the module notes in `collectives/v_collectives.rs`). Regions may not
+    /// alike on every rank: see the module notes in `src/ops/v_collectives.rs`). Regions may not
     /// overlap; the emulator leaves elements of `output` outside them as they were (CANN does
     /// not say).
     ///
@@ -312,7 +312,7 @@ impl SymPool {
     /// `send_counts[r]` elements of rank `r`'s `output` (`HcclReduceScatterV`). Every rank
     /// passes the same arrays, and `output` holds at least `send_counts[rank]` elements
     /// (buffers are allocated alike on every rank: see the module notes in
-    /// `collectives/v_collectives.rs`); the emulator leaves the rest of it as it was (CANN does not say).
+    /// `src/ops/v_collectives.rs`); the emulator leaves the rest of it as it was (CANN does not say).
     /// Blocks may overlap (they are only
     /// read).
     ///

@@ -43,9 +43,13 @@ impl Comm {
 /// `all_to_all_v`, `reduce`, `scatter`, `send`, `recv`, `batch_send_recv`) are optional
 /// entries of the table: a library without one gives [`Error::Unsupported`] naming it. Their
 /// count and displacement arrays (elements of `dtype`, one per rank) are checked to have
-/// `rank_count()` entries (the communicator's [`Comm::rank_count`]), since the C functions read that many; everything else about them (that
-/// each region fits its buffer, that peers agree) is the caller's contract here, and checked
-/// by the typed versions on the pool.
+/// [`Comm::rank_count`] entries, since the C functions read that many; everything else about
+/// them (that each region fits its buffer, that peers agree) is the caller's contract here,
+/// and checked by the typed versions on the pool.
+///
+/// The element type is the C value (`T::DATA_TYPE.into()` for an [`Element`](crate::Element)
+/// `T`), as the C functions take it; the reduction is the vocabulary's [`ReduceOp`], which
+/// names every reduction HCCL defines.
 ///
 /// # Safety (all of them)
 /// Every buffer must be device memory of this rank, large enough for the counts given
@@ -120,7 +124,7 @@ impl RawComm<'_> {
         })
     }
 
-    /// Reduces `size() * recv_count` elements across ranks and leaves block `rank()` of the
+    /// Reduces `rank_count() * recv_count` elements across ranks and leaves block `rank()` of the
     /// result on each rank (`HcclReduceScatter`).
     ///
     /// # Errors
@@ -246,7 +250,7 @@ impl RawComm<'_> {
             &[("recvCounts", recv_counts), ("recvDispls", recv_displs)],
         )?;
         self.comm.serialised(|comm| {
-            // SAFETY: the caller's contract; both arrays hold size() u64s, read during the call.
+            // SAFETY: the caller's contract; both arrays hold rank_count() u64s, read during the call.
             unsafe {
                 calls::HcclAllGatherV(
                     self.comm.runtime(),
@@ -291,7 +295,7 @@ impl RawComm<'_> {
             &[("sendCounts", send_counts), ("sendDispls", send_displs)],
         )?;
         self.comm.serialised(|comm| {
-            // SAFETY: the caller's contract; both arrays hold size() u64s, read during the call.
+            // SAFETY: the caller's contract; both arrays hold rank_count() u64s, read during the call.
             unsafe {
                 calls::HcclReduceScatterV(
                     self.comm.runtime(),
@@ -342,7 +346,7 @@ impl RawComm<'_> {
             ],
         )?;
         self.comm.serialised(|comm| {
-            // SAFETY: the caller's contract; the four arrays hold size() u64s, read during the
+            // SAFETY: the caller's contract; the four arrays hold rank_count() u64s, read during the
             // call.
             unsafe {
                 calls::HcclAlltoAllV(

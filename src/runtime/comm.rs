@@ -349,7 +349,9 @@ impl Comm {
     }
 
     /// Runs `f`, one HCCL call on this communicator, under the call lock: calls on one
-    /// communicator never overlap (see the type's docs).
+    /// communicator never overlap (see the type's docs). A failed call's text
+    /// (`HcclGetErrorString`, `aclGetRecentErrMsg`) is fetched inside `f` too, by the call
+    /// layer; neither takes the communicator, and the ACL text is per thread.
     pub(crate) fn serialised<T>(&self, f: impl FnOnce(HcclComm) -> T) -> T {
         let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
         f(self.as_raw())

@@ -2,8 +2,11 @@
 //! devices, [`Stream`]s, [`Event`]s and captured [`Graph`]s, communicators ([`Comm`],
 //! [`ParallelGroups`]) and how ranks find each other ([`RootInfo`], [`Placement`]). Every
 //! call returns [`Result`], every handle is RAII, and errors inside `Drop` are recorded on
-//! the [`Runtime`] instead of panicking. No function here is `unsafe`: what takes raw device
-//! addresses is in [`crate::raw`], reached through a handle's `raw()` view.
+//! the [`Runtime`] instead of panicking. No method of these handles is `unsafe`: what takes
+//! raw device addresses is in [`crate::raw`], reached through a handle's `raw()` view. Below
+//! the handles, and defined here because they use it, sit the call layer ([`calls`]), the
+//! owners of device memory and the loader's [`Backend`] / [`Origin`]: they are public only
+//! as `symheap::raw::*`, with the raw layer's contract.
 //!
 //! A [`Runtime`] is a pair of filled C function tables
 //! ([`raw::from_tables`](crate::raw::from_tables)): the real CANN libraries

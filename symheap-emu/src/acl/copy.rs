@@ -70,7 +70,12 @@ fn pin_host(what: &str, addr: usize, len: usize, pins: &mut Pins) -> AclResult<b
 }
 
 /// Checks a memcpy; `None` when there is nothing to copy.
-fn plan_copy(
+///
+/// # Safety
+/// The host sides of the copy (those `kind` names host memory) are valid for `count` bytes,
+/// read or written as `kind` says, until the returned [`Op`] is dropped: `Op::run` writes and
+/// reads through them unchecked (the device sides it checks and pins itself).
+unsafe fn plan_copy(
     dst: usize,
     dest_max: usize,
     src: usize,
@@ -179,8 +184,9 @@ pub(crate) unsafe fn memcpy(
     kind: aclrtMemcpyKind,
 ) -> AclResult {
     graph::check_unsafe_call("aclrtMemcpy")?;
-    // The addresses as numbers from here on: `Op::run` relies on this function's contract.
-    if let Some(op) = plan_copy(dst as usize, dest_max, src as usize, count, kind)? {
+    // SAFETY: this function's contract, which `Op::run` relies on: the host sides are valid
+    // for `count` bytes until the copy has run (it runs before this returns).
+    if let Some(op) = unsafe { plan_copy(dst as usize, dest_max, src as usize, count, kind) }? {
         op.run();
     }
     Ok(())
@@ -231,8 +237,9 @@ pub(crate) unsafe fn memcpy_async(
     stream: StreamHandle,
 ) -> AclResult {
     let s = stream::lookup(stream)?;
-    // The addresses as numbers from here on: `Op::run` relies on this function's contract.
-    let op = match plan_copy(dst as usize, dest_max, src as usize, count, kind)? {
+    // SAFETY: this function's contract, which `Op::run` relies on: the host sides stay valid
+    // until the queued copy has run (a captured one's until its graph is destroyed).
+    let op = match unsafe { plan_copy(dst as usize, dest_max, src as usize, count, kind) }? {
         Some(op) if op.pageable => op,
         op => return enqueue(op, &s, stream),
     };

@@ -12,7 +12,8 @@ use crate::base::handle::StreamHandle;
 /// answers a NULL callback).
 ///
 /// # Safety
-/// `func`, when not NULL, may be called once with `args` from another thread.
+/// `func`, when not NULL, may be called with `args` from another thread: once, or, when the
+/// stream is capturing, once per replay of the graph until it is destroyed.
 pub(crate) unsafe fn launch_host_func(
     handle: StreamHandle,
     func: crate::sys::aclrtHostFunc,
