@@ -143,7 +143,7 @@ fn attached_program(world: &Comm, steps: usize) -> symheap::Result<(u64, u64, sy
                 let i = rng.below(live.len() as u64) as usize;
                 let view = pick(&mut rng, &views);
                 collectives += 1;
-                if collectives % 64 == 0 {
+                if collectives.is_multiple_of(64) {
                     check_all_reduce(view, &mut live[i])?;
                 } else {
                     view.all_reduce_in_place(&mut live[i], ReduceOp::Max)?;

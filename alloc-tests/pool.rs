@@ -787,7 +787,7 @@ fn allocations_keep_alignments_above_the_device_granularity() {
         for granularity in [4u64 << 20, 8 << 20] {
             let config = PoolConfig::new(32 << 20).granularity(granularity);
             let pool = SymPool::new(comm, config)?;
-            let aligned = |addr: usize| addr as u64 % granularity == 0;
+            let aligned = |addr: usize| (addr as u64).is_multiple_of(granularity);
             let block = pool.alloc(4096, granularity)?;
             assert!(
                 aligned(block.device_ptr().as_raw() as usize),

@@ -37,7 +37,7 @@ fn soak_rank(pool: &SymPool, seed: u64, budget: Budget) -> Result<u64> {
     let mut steps = 0u64;
     loop {
         // Whether to stop is rank 0's decision, shared by a collective every 256 steps.
-        if steps % 256 == 0 {
+        if steps.is_multiple_of(256) {
             let done = match budget {
                 Budget::Steps(n) => steps >= n,
                 Budget::Time(t) => rank == 0 && started.elapsed() >= t,

@@ -396,17 +396,17 @@ impl PoolShared {
         // Every pooled buffer lies in one of the pool's windows (the caller checked that
         // each belongs to this pool).
         let path = predict(target.comm, call.kind, true);
-        if state.record_path(target.index, call.kind, path) {
-            if let CollectivePath::Staged(why) = path {
-                tracing::warn!(
-                    rank = self.comm.rank(),
-                    group = target.index,
-                    kind = call.kind.c_name(),
-                    "symheap: a collective on pooled memory stages through the HCCL buffer: {} \
-                     (warned once per reason; PoolStats::collectives counts them all)",
-                    why.describe()
-                );
-            }
+        if state.record_path(target.index, call.kind, path)
+            && let CollectivePath::Staged(why) = path
+        {
+            tracing::warn!(
+                rank = self.comm.rank(),
+                group = target.index,
+                kind = call.kind.c_name(),
+                "symheap: a collective on pooled memory stages through the HCCL buffer: {} \
+                 (warned once per reason; PoolStats::collectives counts them all)",
+                why.describe()
+            );
         }
         self.run_locked(
             &mut state,

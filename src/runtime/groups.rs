@@ -62,7 +62,7 @@ impl ParallelGroups {
         config: &CommConfig,
     ) -> Result<ParallelGroups> {
         let w = world.rank_count();
-        let divides = |d: u32, of: u32| d != 0 && of % d == 0;
+        let divides = |d: u32, of: u32| d != 0 && of.is_multiple_of(d);
         if !divides(tp, w) || !divides(ep, w) || !divides(tp, ep) {
             return Err(Error::invalid(format!(
                 "ParallelGroups: tp = {tp} and ep = {ep} must divide the world's {w} ranks, \

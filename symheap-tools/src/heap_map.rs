@@ -594,7 +594,7 @@ fn human(bytes: u64) -> String {
 
 /// An axis label: the offset in binary units when round, else in hex.
 fn offset_label(offset: u64) -> String {
-    if offset == 0 || offset % 1024 == 0 {
+    if offset == 0 || offset.is_multiple_of(1024) {
         human(offset)
     } else {
         format!("{offset:#x}")

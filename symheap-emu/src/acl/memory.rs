@@ -151,7 +151,7 @@ fn state() -> RankedGuard<'static, State> {
 }
 
 fn check_granular(what: &str, value: usize) -> AclResult {
-    if value == 0 || value % GRANULARITY != 0 {
+    if value == 0 || !value.is_multiple_of(GRANULARITY) {
         return param(format!(
             "{what} {value} is not a non-zero multiple of the granularity ({GRANULARITY})"
         ));
@@ -233,12 +233,12 @@ impl State {
                 "[{addr:#x}, +{size:#x}) is not inside one reservation"
             ));
         }
-        if let Some((&start, r)) = self.regions.range(..addr + size).next_back() {
-            if r.end > addr {
-                return param(format!(
-                    "[{addr:#x}, +{size:#x}) overlaps the mapping at {start:#x}"
-                ));
-            }
+        if let Some((&start, r)) = self.regions.range(..addr + size).next_back()
+            && r.end > addr
+        {
+            return param(format!(
+                "[{addr:#x}, +{size:#x}) overlaps the mapping at {start:#x}"
+            ));
         }
         Ok(phys)
     }
@@ -477,12 +477,12 @@ fn check_map_args(addr: usize, size: usize, offset: usize, flags: u64) -> AclRes
         return param(format!("flags {flags} is not 0"));
     }
     check_granular("size", size)?;
-    if addr % GRANULARITY != 0 {
+    if !addr.is_multiple_of(GRANULARITY) {
         return param(format!(
             "virPtr {addr:#x} is not aligned to the granularity"
         ));
     }
-    if offset % GRANULARITY != 0 {
+    if !offset.is_multiple_of(GRANULARITY) {
         return param(format!(
             "offset {offset} is not a multiple of the granularity"
         ));
@@ -789,10 +789,10 @@ pub(crate) fn attach_window(handle: PhysicalHandle, base: usize) {
 
 /// Undoes [`attach_window`].
 pub(crate) fn detach_window(handle: PhysicalHandle, base: usize) {
-    if let Some(e) = state().physicals.get_mut(&handle) {
-        if let Some(i) = e.windows.iter().position(|&b| b == base) {
-            e.windows.swap_remove(i);
-        }
+    if let Some(e) = state().physicals.get_mut(&handle)
+        && let Some(i) = e.windows.iter().position(|&b| b == base)
+    {
+        e.windows.swap_remove(i);
     }
 }
 

@@ -333,7 +333,7 @@ impl Buffers {
     /// A reduction's buffers (those used) must be aligned to its `es`-byte elements.
     fn check_aligned(&self, kind: Collective, es: usize) -> HcclRes {
         let (send, recv) = (self.send, self.recv);
-        let off = |addr: usize, len: usize| len > 0 && addr % es != 0;
+        let off = |addr: usize, len: usize| len > 0 && !addr.is_multiple_of(es);
         if kind.reduces() && (off(send, self.in_len) || off(recv, self.out_len)) {
             return para(format!(
                 "sendBuf {send:#x} / recvBuf {recv:#x} are not aligned to the {es}-byte element"

@@ -159,17 +159,17 @@ fn whole_allocation(addr: usize, size: u64) -> HcclRes<(usize, Arc<Physical>)> {
              granularity (a window covers the whole allocation)"
         ));
     }
-    if let Allocation::Mapped(m) = &alloc {
-        if m.offset != 0 || m.size != m.phys.size {
-            return para(format!(
-                "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
+    if let Allocation::Mapped(m) = &alloc
+        && (m.offset != 0 || m.size != m.phys.size)
+    {
+        return para(format!(
+            "the mapping at {:#x} covers bytes [{}, {}) of a {}-byte physical allocation; a \
                  window covers the whole allocation, so map all of it at one address",
-                m.base,
-                m.offset,
-                m.offset + m.size,
-                m.phys.size
-            ));
-        }
+            m.base,
+            m.offset,
+            m.offset + m.size,
+            m.phys.size
+        ));
     }
     Ok((base, alloc.phys().clone()))
 }

@@ -253,22 +253,23 @@ impl Rendezvous {
         payload.u8(T::TAG);
         value.put(&mut payload, &mut fds);
         let deadline = deadline(timeout);
-        if let (Key::Collective { seq, step }, true) = (key, fds.is_empty()) {
-            if payload.bytes.len() <= board::MAX_VALUE && step < 1 << 24 {
-                let payloads = self
-                    .meet_on_board(
-                        key,
-                        (seq << 24) | u64::from(step),
-                        &payload.bytes,
-                        deadline,
-                        host_waits,
-                    )
-                    .inspect_err(|e| self.blame(e))?;
-                return payloads
-                    .iter()
-                    .map(|p| decode(p, &mut std::iter::empty()))
-                    .collect();
-            }
+        if let (Key::Collective { seq, step }, true) = (key, fds.is_empty())
+            && payload.bytes.len() <= board::MAX_VALUE
+            && step < 1 << 24
+        {
+            let payloads = self
+                .meet_on_board(
+                    key,
+                    (seq << 24) | u64::from(step),
+                    &payload.bytes,
+                    deadline,
+                    host_waits,
+                )
+                .inspect_err(|e| self.blame(e))?;
+            return payloads
+                .iter()
+                .map(|p| decode(p, &mut std::iter::empty()))
+                .collect();
         }
         let step = key;
         let word = match key {
