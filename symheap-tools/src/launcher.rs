@@ -662,17 +662,22 @@ mod tests {
         );
     }
 
-    /// Rank 2 fails, and the others fail a few milliseconds later because of it (they wait
-    /// for the file it leaves): within one of the old 10 ms polls, which named rank 0.
+    /// Rank 2 fails, and the others fail right after because of it: once the launcher has
+    /// reaped it (they wait for its `/proc` entry to go), so that rank 2 did end first as the
+    /// launcher sees it, whatever the load. The lowest failed rank, 0, is not named.
+    /// (With only a few milliseconds between the exits, a loaded machine could schedule the
+    /// waiter threads out of order: that made this test flaky.)
     #[test]
     fn the_rank_that_exited_first_is_named_first_not_the_lowest() {
         for _ in 0..10 {
             let outcome = sh(
                 4,
                 r#"gone="$(dirname "$SYMHEAP_ROOT_INFO")/gone"
-                   if [ "$SYMHEAP_RANK" = 2 ]; then : > "$gone"; exit 3; fi
+                   if [ "$SYMHEAP_RANK" = 2 ]; then echo $$ > "$gone.tmp"; mv "$gone.tmp" "$gone"; exit 3; fi
                    while [ ! -e "$gone" ]; do :; done
-                   sleep 0.003; exit 1"#,
+                   pid="$(cat "$gone")"
+                   while [ -e "/proc/$pid" ]; do sleep 0.001; done
+                   exit 1"#,
             );
             assert_eq!(outcome.first_failure, Some(2), "{}", outcome.summary());
             assert!(
