@@ -88,6 +88,36 @@ fn events_order_a_compute_stream_before_the_pools_stream_and_copies_run_on_eithe
     session.assert_clean();
 }
 
+/// Collectives of one communicator on three streams with no event between them, as
+/// `SymPool::on` makes easy to write: the pool's communicator orders each after the one
+/// before (HCCL does not, and the emulator refuses the call otherwise). Rank 1 comes late, so
+/// on rank 0 each collective is still queued when the next is called.
+#[test]
+fn a_communicators_collectives_on_several_streams_run_in_call_order() {
+    let session = EmuSession::start();
+    emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let (a, b) = (Stream::new(comm.runtime())?, Stream::new(comm.runtime())?);
+        let pools = [pool.clone(), pool.on(&a), pool.on(&b)];
+        let mut v = SymVec::from_host(&pool, &[1.0f32; 256])?;
+        pool.synchronize()?;
+        if comm.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Each step doubles `v` on every rank: the steps must run in call order.
+        for step in 0..12 {
+            pools[step % 3].all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+        }
+        for s in [&a, &b] {
+            s.synchronize()?;
+        }
+        assert_eq!(v.to_host()?, vec![4096.0; 256]);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
 /// `steps` random steps on two streams that never synchronize, as a worker runs them: the
 /// pool's stream computes (device copies), a communication stream runs the collectives
 /// (HCCL runs one communicator's collectives in one order, so one stream takes them all), and

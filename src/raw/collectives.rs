@@ -38,6 +38,11 @@ impl Comm {
 
 /// The collectives enqueue work on `stream` and return; [`Comm::synchronize`] waits for it.
 /// Each is its C function (named in its docs) on this communicator, under its call lock.
+/// A communicator's collectives run in call order on any streams: one queued on another
+/// stream than the collective before first makes its stream wait for that one (an event;
+/// HCCL does not order them itself, and two at once would corrupt or hang each other). The
+/// point-to-point calls are not ordered so: a send and a receive on two streams may be meant
+/// to run at once.
 ///
 /// The V collectives and the point-to-point calls (`all_gather_v`, `reduce_scatter_v`,
 /// `all_to_all_v`, `reduce`, `scatter`, `send`, `recv`, `batch_send_recv`) are optional
@@ -75,7 +80,7 @@ impl RawComm<'_> {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclAllReduce(
@@ -108,7 +113,7 @@ impl RawComm<'_> {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclAllGather(
@@ -141,7 +146,7 @@ impl RawComm<'_> {
         op: ReduceOp,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclReduceScatter(
@@ -174,7 +179,7 @@ impl RawComm<'_> {
         dtype: HcclDataType,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclAlltoAll(
@@ -207,7 +212,7 @@ impl RawComm<'_> {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclBroadcast(
@@ -249,7 +254,7 @@ impl RawComm<'_> {
             calls::name::HcclAllGatherV,
             &[("recvCounts", recv_counts), ("recvDispls", recv_displs)],
         )?;
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; both arrays hold rank_count() u64s, read during the call.
             unsafe {
                 calls::HcclAllGatherV(
@@ -294,7 +299,7 @@ impl RawComm<'_> {
             calls::name::HcclReduceScatterV,
             &[("sendCounts", send_counts), ("sendDispls", send_displs)],
         )?;
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; both arrays hold rank_count() u64s, read during the call.
             unsafe {
                 calls::HcclReduceScatterV(
@@ -345,7 +350,7 @@ impl RawComm<'_> {
                 ("rdispls", recv_displs),
             ],
         )?;
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the four arrays hold rank_count() u64s, read during the
             // call.
             unsafe {
@@ -386,7 +391,7 @@ impl RawComm<'_> {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclReduce(
@@ -422,7 +427,7 @@ impl RawComm<'_> {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        self.comm.serialised(|comm| {
+        self.comm.collective_on(stream, |comm| {
             // SAFETY: the caller's contract; the communicator and stream are live.
             unsafe {
                 calls::HcclScatter(

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::collective_order::CollectiveOrder;
 use super::{Mapping, calls};
 use super::{Runtime, Stream};
 use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
@@ -105,7 +106,9 @@ impl CommConfig {
 ///
 /// Calls that take the communicator are serialised by a lock, because HCCL (like NCCL) does
 /// not promise that one communicator may be used from several threads at once. Collective
-/// calls must still be made in the same order on every rank.
+/// calls must still be made in the same order on every rank. Its collectives run in call
+/// order on any streams: one queued on another stream than the collective before waits for
+/// it (see [`RawComm`](crate::raw::RawComm)).
 #[derive(Clone, Debug)]
 pub struct Comm {
     inner: Arc<CommInner>,
@@ -118,8 +121,9 @@ struct CommInner {
     rank: u32,
     size: u32,
     device: u32,
-    /// Held around every C call that takes `raw`.
-    calls: Mutex<()>,
+    /// Held around every C call that takes `raw`; it keeps where the last collective was
+    /// queued, so the next one is ordered after it.
+    calls: Mutex<CollectiveOrder>,
     /// Memory of windows whose deregistration failed: still registered, so it may only be
     /// unmapped and freed after `HcclCommDestroy` has deregistered it.
     orphans: Mutex<Vec<Arc<Mapping>>>,
@@ -186,7 +190,7 @@ impl Comm {
                 rank,
                 size,
                 device,
-                calls: Mutex::new(()),
+                calls: Mutex::new(CollectiveOrder::default()),
                 orphans: Mutex::new(Vec::new()),
                 agreement: Mutex::new(None),
                 ai_cpu: crate::path_rules::expands_on_ai_cpu(
@@ -357,6 +361,21 @@ impl Comm {
         f(self.as_raw())
     }
 
+    /// Runs `f`, a collective queued on `stream`, under the call lock, after ordering it
+    /// behind the communicator's last collective if that was queued on another stream
+    /// ([`CollectiveOrder`]): a communicator's collectives run in call order.
+    pub(crate) fn collective_on(
+        &self,
+        stream: &Stream,
+        f: impl FnOnce(HcclComm) -> Result<()>,
+    ) -> Result<()> {
+        let mut order = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+        order.before(&self.inner.rt, stream)?;
+        f(self.as_raw())?;
+        order.after(stream);
+        Ok(())
+    }
+
     /// How many handles share this communicator (this one included): what still holds it.
     #[cfg_attr(not(feature = "emulator"), allow(dead_code))]
     pub(crate) fn handles(&self) -> usize {
@@ -389,7 +408,7 @@ impl Comm {
     /// # Errors
     /// The runtime's error for arguments checked at enqueue time.
     pub fn barrier(&self, stream: &Stream) -> Result<()> {
-        self.serialised(|comm| {
+        self.collective_on(stream, |comm| {
             // SAFETY: live communicator and stream.
             unsafe { calls::HcclBarrier(self.runtime(), comm, stream.as_raw()) }
         })

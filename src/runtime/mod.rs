@@ -17,6 +17,7 @@
 mod agreement;
 pub(crate) mod bootstrap;
 pub mod calls;
+mod collective_order;
 mod comm;
 mod device;
 mod element;

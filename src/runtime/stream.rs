@@ -1,6 +1,6 @@
 //! ACL streams: ordered queues of device work.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::Runtime;
 use super::calls;
@@ -89,6 +89,22 @@ impl Stream {
     /// Whether two handles name the same stream.
     pub fn same_as(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// A handle that does not keep the stream alive.
+    pub(crate) fn downgrade(&self) -> WeakStream {
+        WeakStream(Arc::downgrade(&self.inner))
+    }
+}
+
+/// A stream not kept alive ([`Stream::downgrade`]).
+#[derive(Clone, Debug)]
+pub(crate) struct WeakStream(Weak<StreamInner>);
+
+impl WeakStream {
+    /// The stream, unless it was destroyed.
+    pub(crate) fn upgrade(&self) -> Option<Stream> {
+        self.0.upgrade().map(|inner| Stream { inner })
     }
 }
 

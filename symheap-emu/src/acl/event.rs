@@ -17,8 +17,8 @@ use crate::sys::{
 };
 
 use crate::acl::device;
-use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
+use crate::acl::{graph, order};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, acl_non_null};
 use crate::base::handle::{EventHandle, StreamHandle};
@@ -193,6 +193,7 @@ pub(crate) fn destroy(handle: EventHandle) -> AclResult {
             format!("event {handle:#x} is not a live event"),
         );
     }
+    order::forget_event(handle);
     counters::dec(Counter::Events);
     Ok(())
 }
@@ -205,7 +206,9 @@ pub(crate) fn record(handle: EventHandle, stream: StreamHandle) -> AclResult {
     if graph::record(&s, stream, handle, event.flags, move || record_task(handle))? {
         return Ok(());
     }
-    s.enqueue(record_task(handle)?)
+    let position = s.enqueue_counted(record_task(handle)?)?;
+    order::recorded(handle, stream, position - 1);
+    Ok(())
 }
 
 /// A task that records `handle` when its stream reaches it; the event names it from now on
@@ -245,7 +248,10 @@ pub(crate) fn synchronize(handle: EventHandle) -> AclResult {
             ACL_ERROR_RT_INTERNAL_ERROR,
             "the event's record did not run: its stream stopped at a failed task",
         ),
-        _ => Ok(()),
+        _ => {
+            order::host_saw_event(handle);
+            Ok(())
+        }
     }
 }
 
@@ -255,6 +261,9 @@ pub(crate) fn query(handle: EventHandle) -> AclResult<aclrtEventRecordedStatus> 
     lookup(handle, "event")?;
     check_not_captured(handle)?;
     let ran = latest(handle, "event")?.is_none_or(|r| matches!(r.outcome(), Outcome::Ran(_)));
+    if ran {
+        order::host_saw_event(handle);
+    }
     Ok(if ran {
         aclrtEventRecordedStatus::ACL_EVENT_RECORDED_STATUS_COMPLETE
     } else {
@@ -276,6 +285,7 @@ pub(crate) fn stream_wait(stream: StreamHandle, handle: EventHandle) -> AclResul
     let Some(rec) = latest(handle, "event")? else {
         return Ok(());
     };
+    order::waited(stream, handle);
     waiting.enqueue(Box::new(move || {
         let limit = wait_limit();
         match rec.wait(Some(limit)) {

@@ -9,4 +9,5 @@ pub(crate) mod host;
 pub(crate) mod host_func;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod order;
 pub(crate) mod stream;

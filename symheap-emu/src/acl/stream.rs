@@ -20,7 +20,7 @@ use crate::sys::{
     ACL_STOP_ON_FAILURE, aclError,
 };
 
-use crate::acl::device;
+use crate::acl::{device, order};
 use crate::base::counters::{self, Counter, STREAM_THREAD_PREFIX};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, panic_message, param};
 use crate::base::handle::{ModelHandle, StreamHandle};
@@ -63,6 +63,7 @@ struct Shared {
 
 /// A live stream.
 pub(crate) struct Stream {
+    handle: StreamHandle,
     shared: Arc<Shared>,
     worker: RankedMutex<Option<JoinHandle<()>>>,
 }
@@ -116,6 +117,7 @@ pub(crate) fn create() -> AclResult<StreamHandle> {
     STREAMS.insert(
         handle,
         Arc::new(Stream {
+            handle,
             shared,
             worker: RankedMutex::new(ranks::STREAM_WORKER, Some(worker)),
         }),
@@ -192,6 +194,7 @@ pub(crate) fn destroy(handle: StreamHandle) -> AclResult {
         // The worker catches every task panic, so joining cannot fail in practice.
         let _ = worker.join();
     }
+    order::forget_stream(handle);
     counters::dec(Counter::Streams);
     Ok(())
 }
@@ -228,7 +231,12 @@ pub(crate) fn query(handle: StreamHandle) -> AclResult<bool> {
         );
     }
     let q = lock(&stream.shared.queue);
-    Ok(q.completed == q.enqueued)
+    let (done, idle) = (q.completed, q.completed == q.enqueued);
+    drop(q);
+    if idle {
+        order::host_saw_stream(handle, done);
+    }
+    Ok(idle)
 }
 
 /// `aclrtSynchronizeDevice`: every stream of the current device, synchronized until `until`;
@@ -298,6 +306,7 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
             }
         };
     }
+    order::host_saw_stream(stream.handle, target);
     match q.failure.take() {
         None => Ok(()),
         Some(f) => Err(Fail {
@@ -341,10 +350,26 @@ impl Stream {
         self.enqueue_with(|| task)
     }
 
+    /// As [`Stream::enqueue`], returning the task's position: it is done once the stream has
+    /// completed that many tasks ([`crate::acl::order`] counts in positions).
+    pub(crate) fn enqueue_counted(&self, task: Task) -> AclResult<u64> {
+        self.enqueue_then(|| task, |enqueued| enqueued)
+    }
+
     /// As [`Stream::enqueue`], but the task is made by `make` only once the stream accepts
     /// it (under the queue's lock, so nothing else is queued in between): what `make` commits
     /// (a message number) is never committed for a refused task.
     pub(crate) fn enqueue_with(&self, make: impl FnOnce() -> Task) -> AclResult {
+        self.enqueue_then(make, drop)
+    }
+
+    /// Queues the task `make` makes, then tells `then` how many tasks the stream has been
+    /// given (this one the last), under the queue's lock.
+    fn enqueue_then<T>(
+        &self,
+        make: impl FnOnce() -> Task,
+        then: impl FnOnce(u64) -> T,
+    ) -> AclResult<T> {
         let mut q = lock(&self.shared.queue);
         if q.shutdown {
             return acl_fail(ACL_ERROR_RT_INVALID_HANDLE, "the stream is being destroyed");
@@ -366,9 +391,10 @@ impl Stream {
         }
         q.tasks.push_back(make());
         q.enqueued += 1;
+        let then = then(q.enqueued);
         drop(q);
         self.shared.work.notify_one();
-        Ok(())
+        Ok(then)
     }
 }
 

@@ -19,32 +19,34 @@
 //! |-----:|------|-------------------|
 //! | 0 | the unit tests' global lock (tests only) | anything |
 //! | 1 | `acl::init` the process's `aclInit` phase | nothing |
-//! | 2 | `acl::graph` a model's state | events, latest records, captured events, active captures, streams, and what a recipe takes (messages, memory state, ...) while a replay is made |
+//! | 2 | `acl::graph` a model's state | events, latest records, captured events, active captures, streams, and what a recipe takes (messages, collective order, memory state, ...) while a replay is made |
 //! | 3 | `hccl::comm` a communicator's heap | memory state |
 //! | 4 | `hccl::comm` a communicator's windows | nothing |
 //! | 5 | `hccl::comm` a communicator's messages | a stream's queue (a send or receive queued in its order) |
-//! | 6 | `hccl::comm` a communicator's memory ranges | memory state |
-//! | 7 | `hccl::window` a symmetric heap's slots | nothing |
-//! | 8 | `hccl::window` the windows table | nothing |
-//! | 9 | `hccl::names` sub-communicator names | nothing |
-//! | 10 | `acl::graph::replay` a model's lane threads | nothing |
-//! | 11 | `acl::graph::replay` a replay's signals | nothing |
-//! | 12 | `acl::stream` a stream's worker | nothing |
-//! | 13 | `acl::stream` a stream's queue | nothing |
-//! | 14 | `acl::event` an event's latest record | nothing |
-//! | 15 | `acl::event` a record's outcome | nothing |
-//! | 16 | `acl::graph` captured events | nothing |
-//! | 17 | `acl::graph` active captures | nothing |
-//! | 18 | `acl::graph` models (registry) | nothing |
-//! | 19 | `acl::stream` streams (registry) | nothing |
-//! | 20 | `acl::event` events (registry) | nothing |
-//! | 21 | `hccl::comm` communicators (registry) | nothing |
-//! | 22 | `acl::memory` memory state | nothing |
-//! | 23 | `acl::host` host allocations | nothing |
-//! | 24 | `ipc::rendezvous` a rank's hub connection | nothing |
-//! | 25 | `abi::inject` injected failures | nothing |
-//! | 26 | `abi::inject` call counts | nothing |
-//! | 27 | `ipc::hub` joins seen by tests (tests only) | nothing |
+//! | 6 | `hccl::comm` a communicator's collective order | streams (registry), a stream's queue, stream clocks |
+//! | 7 | `hccl::comm` a communicator's memory ranges | memory state |
+//! | 8 | `hccl::window` a symmetric heap's slots | nothing |
+//! | 9 | `hccl::window` the windows table | nothing |
+//! | 10 | `hccl::names` sub-communicator names | nothing |
+//! | 11 | `acl::graph::replay` a model's lane threads | nothing |
+//! | 12 | `acl::graph::replay` a replay's signals | nothing |
+//! | 13 | `acl::stream` a stream's worker | nothing |
+//! | 14 | `acl::stream` a stream's queue | stream clocks (a synchronize records what it saw) |
+//! | 15 | `acl::order` stream clocks | nothing |
+//! | 16 | `acl::event` an event's latest record | nothing |
+//! | 17 | `acl::event` a record's outcome | nothing |
+//! | 18 | `acl::graph` captured events | nothing |
+//! | 19 | `acl::graph` active captures | nothing |
+//! | 20 | `acl::graph` models (registry) | nothing |
+//! | 21 | `acl::stream` streams (registry) | nothing |
+//! | 22 | `acl::event` events (registry) | nothing |
+//! | 23 | `hccl::comm` communicators (registry) | nothing |
+//! | 24 | `acl::memory` memory state | nothing |
+//! | 25 | `acl::host` host allocations | nothing |
+//! | 26 | `ipc::rendezvous` a rank's hub connection | nothing |
+//! | 27 | `abi::inject` injected failures | nothing |
+//! | 28 | `abi::inject` call counts | nothing |
+//! | 29 | `ipc::hub` joins seen by tests (tests only) | nothing |
 //!
 //! The registries (models, streams, events, communicators) are near the bottom: they are held
 //! only to find or file a handle. Per-object locks of one kind share a rank, so a thread never
@@ -79,55 +81,59 @@ pub(crate) mod ranks {
     pub(crate) const COMM_WINDOWS: Rank = rank(4, "hccl::comm windows");
     /// `hccl::comm`: a communicator's point-to-point message counts.
     pub(crate) const COMM_MESSAGES: Rank = rank(5, "hccl::comm messages");
+    /// `hccl::comm`: where a communicator's last eager collective was queued.
+    pub(crate) const COMM_ORDER: Rank = rank(6, "hccl::comm collective order");
     /// `hccl::comm`: a communicator's memory ranges.
-    pub(crate) const COMM_RANGES: Rank = rank(6, "hccl::comm ranges");
+    pub(crate) const COMM_RANGES: Rank = rank(7, "hccl::comm ranges");
     /// `hccl::window`: a symmetric heap's slots.
-    pub(crate) const HEAP_SLOTS: Rank = rank(7, "hccl::window heap slots");
+    pub(crate) const HEAP_SLOTS: Rank = rank(8, "hccl::window heap slots");
     /// `hccl::window`: every window's communicator.
-    pub(crate) const WINDOWS: Rank = rank(8, "hccl::window windows table");
+    pub(crate) const WINDOWS: Rank = rank(9, "hccl::window windows table");
     /// `hccl::names`: the live sub-communicator names.
-    pub(crate) const NAMES: Rank = rank(9, "hccl::names sub-communicator names");
+    pub(crate) const NAMES: Rank = rank(10, "hccl::names sub-communicator names");
     /// `acl::graph::replay`: a model's lane threads.
-    pub(crate) const LANES: Rank = rank(10, "acl::graph::replay lane threads");
+    pub(crate) const LANES: Rank = rank(11, "acl::graph::replay lane threads");
     /// `acl::graph::replay`: a replay's signals.
-    pub(crate) const SIGNALS: Rank = rank(11, "acl::graph::replay signals");
+    pub(crate) const SIGNALS: Rank = rank(12, "acl::graph::replay signals");
     /// `acl::stream`: a stream's worker thread.
-    pub(crate) const STREAM_WORKER: Rank = rank(12, "acl::stream worker");
+    pub(crate) const STREAM_WORKER: Rank = rank(13, "acl::stream worker");
     /// `acl::stream`: a stream's task queue.
-    pub(crate) const STREAM_QUEUE: Rank = rank(13, "acl::stream queue");
+    pub(crate) const STREAM_QUEUE: Rank = rank(14, "acl::stream queue");
+    /// `acl::order`: the streams' and events' clocks.
+    pub(crate) const STREAM_ORDER: Rank = rank(15, "acl::order stream clocks");
     /// `acl::event`: an event's latest record.
-    pub(crate) const EVENT_LAST: Rank = rank(14, "acl::event latest record");
+    pub(crate) const EVENT_LAST: Rank = rank(16, "acl::event latest record");
     /// `acl::event`: a record's outcome.
-    pub(crate) const RECORD: Rank = rank(15, "acl::event record outcome");
+    pub(crate) const RECORD: Rank = rank(17, "acl::event record outcome");
     /// `acl::graph`: the events recorded in captures in progress.
-    pub(crate) const CAPTURED_EVENTS: Rank = rank(16, "acl::graph captured events");
+    pub(crate) const CAPTURED_EVENTS: Rank = rank(18, "acl::graph captured events");
     /// `acl::graph`: the captures in progress per device.
-    pub(crate) const ACTIVE_CAPTURES: Rank = rank(17, "acl::graph active captures");
+    pub(crate) const ACTIVE_CAPTURES: Rank = rank(19, "acl::graph active captures");
     /// `acl::graph`: the models registry.
-    pub(crate) const MODELS: Rank = rank(18, "acl::graph models");
+    pub(crate) const MODELS: Rank = rank(20, "acl::graph models");
     /// `acl::stream`: the streams registry.
-    pub(crate) const STREAMS: Rank = rank(19, "acl::stream streams");
+    pub(crate) const STREAMS: Rank = rank(21, "acl::stream streams");
     /// `acl::event`: the events registry.
-    pub(crate) const EVENTS: Rank = rank(20, "acl::event events");
+    pub(crate) const EVENTS: Rank = rank(22, "acl::event events");
     /// `hccl::comm`: the communicators registry.
-    pub(crate) const COMMS: Rank = rank(21, "hccl::comm communicators");
+    pub(crate) const COMMS: Rank = rank(23, "hccl::comm communicators");
     /// `acl::memory`: reservations, physical memory, mappings and allocations.
-    pub(crate) const MEMORY: Rank = rank(22, "acl::memory state");
+    pub(crate) const MEMORY: Rank = rank(24, "acl::memory state");
     /// `acl::host`: the `aclrtMallocHost` allocations.
-    pub(crate) const HOST: Rank = rank(23, "acl::host allocations");
+    pub(crate) const HOST: Rank = rank(25, "acl::host allocations");
     /// `ipc::rendezvous`: a rank's connection to its hub.
-    pub(crate) const RENDEZVOUS: Rank = rank(24, "ipc::rendezvous connection");
+    pub(crate) const RENDEZVOUS: Rank = rank(26, "ipc::rendezvous connection");
     /// `abi::inject`: the injected failures.
-    pub(crate) const INJECTED: Rank = rank(25, "abi::inject injected failures");
+    pub(crate) const INJECTED: Rank = rank(27, "abi::inject injected failures");
     /// `abi::inject`: the call counts.
-    pub(crate) const CALL_COUNTS: Rank = rank(26, "abi::inject call counts");
+    pub(crate) const CALL_COUNTS: Rank = rank(28, "abi::inject call counts");
 
     /// The unit tests' lock on process-global state, held for a whole test.
     #[cfg(test)]
     pub(crate) const TESTS: Rank = rank(0, "the unit tests' global lock");
     /// `ipc::hub`: the joins each hub received, as unit tests see them.
     #[cfg(test)]
-    pub(crate) const HELLOS: Rank = rank(27, "ipc::hub joins seen by tests");
+    pub(crate) const HELLOS: Rank = rank(29, "ipc::hub joins seen by tests");
 }
 
 /// A mutex with a rank. Poisoning is ignored: every critical section leaves its data
@@ -368,7 +374,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "taking `acl::graph model state` (rank 2) while holding `acl::stream streams` (rank 19)"
+        expected = "taking `acl::graph model state` (rank 2) while holding `acl::stream streams` (rank 21)"
     )]
     fn a_lock_taken_under_a_higher_rank_panics() {
         let (outer, inner) = (
@@ -381,7 +387,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "taking `acl::stream queue` (rank 13) while holding `acl::stream queue`"
+        expected = "taking `acl::stream queue` (rank 14) while holding `acl::stream queue`"
     )]
     fn two_locks_of_one_rank_panic() {
         let (a, b) = (

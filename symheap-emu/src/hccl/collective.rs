@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclDataType, HcclReduceOp, HcclResult};
 
-use crate::acl::graph;
 use crate::acl::stream::{self, TaskFailure};
+use crate::acl::{graph, order};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, para};
 use crate::base::handle::StreamHandle;
-use crate::hccl::comm::Comm;
+use crate::base::lock::lock;
+use crate::hccl::comm::{Comm, Queued};
 use crate::hccl::job::{self, Job, Path, Place, Request, Signature};
 use crate::hccl::steps::Steps;
 use crate::ipc::wire::{Reader, Wire, Writer};
@@ -123,13 +124,49 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: StreamHandle, req: &Re
         let recipe = Arc::new(move || {
             let seq = comm.next_collective_seq();
             let host_waits = host_waits.clone();
+            // Where the replay runs it is not tracked: the next eager collective is not
+            // checked against it.
+            *lock(&comm.last_collective) = None;
             Ok(task(comm.clone(), job.clone(), seq, move || host_waits()))
         });
         return graph::submit(&stream, handle, recipe).map_err(stream_error);
     }
-    stream
-        .enqueue(task(comm.clone(), job, seq, stream.host_waiting()))
-        .map_err(stream_error)
+    let mut last = lock(&comm.last_collective);
+    if let Some(before) = *last {
+        check_order(before, seq, handle)?;
+    }
+    let position = stream
+        .enqueue_counted(task(comm.clone(), job, seq, stream.host_waiting()))
+        .map_err(stream_error)?;
+    *last = Some(Queued {
+        seq,
+        stream: handle,
+        position,
+    });
+    Ok(())
+}
+
+/// `HCCL_E_PARA` unless collective `seq`, queued on `stream`, comes after the
+/// communicator's collective `before` in the host program's order: on the same stream, or
+/// on one that waits for an event recorded after it, or after the host saw it done
+/// ([`crate::acl::order`]). HCCL runs a communicator's collectives one at a time, in the
+/// order they were called, and does not order them across streams itself (nor does NCCL):
+/// unordered, two may run at once, and on a device they would corrupt or hang each other.
+fn check_order(before: Queued, seq: u64, stream: StreamHandle) -> HcclRes {
+    let ordered = before.stream == stream
+        || stream::lookup(before.stream).is_err()
+        || order::follows(stream, before.stream, before.position);
+    if ordered {
+        return Ok(());
+    }
+    para(format!(
+        "collective #{seq} of the communicator is queued on stream {stream:#x}, but \
+         collective #{} is on stream {:#x} and nothing orders the two: a communicator runs its \
+         collectives one at a time, in call order, and does not order streams itself. Make \
+         this stream wait for the other (aclrtRecordEvent there after the collective, then \
+         aclrtStreamWaitEvent here), or synchronize the other stream first",
+        before.seq, before.stream,
+    ))
 }
 
 /// The stream task that runs `job` as collective `seq` of `comm`.

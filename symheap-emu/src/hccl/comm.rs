@@ -13,7 +13,7 @@ use crate::sys::{
 use crate::acl::device;
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
-use crate::base::handle::CommHandle;
+use crate::base::handle::{CommHandle, StreamHandle};
 use crate::base::lock::{RankedMutex, lock, ranks};
 use crate::base::registry::Registry;
 use crate::hccl::expansion::{self, Expansion};
@@ -115,6 +115,18 @@ pub(crate) struct Comm {
     pub(crate) messages: RankedMutex<Messages>,
     /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
     pub(crate) ranges: RankedMutex<Ranges>,
+    /// The stream and position of this rank's last collective queued eagerly, with its
+    /// sequence number (`None` before the first, and after a replay queued collectives):
+    /// the next one must come after it ([`crate::hccl::collective`]).
+    pub(crate) last_collective: RankedMutex<Option<Queued>>,
+}
+
+/// Where a collective was queued: it is done once `stream` has completed `position` tasks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Queued {
+    pub(crate) seq: u64,
+    pub(crate) stream: StreamHandle,
+    pub(crate) position: u64,
 }
 
 static COMMS: Registry<CommHandle, Comm> = Registry::new(ranks::COMMS);
@@ -452,6 +464,7 @@ pub(crate) fn form(
                 },
             ),
             ranges: RankedMutex::new(ranks::COMM_RANGES, Ranges::default()),
+            last_collective: RankedMutex::new(ranks::COMM_ORDER, None),
         }),
     );
     counters::inc(Counter::Comms);

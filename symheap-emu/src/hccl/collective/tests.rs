@@ -1,5 +1,7 @@
 //! Collectives through the C entry points, with threads as ranks.
 
+mod order;
+
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Barrier;
