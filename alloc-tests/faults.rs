@@ -24,6 +24,7 @@ const RELEASES: &[&str] = &[
     "aclrtReleaseMemAddress",
     "aclrtFreePhysical",
     "aclrtDestroyStream",
+    "aclrtDestroyEvent",
     "HcclCommSymWinDeregister",
     "HcclCommDestroy",
 ];
