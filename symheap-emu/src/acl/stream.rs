@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -107,7 +107,7 @@ impl Queue {
             msg: kept.failure.msg.clone(),
         };
         let task = kept.task;
-        if !self.waiting.iter().any(|&t| t > task) {
+        if REPORT_TO_ONE.load(Ordering::Relaxed) || !self.waiting.iter().any(|&t| t > task) {
             self.failure = None;
         }
         Err(fail)
@@ -115,6 +115,21 @@ impl Queue {
 }
 
 static STREAMS: Registry<StreamHandle, Stream> = Registry::new(ranks::STREAMS);
+
+/// Whether a failure goes to the first synchronize that covers it only, as on CANN
+/// ([`report_failures_to_one`]).
+static REPORT_TO_ONE: AtomicBool = AtomicBool::new(false);
+
+/// `true`: a failed stream reports its failure as CANN does, to the first synchronize that
+/// covers it, which clears it (hicann/runtime's `Stream::GetError`), so a second host thread
+/// waiting for the same work gets success; `false` (the default) restores the emulator's
+/// rule, every synchronize that covers it reports it (see the emulator's docs, *Streams*).
+///
+/// A test hook, process-global: tests of the layers above use it to check that they do not
+/// count on every waiter seeing a failure. Reset it when done.
+pub fn report_failures_to_one(on: bool) {
+    REPORT_TO_ONE.store(on, Ordering::Relaxed);
+}
 
 /// `aclrtCreateStream`: needs a current device, like the real runtime.
 pub(crate) fn create() -> AclResult<StreamHandle> {
@@ -783,6 +798,44 @@ mod tests {
                 assert_eq!(buf.read::<u8>(0, 4), vec![0x44; 4]);
             });
         }
+    }
+
+    /// With CANN's rule (the test hook), of three threads waiting on a failed stream exactly
+    /// one reports the failure.
+    #[test]
+    fn reporting_to_one_as_cann_does_gives_the_failure_to_exactly_one_waiter() {
+        let _g = test_lock();
+        /// Restores the emulator's rule however the test ends.
+        struct Restore;
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                report_failures_to_one(false);
+            }
+        }
+        let _restore = Restore;
+        report_failures_to_one(true);
+        on_stream(0, |s, _| {
+            let open = gate(s);
+            fail(s, "the collective failed");
+            let handle = s as usize;
+            let codes = std::thread::scope(|scope| {
+                let waits =
+                    [0, 0, 0].map(|how| scope.spawn(move || synchronize_by(how, handle, 0)));
+                until_waiting(s, 3);
+                drop(open);
+                waits.map(|w| w.join().unwrap().0)
+            });
+            let failed = codes
+                .iter()
+                .filter(|&&c| c == ACL_ERROR_RT_INTERNAL_ERROR)
+                .count();
+            assert_eq!(failed, 1, "{codes:?}");
+            assert_eq!(
+                codes.iter().filter(|&&c| c == ACL_SUCCESS).count(),
+                2,
+                "{codes:?}"
+            );
+        });
     }
 
     /// A thread whose synchronize began before the failing task was queued waits for less
