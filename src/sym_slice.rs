@@ -240,13 +240,12 @@ impl<T: Element> SymSliceMut<'_, T> {
 
 /// `len` elements at `ptr`, in `block`, once no queued work uses the block.
 fn read<T: Element>(block: &SymBlock, ptr: DevicePtr, len: usize) -> Result<Vec<T>> {
-    block.wait_idle()?;
     let es = size_of::<T>();
     let mut bytes = vec![0u8; len * es];
     let rt = block.pool().comm().runtime();
     // SAFETY: `[ptr, +len elements)` lies in the block (bounds were checked when the view was
     // made), which is idle.
-    unsafe { rt.raw().copy_to_host(&mut bytes, ptr)? };
+    block.access_idle(|| unsafe { rt.raw().copy_to_host(&mut bytes, ptr) })?;
     let elements = bytes.chunks_exact(es).map(|c| {
         // SAFETY: `c` is `size_of::<T>()` bytes, and any bit pattern is a valid `T` (the
         // `Element` contract); the read is unaligned.

@@ -112,14 +112,15 @@ impl<T: Element> SymVec<T> {
         let bytes = size_of_val(data);
         let alloc = pool.alloc_with(bytes.max(1) as u64, align_of::<T>() as u64, desc)?;
         // Reused memory may still be used by queued work: wait for it first.
-        alloc.wait_idle()?;
-        // SAFETY: the block is this vector's, idle and at least `bytes` long.
-        unsafe {
-            pool.comm()
-                .runtime()
-                .raw()
-                .copy_to_device(alloc.device_ptr(), T::slice_as_bytes(data))?
-        };
+        alloc.access_idle(|| {
+            // SAFETY: the block is this vector's, idle and at least `bytes` long.
+            unsafe {
+                pool.comm()
+                    .runtime()
+                    .raw()
+                    .copy_to_device(alloc.device_ptr(), T::slice_as_bytes(data))
+            }
+        })?;
         Ok(SymVec {
             alloc,
             len: data.len(),
@@ -139,34 +140,39 @@ impl<T: Element> SymVec<T> {
                 self.len
             )));
         }
-        self.alloc.wait_idle()?;
         let rt = self.alloc.pool().comm().runtime();
-        // SAFETY: the block is this vector's, at least `len` elements long, and idle.
-        unsafe {
-            rt.raw()
-                .copy_to_device(self.device_ptr(), T::slice_as_bytes(data))
-        }
+        self.alloc.access_idle(|| {
+            // SAFETY: the block is this vector's, at least `len` elements long, and idle.
+            unsafe {
+                rt.raw()
+                    .copy_to_device(self.device_ptr(), T::slice_as_bytes(data))
+            }
+        })
     }
 
     /// The contents, after waiting for queued work on this buffer (so the result of a
     /// collective into it is visible).
     ///
     /// # Errors
-    /// The runtime's error, including a failure of the queued work.
+    /// The runtime's error, including a failure of the queued work;
+    /// [`Error::Poisoned`](crate::Error::Poisoned) if the pool is poisoned, also when another
+    /// thread's wait found the failure (the data may be the failed work's).
     pub fn to_host(&self) -> Result<Vec<T>> {
-        self.alloc.wait_idle()?;
-        let mut out = Vec::with_capacity(self.len);
         let rt = self.alloc.pool().comm().runtime();
-        let spare = &mut out.spare_capacity_mut()[..self.len];
-        // SAFETY: `MaybeUninit<T>` has `T`'s layout; the bytes are written before being read.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), size_of_val(spare))
-        };
-        // SAFETY: the block is this vector's and idle; `bytes` is exactly `len` elements.
-        unsafe { rt.raw().copy_to_host(bytes, self.device_ptr())? };
-        // SAFETY: every element was just written, and any bit pattern is a valid `T`.
-        unsafe { out.set_len(self.len) };
-        Ok(out)
+        self.alloc.access_idle(|| {
+            let mut out = Vec::with_capacity(self.len);
+            let spare = &mut out.spare_capacity_mut()[..self.len];
+            // SAFETY: `MaybeUninit<T>` has `T`'s layout; the bytes are written before being
+            // read.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), size_of_val(spare))
+            };
+            // SAFETY: the block is this vector's and idle; `bytes` is exactly `len` elements.
+            unsafe { rt.raw().copy_to_host(bytes, self.device_ptr())? };
+            // SAFETY: every element was just written, and any bit pattern is a valid `T`.
+            unsafe { out.set_len(self.len) };
+            Ok(out)
+        })
     }
 
     /// A host view of the contents, after waiting for queued work. Only where device memory is

@@ -144,6 +144,8 @@ impl SymBlock {
 
     /// Waits until no queued work uses this memory (the pool's stream and recorded streams).
     /// A failure of that work poisons the pool: a peer may still be writing this memory.
+    /// [`Error::Poisoned`](crate::Error::Poisoned) if the pool is poisoned, before or after
+    /// the wait (another thread's wait may have found the failure).
     pub(crate) fn wait_idle(&self) -> crate::Result<()> {
         // Taking the state lock waits out a `synchronize` in progress: it bumps the epoch
         // before it waits, so the epoch read below may skip the pool's stream only once that
@@ -167,6 +169,23 @@ impl SymBlock {
             .chain(streams.iter())
             .chain(&replays);
         self.pool.wait_or_poison(all)
+    }
+
+    /// Runs the host access `access` (a copy in or out) once no queued work uses this memory
+    /// ([`wait_idle`](Self::wait_idle)), and fails if the pool is poisoned after it: a
+    /// failure that another thread's wait found while `access` ran means the data may be the
+    /// failed work's (unreduced, half written), which must not pass for its result.
+    ///
+    /// # Errors
+    /// [`wait_idle`](Self::wait_idle)'s, `access`'s, or [`Error::Poisoned`](crate::Error::Poisoned).
+    pub(crate) fn access_idle<T>(
+        &self,
+        access: impl FnOnce() -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        self.wait_idle()?;
+        let value = access()?;
+        self.pool.check_usable()?;
+        Ok(value)
     }
 
     /// Whether this allocation belongs to `pool`.

@@ -126,7 +126,7 @@ impl PoolShared {
     /// releases once the streams that used them are done.
     pub(crate) fn release_graph(&self, hold: &Arc<GraphHold>) {
         let replays = hold.replay_streams();
-        if let Err(e) = self.wait_or_poison(replays.iter()) {
+        if let Err(e) = self.wait_streams(replays.iter()) {
             self.comm.runtime().record_drop_error(e);
         }
         hold.release();

@@ -21,6 +21,13 @@
 //! If queued work fails (a collective times out, say), a peer may still be writing this rank's
 //! memory, so nothing pending is released and the pool refuses further work with
 //! [`Error::Poisoned`]: drop it and build a new one.
+//!
+//! Threads sharing a pool all learn of a failure: the pool's waits on one stream take turns,
+//! each poisoning the pool on a failure before the next synchronizes (CANN reports a failure
+//! to one synchronize only), and every host access checks the pool once its wait and its copy
+//! are done, so no thread gets `Ok` for work that failed. A wait of the pool's stream outside
+//! the pool (`Stream::synchronize` on [`SymPool::stream`]) may take a failure for itself:
+//! the pool learns of failures through its own waits only.
 
 mod alloc_desc;
 mod block;
@@ -724,26 +731,43 @@ impl PoolShared {
         Ok(())
     }
 
-    /// Waits for the queued work on each of `streams` that may still touch the pool's memory:
-    /// the pool's own stream through the communicator (so a failed collective reports its HCCL
-    /// error), any other stream directly. Every stream is waited for even after one has
-    /// failed. If any failed, poisons the pool, since a peer may still be writing this rank's
-    /// memory, and returns the first failure.
+    /// Waits for the queued work on each of `streams` that may still touch the pool's memory
+    /// (see [`wait_streams`](Self::wait_streams)), then checks that the pool is not
+    /// poisoned: another thread's wait may have taken the failure of work this one waited
+    /// for, and whatever the caller reads or releases next must not pass for the result of
+    /// work that failed.
     ///
-    /// The one place the pool waits for queued work and poisons on failure; it needs no lock,
-    /// so it serves callers with or without the state lock, and `Drop`.
+    /// # Errors
+    /// The first failure of the work waited for; [`Error::Poisoned`] if it succeeded but the
+    /// pool is poisoned.
     fn wait_or_poison<'s>(&self, streams: impl IntoIterator<Item = &'s Stream>) -> Result<()> {
+        self.wait_streams(streams)?;
+        self.check_usable()
+    }
+
+    /// Waits for the queued work on each of `streams`: the pool's own stream through the
+    /// communicator (so a failed collective reports its HCCL error), any other stream
+    /// directly. Every stream is waited for even after one has failed. A failure poisons the
+    /// pool, since a peer may still be writing this rank's memory, before the next waiter of
+    /// that stream may synchronize it ([`Stream::wait_turn`]): where the runtime reports a
+    /// failure to one synchronize only (CANN), the others then find the pool poisoned.
+    /// Returns the first failure.
+    ///
+    /// The one place the pool waits for queued work and poisons on failure; it needs no pool
+    /// lock, so it serves callers with or without the state lock, and `Drop`.
+    fn wait_streams<'s>(&self, streams: impl IntoIterator<Item = &'s Stream>) -> Result<()> {
         let mut result = Ok(());
         for stream in streams {
+            let _turn = stream.wait_turn();
             let waited = if stream.same_as(&self.stream) {
                 self.comm.synchronize(stream)
             } else {
                 stream.synchronize()
             };
+            if let Err(e) = &waited {
+                self.poison(e);
+            }
             result = result.and(waited);
-        }
-        if let Err(e) = &result {
-            self.poison(e);
         }
         result
     }
@@ -1002,7 +1026,7 @@ impl Drop for PoolShared {
         let others = state.fences.streams().chain(&state.collective_streams);
         let streams: Vec<Stream> = streams.chain(others).cloned().collect();
         for stream in std::iter::once(&self.stream).chain(&streams) {
-            if let Err(e) = self.wait_or_poison([stream]) {
+            if let Err(e) = self.wait_streams([stream]) {
                 self.comm.runtime().record_drop_error(e);
             }
         }

@@ -77,6 +77,8 @@ impl PoolShared {
             rt.raw()
                 .copy_to_host(u64::slice_as_bytes_mut(&mut hashes), base.byte_add(8))?
         };
+        // A failure another thread's wait found meanwhile: the hashes may not be the gather's.
+        self.check_usable()?;
         let differing: Vec<usize> = (1..ranks).filter(|&r| hashes[r] != hashes[0]).collect();
         if differing.is_empty() {
             return Ok(());

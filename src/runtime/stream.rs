@@ -1,6 +1,6 @@
 //! ACL streams: ordered queues of device work.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::Runtime;
 use super::calls;
@@ -20,6 +20,9 @@ pub struct Stream {
 struct StreamInner {
     rt: Runtime,
     raw: aclrtStream,
+    /// Taken by a waiter that must act on what its synchronize reports before another waiter
+    /// of this stream synchronizes ([`Stream::wait_turn`]).
+    turn: Mutex<()>,
 }
 
 // SAFETY: ACL streams are opaque handles that may be used from any thread.
@@ -41,6 +44,7 @@ impl Stream {
             inner: Arc::new(StreamInner {
                 rt: rt.clone(),
                 raw,
+                turn: Mutex::new(()),
             }),
         })
     }
@@ -52,6 +56,17 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: `raw` is a live stream.
         unsafe { calls::aclrtSynchronizeStream(self.runtime(), self.as_raw()) }
+    }
+
+    /// One waiter's turn to synchronize the stream and act on the result: a pool holds it
+    /// from before it synchronizes until it has poisoned itself on a failure. CANN reports a
+    /// failed task to one synchronize only (hicann/runtime's `Stream::GetError` reads and
+    /// clears the stream's error), so a second thread of the pool whose synchronize found the
+    /// failure already taken must find the pool poisoned once it has its turn.
+    pub(crate) fn wait_turn(&self) -> MutexGuard<'_, ()> {
+        // The guard protects no data, only an order: a panic while holding it leaves nothing
+        // inconsistent.
+        self.inner.turn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The raw handle, for calls this crate does not wrap.

@@ -1,16 +1,20 @@
 //! Streams: a thread per stream running a FIFO of tasks, so host calls that enqueue work
 //! return at once and stream-ordering bugs show up as they would on a device.
 //!
-//! A failed task's failure is kept (the first one) until `aclrtSynchronizeStream` reports and
-//! clears it. What happens to the tasks after it depends on the stream's failure mode
-//! (`aclrtSetStreamFailureMode`): in `ACL_CONTINUE_ON_FAILURE` mode (the default) they run;
-//! in `ACL_STOP_ON_FAILURE` mode they are skipped (dropped, releasing what they pinned) and
-//! new tasks are refused, until the synchronize.
+//! A failed task's failure is kept (the first one) until the synchronizes that cover it have
+//! reported it: every host thread whose synchronize (`aclrtSynchronizeStream`, its
+//! `WithTimeout` form, `aclrtSynchronizeDevice`) waits for that task gets it, not only the
+//! first to wake, and the failure is cleared once the last of those still waiting has
+//! reported it, so a synchronize that begins after that finds a clean stream. What happens to
+//! the tasks after it depends on the stream's failure mode (`aclrtSetStreamFailureMode`): in
+//! `ACL_CONTINUE_ON_FAILURE` mode (the default) they run; in `ACL_STOP_ON_FAILURE` mode they
+//! are skipped (dropped, releasing what they pinned) and new tasks are refused, until the
+//! failure is cleared.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -28,7 +32,7 @@ use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
 use crate::base::registry::Registry;
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct TaskFailure {
     pub(crate) code: aclError,
     pub(crate) msg: String,
@@ -37,11 +41,21 @@ pub(crate) struct TaskFailure {
 /// Work for a stream thread.
 pub(crate) type Task = Box<dyn FnOnce() -> Result<(), TaskFailure> + Send>;
 
+/// A failed task's failure, kept until the synchronizes that cover it have reported it.
+struct Kept {
+    failure: TaskFailure,
+    /// The failed task's number: tasks are numbered from 0 in the order they were queued.
+    task: u64,
+}
+
 struct Queue {
     tasks: VecDeque<Task>,
     enqueued: u64,
     completed: u64,
-    failure: Option<TaskFailure>,
+    failure: Option<Kept>,
+    /// The target of each synchronize waiting now: `enqueued` when it began, so it waits for
+    /// (and covers) the tasks numbered below it.
+    waiting: Vec<u64>,
     shutdown: bool,
     /// The stream's own failure mode is `ACL_STOP_ON_FAILURE`.
     stop: bool,
@@ -73,9 +87,50 @@ impl Queue {
     fn stopped(&self, device: u32) -> bool {
         self.failure.is_some() && (self.stop || device::stops_on_failure(device))
     }
+
+    /// Ends the wait of a synchronize that began with `target`.
+    fn stop_waiting(&mut self, target: u64) {
+        if let Some(i) = self.waiting.iter().position(|&t| t == target) {
+            self.waiting.swap_remove(i);
+        }
+    }
+
+    /// What a synchronize that waited for the tasks below `target`, and has stopped waiting,
+    /// reports: the kept failure if it is of one of those tasks (a later task's is left to
+    /// the synchronizes that wait for it). The failure is cleared once no synchronize still
+    /// waiting covers it: each of those reports it too.
+    fn report(&mut self, target: u64) -> AclResult {
+        let Some(kept) = self.failure.as_ref().filter(|k| k.task < target) else {
+            return Ok(());
+        };
+        let fail = Fail {
+            code: kept.failure.code,
+            msg: kept.failure.msg.clone(),
+        };
+        let task = kept.task;
+        if REPORT_TO_ONE.load(Ordering::Relaxed) || !self.waiting.iter().any(|&t| t > task) {
+            self.failure = None;
+        }
+        Err(fail)
+    }
 }
 
 static STREAMS: Registry<StreamHandle, Stream> = Registry::new(ranks::STREAMS);
+
+/// Whether a failure goes to the first synchronize that covers it only, as on CANN
+/// ([`report_failures_to_one`]).
+static REPORT_TO_ONE: AtomicBool = AtomicBool::new(false);
+
+/// `true`: a failed stream reports its failure as CANN does, to the first synchronize that
+/// covers it, which clears it (hicann/runtime's `Stream::GetError`), so a second host thread
+/// waiting for the same work gets success; `false` (the default) restores the emulator's
+/// rule, every synchronize that covers it reports it (see the emulator's docs, *Streams*).
+///
+/// A test hook, process-global: tests of the layers above use it to check that they do not
+/// count on every waiter seeing a failure. Reset it when done.
+pub fn report_failures_to_one(on: bool) {
+    REPORT_TO_ONE.store(on, Ordering::Relaxed);
+}
 
 /// `aclrtCreateStream`: needs a current device, like the real runtime.
 pub(crate) fn create() -> AclResult<StreamHandle> {
@@ -89,6 +144,7 @@ pub(crate) fn create() -> AclResult<StreamHandle> {
                 enqueued: 0,
                 completed: 0,
                 failure: None,
+                waiting: Vec::new(),
                 shutdown: false,
                 stop: false,
             },
@@ -199,8 +255,8 @@ pub(crate) fn destroy(handle: StreamHandle) -> AclResult {
     Ok(())
 }
 
-/// `aclrtSynchronizeStream`: waits for everything enqueued so far, then reports (and clears)
-/// the stream's failure, if any.
+/// `aclrtSynchronizeStream`: waits for everything enqueued so far, then reports the failure of
+/// any of that work (see [`wait_for`]).
 pub(crate) fn synchronize(handle: StreamHandle) -> AclResult {
     synchronize_within(handle, None)
 }
@@ -241,7 +297,8 @@ pub(crate) fn query(handle: StreamHandle) -> AclResult<bool> {
 
 /// `aclrtSynchronizeDevice`: every stream of the current device, synchronized until `until`;
 /// 107027 (before waiting for any) if one captures, as `Context::Synchronize` checks. The
-/// first failure is reported; every stream's is cleared.
+/// first failure is reported; every stream's failure is reported to this wait (see
+/// [`wait_for`]), not only the first.
 pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
     let device = device::current()?;
     let streams: Vec<(StreamHandle, Arc<Stream>)> = STREAMS
@@ -255,7 +312,8 @@ pub(crate) fn synchronize_device(until: Option<Instant>) -> AclResult {
             "a stream of the device is capturing: the device cannot be synchronized",
         );
     }
-    // Every stream is waited for (and its failure cleared), the first failure reported.
+    // Every stream is waited for (and its failure reported to this wait), the first failure
+    // returned.
     let mut result = Ok(());
     for (_, s) in &streams {
         result = result.and(wait_for(s, until));
@@ -270,8 +328,10 @@ pub(crate) fn synchronize_within(handle: StreamHandle, until: Option<Instant>) -
     wait_for(&stream, until)
 }
 
-/// Waits until `until` at most for what `stream` has queued, then reports (and clears) its
-/// failure.
+/// Waits until `until` at most for what `stream` has queued, then reports the failure of any of
+/// that work: to every thread waiting for it, not only the first to wake (CANN reports it to
+/// one; see the emulator's docs, *Streams*). The failure is cleared once no synchronize still
+/// waiting covers it. A wait that times out reports nothing and leaves the failure kept.
 pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     if stream.capture().is_some() {
         return acl_fail(
@@ -291,29 +351,31 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
     let _waiting = Synchronizing(&shared.synchronizing);
     let mut q = lock(&shared.queue);
     let target = q.enqueued;
+    // Registered while it waits, so that a failure it covers is kept for it.
+    q.waiting.push(target);
+    let mut timed_out = false;
     while q.completed < target {
         q = match until {
             None => shared.done.wait(q),
             Some(until) => {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return acl_fail(
-                        ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
-                        "the stream's work did not finish within the timeout",
-                    );
+                    timed_out = true;
+                    break;
                 }
                 shared.done.wait_timeout(q, left).0
             }
         };
     }
-    order::host_saw_stream(stream.handle, target);
-    match q.failure.take() {
-        None => Ok(()),
-        Some(f) => Err(Fail {
-            code: f.code,
-            msg: f.msg,
-        }),
+    q.stop_waiting(target);
+    if timed_out {
+        return acl_fail(
+            ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+            "the stream's work did not finish within the timeout",
+        );
     }
+    order::host_saw_stream(stream.handle, target);
+    q.report(target)
 }
 
 impl Stream {
@@ -378,14 +440,15 @@ impl Stream {
             let (code, msg) = q
                 .failure
                 .as_ref()
-                .map_or((ACL_ERROR_RT_INTERNAL_ERROR, ""), |f| {
-                    (f.code, f.msg.as_str())
+                .map_or((ACL_ERROR_RT_INTERNAL_ERROR, ""), |k| {
+                    (k.failure.code, k.failure.msg.as_str())
                 });
             return acl_fail(
                 code,
                 format!(
                     "the stream stopped at a failed task (stop-on-failure mode) and takes no \
-                     new task until aclrtSynchronizeStream reports the failure: {msg}"
+                     new task until aclrtSynchronizeStream reports the failure (to every \
+                     thread waiting for it): {msg}"
                 ),
             );
         }
@@ -434,8 +497,9 @@ fn run(shared: &Shared) {
             }),
         };
         let mut q = lock(&shared.queue);
-        if let Err(f) = outcome {
-            q.failure.get_or_insert(f);
+        if let Err(failure) = outcome {
+            let task = q.completed;
+            q.failure.get_or_insert(Kept { failure, task });
         }
         q.completed += 1;
         drop(q);
@@ -684,6 +748,145 @@ mod tests {
                 assert_eq!(buf.read::<u8>(0, 4), vec![0x11; 4]);
                 ok((a.aclrtSynchronizeStream)(s));
             }
+        });
+    }
+
+    /// How many host threads wait in a synchronize of `s` now.
+    fn waiting(s: aclrtStream) -> usize {
+        lookup(StreamHandle::from_c(s))
+            .unwrap()
+            .shared
+            .synchronizing
+            .load(Ordering::Acquire)
+    }
+
+    /// Waits (yielding) until `n` host threads wait in a synchronize of `s`.
+    fn until_waiting(s: aclrtStream, n: usize) {
+        while waiting(s) < n {
+            std::thread::yield_now();
+        }
+    }
+
+    /// What one synchronize of stream `s` (an `aclrtStream` as an integer, to cross threads)
+    /// returned, and the message it left: by `aclrtSynchronizeStream` (`how` 0), its
+    /// `WithTimeout` form (1) or `aclrtSynchronizeDevice` on `device` (2).
+    fn synchronize_by(how: usize, s: usize, device: i32) -> (aclError, String) {
+        let (a, s) = (acl(), s as aclrtStream);
+        // SAFETY: a live stream; the emulator validates every argument.
+        let code = unsafe {
+            match how {
+                0 => (a.aclrtSynchronizeStream)(s),
+                1 => a.aclrtSynchronizeStreamWithTimeout.unwrap()(s, 60_000),
+                _ => {
+                    ok((a.aclrtSetDevice)(device));
+                    a.aclrtSynchronizeDevice.unwrap()()
+                }
+            }
+        };
+        (code, recent())
+    }
+
+    /// Three host threads wait on a stream when a task fails (one in each kind of
+    /// synchronize), in both failure modes: every one of them reports the failure, with its
+    /// message, and a synchronize after theirs finds the stream clean (and, in stop mode,
+    /// taking work again).
+    #[test]
+    fn every_thread_waiting_on_a_failed_stream_reports_its_failure() {
+        let _g = test_lock();
+        // Device 15 for stop mode: it covers the device's whole context.
+        for (device, mode) in [(0, ACL_CONTINUE_ON_FAILURE), (15, ACL_STOP_ON_FAILURE)] {
+            on_stream(device, |s, buf| {
+                let a = acl();
+                ok(set_mode(s, mode));
+                let open = gate(s);
+                fail(s, "the collective failed");
+                let handle = s as usize;
+                let outcomes = std::thread::scope(|scope| {
+                    let waits = [0, 1, 2]
+                        .map(|how| scope.spawn(move || synchronize_by(how, handle, device)));
+                    until_waiting(s, 3);
+                    drop(open);
+                    waits.map(|w| w.join().unwrap())
+                });
+                for (how, (code, msg)) in outcomes.iter().enumerate() {
+                    assert_eq!(
+                        *code, ACL_ERROR_RT_INTERNAL_ERROR,
+                        "mode {mode}, synchronize {how}: {msg}"
+                    );
+                    assert!(msg.contains("the collective failed"), "{msg}");
+                }
+                // SAFETY: a live stream; the device range is validated by the emulator.
+                unsafe {
+                    ok((a.aclrtSynchronizeStream)(s));
+                    ok((a.aclrtMemsetAsync)(buf.ptr, 4, 0x44, 4, s));
+                    ok((a.aclrtSynchronizeStream)(s));
+                }
+                assert_eq!(buf.read::<u8>(0, 4), vec![0x44; 4]);
+            });
+        }
+    }
+
+    /// With CANN's rule (the test hook), of three threads waiting on a failed stream exactly
+    /// one reports the failure.
+    #[test]
+    fn reporting_to_one_as_cann_does_gives_the_failure_to_exactly_one_waiter() {
+        let _g = test_lock();
+        /// Restores the emulator's rule however the test ends.
+        struct Restore;
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                report_failures_to_one(false);
+            }
+        }
+        let _restore = Restore;
+        report_failures_to_one(true);
+        on_stream(0, |s, _| {
+            let open = gate(s);
+            fail(s, "the collective failed");
+            let handle = s as usize;
+            let codes = std::thread::scope(|scope| {
+                let waits =
+                    [0, 0, 0].map(|how| scope.spawn(move || synchronize_by(how, handle, 0)));
+                until_waiting(s, 3);
+                drop(open);
+                waits.map(|w| w.join().unwrap().0)
+            });
+            let failed = codes
+                .iter()
+                .filter(|&&c| c == ACL_ERROR_RT_INTERNAL_ERROR)
+                .count();
+            assert_eq!(failed, 1, "{codes:?}");
+            assert_eq!(
+                codes.iter().filter(|&&c| c == ACL_SUCCESS).count(),
+                2,
+                "{codes:?}"
+            );
+        });
+    }
+
+    /// A thread whose synchronize began before the failing task was queued waits for less
+    /// than that task: it reports success, and leaves the failure to the thread whose
+    /// synchronize covers it.
+    #[test]
+    fn a_synchronize_reports_only_failures_of_the_work_it_waited_for() {
+        let _g = test_lock();
+        on_stream(0, |s, _| {
+            let a = acl();
+            let open = gate(s);
+            let handle = s as usize;
+            let (early, late) = std::thread::scope(|scope| {
+                let early = scope.spawn(move || synchronize_by(0, handle, 0));
+                until_waiting(s, 1);
+                fail(s, "after the early synchronize");
+                let late = scope.spawn(move || synchronize_by(0, handle, 0));
+                until_waiting(s, 2);
+                drop(open);
+                (early.join().unwrap(), late.join().unwrap())
+            });
+            assert_eq!(early.0, ACL_SUCCESS, "{}", early.1);
+            assert_eq!(late.0, ACL_ERROR_RT_INTERNAL_ERROR, "{}", late.1);
+            // SAFETY: a live stream.
+            unsafe { ok((a.aclrtSynchronizeStream)(s)) };
         });
     }
 
