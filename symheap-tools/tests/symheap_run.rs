@@ -349,3 +349,38 @@ fn a_second_signal_ends_the_grace_period() {
     );
     std::fs::remove_dir_all(&notes).unwrap();
 }
+
+/// SIGTERM at any point of a launcher's life, from its start to its ranks' run: it ends
+/// within its grace period (or at once, before it set its handlers), and leaves no run
+/// directory behind.
+#[test]
+fn a_launcher_terminated_at_any_point_ends_and_leaves_nothing_behind() {
+    for delay_ms in (0..=120).step_by(8) {
+        let mut launcher = Command::new(env!("CARGO_BIN_EXE_symheap-run"))
+            .args(["-n", "2", "--grace", "1", "sh", "-c", "exec sleep 30"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: kill has no memory preconditions; the launcher is our unreaped child.
+        unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
+        let status = exit_within(&mut launcher, Duration::from_secs(10));
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        let status = status.unwrap_or_else(|| panic!("still running {delay_ms} ms in"));
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            status.code() == Some(128 + libc::SIGTERM) || status.signal() == Some(libc::SIGTERM),
+            "{delay_ms} ms in: {status}"
+        );
+        let prefix = format!("symheap-run-{}-", launcher.id());
+        let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "{delay_ms} ms in: left {left:?}");
+    }
+}
