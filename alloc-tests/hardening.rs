@@ -450,7 +450,10 @@ fn job_whose_rank_replaces_the_blame_file(what: &str) -> symheap_tools::launcher
         .args(["-c", script.as_str()])
         .grace(Duration::from_secs(1));
     let (done, outcome) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(job.run()));
+    std::thread::spawn(move || {
+        // (The test ends at the timeout below if the launcher hangs: nobody receives then.)
+        let _ = done.send(job.run());
+    });
     outcome
         .recv_timeout(Duration::from_secs(20))
         .expect("the launcher hangs after the job")
