@@ -243,10 +243,20 @@ fn rank_in_a_join() {
     panic!("the join ended: {:?}", joined.map(|_| ()));
 }
 
+/// The temp directory of the launchers of the test whose notes are in `notes`: their own,
+/// so that no launcher of another test (which removes what killed launchers left) removes
+/// what a killed one of this test left before the test looks at it.
+fn own_temp_dir(notes: &Path) -> PathBuf {
+    let temp = notes.join("tmp");
+    std::fs::create_dir_all(&temp).unwrap();
+    temp
+}
+
 /// `symheap-run -n 3` of [`rank_in_a_join`], once every rank has started and rank 0 has
 /// published the root info: the launcher, every rank's pid and the run directory.
 fn start_a_join(notes: &Path) -> (Child, Vec<i32>, PathBuf) {
     let launcher = Command::new(env!("CARGO_BIN_EXE_symheap-run"))
+        .env("TMPDIR", own_temp_dir(notes))
         .args(["-n", "3", "--grace", "1"])
         .arg(std::env::current_exe().unwrap())
         .args(["rank_in_a_join", "--exact", "--ignored", "--nocapture"])
@@ -299,6 +309,7 @@ fn a_launcher_killed_during_the_join_leaves_a_directory_the_next_run_removes() {
     assert!(all_gone_soon(&pids), "ranks outlived the launcher");
     assert!(run_dir.join("root-info").exists());
     let next = Command::new(env!("CARGO_BIN_EXE_symheap-run"))
+        .env("TMPDIR", own_temp_dir(&notes))
         .args(["-n", "1", "true"])
         .status()
         .unwrap();
