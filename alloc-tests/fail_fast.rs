@@ -230,3 +230,39 @@ fn deadlocks_across_different_steps_fail_every_rank_at_once() {
     let _ = rt.take_drop_errors();
     session.assert_clean();
 }
+
+/// One rank of 4 threads cannot bind its device (`aclrtSetDevice` refused, injected: the
+/// second call of the four, whichever rank makes it): the other ranks do not wait for it at
+/// the join (the connect timeout, 120 s by default); `launch` fails at once with that rank's
+/// own error.
+#[test]
+fn a_thread_rank_that_fails_before_it_joins_fails_the_others_at_once() {
+    let session = EmuSession::start();
+    emu::testing::inject_failure(
+        "aclrtSetDevice",
+        2,
+        symheap::sys::ACL_ERROR_RT_INVALID_DEVICEID,
+    );
+    let started = Instant::now();
+    let err = emu::launch(4, |comm| Ok(comm.rank())).unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}: {err}");
+    let Error::Rank { rank, source } = &err else {
+        panic!("expected the failed rank's error, got {err}");
+    };
+    assert!(
+        matches!(
+            source.as_ref(),
+            Error::Acl {
+                call: "aclrtSetDevice",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with(&format!("rank {rank}: ")),
+        "{err}"
+    );
+    session.assert_clean();
+}

@@ -535,3 +535,45 @@ fn no_thread_of_a_shared_pool_gets_ok_for_a_collective_that_failed() {
 fn no_thread_of_a_shared_pool_gets_ok_in_1000_runs() {
     no_thread_of_a_shared_pool_gets_ok(1000);
 }
+
+/// A launcher's job whose rank 1 puts `what` (a shell command, given the blame file's path in
+/// `$B`) in place of the blame file and fails: the outcome, once the launcher ends, which
+/// must be within 20 s.
+fn job_whose_rank_replaces_the_blame_file(what: &str) -> symheap_tools::launcher::Outcome {
+    let script = format!(
+        r#"B="$SYMHEAP_RUN_BLAME"
+           if [ "$SYMHEAP_RANK" = 1 ]; then rm -f "$B" && {what} || exit 9; exit 3; fi"#
+    );
+    let job = symheap_tools::launcher::Job::new(2, "sh")
+        .args(["-c", script.as_str()])
+        .grace(Duration::from_secs(1));
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // (The test ends at the timeout below if the launcher hangs: nobody receives then.)
+        let _ = done.send(job.run());
+    });
+    outcome
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the launcher hangs after the job")
+        .unwrap()
+}
+
+/// A rank (a process of the job's own user) replaces the launcher's blame file with a FIFO
+/// nobody writes, or with a symbolic link: the launcher neither waits for a writer (it hung
+/// after the job, deaf to SIGTERM) nor follows the link (one to /dev/zero read without end,
+/// see `symheap-tools/tests/symheap_run.rs`); it names the failed rank by exit order and
+/// says why it read no blame.
+#[test]
+fn a_rank_that_replaces_the_blame_file_cannot_hang_or_mislead_the_launcher() {
+    let outcome = job_whose_rank_replaces_the_blame_file(r#"mkfifo "$B""#);
+    assert_eq!(outcome.first_failure, Some(1), "{}", failed(&outcome));
+    let why = outcome.blame_unread.unwrap_or_default();
+    assert!(why.contains("not a regular file"), "{why}");
+    // A link to a file blaming a process that is no rank of the job.
+    let outcome = job_whose_rank_replaces_the_blame_file(
+        r#"echo "1 1 exited" > "$B.x" && ln -s "$B.x" "$B""#,
+    );
+    assert_eq!(outcome.first_failure, Some(1), "{}", failed(&outcome));
+    let why = outcome.blame_unread.unwrap_or_default();
+    assert!(why.contains("symbolic link"), "{why}");
+}

@@ -7,6 +7,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 
 pub use symheap_emu::{GRANULARITY, acl_api, hccl_api, testing};
 
@@ -51,6 +52,14 @@ const HOLDS_COMM: &str = "the closure's result holds its communicator (a pool, p
 /// threads can do together. A result that still holds its communicator is dropped on its
 /// rank's thread and reported as an error.
 ///
+/// The ranks wait for each other before they join the communicator: a rank that fails before
+/// joining (its `aclrtSetDevice` refused, or its thread not started) stops the others there,
+/// so `launch` fails at once with its error instead of after the connect timeout (120 s by
+/// default) for which the others would wait for it in `HcclCommInitRootInfoConfig`. A rank
+/// whose `HcclCommInitRootInfoConfig` itself fails before it reaches the rendezvous (out of
+/// descriptors, say) cannot stop the others, already inside theirs: they wait for it until
+/// the connect timeout, as with real HCCL.
+///
 /// # Errors
 /// The failing rank's error, as [`Error::Rank`] or [`Error::Panicked`] with its rank: a
 /// rank that fails often makes its peers fail later (time out, or find it gone), so a panic
@@ -88,43 +97,35 @@ where
         return Err(Error::invalid("launch needs at least one rank"));
     }
     let root = RootInfo::new(rt)?;
+    let gate = Gate::new(ranks);
     // Each outcome is stamped with a global order so the earliest failure is reported.
     let clock = AtomicU64::new(0);
     let outcomes: Vec<(Result<T>, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..ranks)
             .map(|rank| {
-                let (root, f, clock) = (&root, &f, &clock);
-                scope.spawn(move || {
-                    let run = || {
-                        rt.set_device(rank)?;
-                        let comm = Comm::init(rt, ranks, root, rank, config)?;
-                        let value = f(&comm)?;
-                        if comm.handles() > 1 {
-                            // Dropped here, by every rank at once, as its collective
-                            // deregistrations need: after `launch` they would wait in vain.
-                            drop(value);
-                            return Err(Error::invalid(HOLDS_COMM));
-                        }
-                        Ok(value)
-                    };
-                    let result = match catch_unwind(AssertUnwindSafe(run)) {
-                        Ok(result) => result.map_err(|source| Error::Rank {
-                            rank,
-                            source: Box::new(source),
-                        }),
-                        Err(payload) => Err(Error::Panicked {
-                            rank,
-                            message: panic_message(payload.as_ref()),
-                        }),
-                    };
+                let (root, f, clock, gate) = (&root, &f, &clock, &gate);
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
+                    let result = run_rank(rt, (rank, ranks), root, config, gate, f);
                     (result, clock.fetch_add(1, Ordering::SeqCst))
+                });
+                spawned.map_err(|e| {
+                    // The ranks at the gate must not wait for this one.
+                    gate.fail(rank);
+                    let source = Box::new(Error::io("cannot start the rank's thread", e));
+                    (
+                        Error::Rank { rank, source },
+                        clock.fetch_add(1, Ordering::SeqCst),
+                    )
                 })
             })
             .collect();
-        // The closure's panics are caught above, so a join error cannot happen.
+        // The closure's panics are caught in `run_rank`, so a join error cannot happen.
         handles
             .into_iter()
-            .map(|h| h.join().expect("rank thread panicked outside its closure"))
+            .map(|h| match h {
+                Ok(h) => h.join().expect("rank thread panicked outside its closure"),
+                Err((e, stamp)) => (Err(e), stamp),
+            })
             .collect()
     });
     // The cause, not a consequence: a panic first, then an error other than waiting in vain
@@ -147,15 +148,155 @@ where
     Ok(results)
 }
 
+/// One rank's thread of [`launch_with`]: binds the thread to device `rank`, meets the other
+/// ranks at `gate`, joins the communicator and runs `f` on it.
+fn run_rank<T, F>(
+    rt: &Runtime,
+    (rank, ranks): (u32, u32),
+    root: &RootInfo,
+    config: &CommConfig,
+    gate: &Gate,
+    f: &F,
+) -> Result<T>
+where
+    F: Fn(&Comm) -> Result<T>,
+{
+    let run = || {
+        let arrival = gate.arrival(rank);
+        arrival.pass(rt.set_device(rank))?;
+        let comm = Comm::init(rt, ranks, root, rank, config)?;
+        let value = f(&comm)?;
+        if comm.handles() > 1 {
+            // Dropped here, by every rank at once, as its collective deregistrations need:
+            // after `launch` they would wait in vain.
+            drop(value);
+            return Err(Error::invalid(HOLDS_COMM));
+        }
+        Ok(value)
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(result) => result.map_err(|source| Error::Rank {
+            rank,
+            source: Box::new(source),
+        }),
+        Err(payload) => Err(Error::Panicked {
+            rank,
+            message: panic_message(payload.as_ref()),
+        }),
+    }
+}
+
+/// What a rank that did not join says when another rank failed before joining: only a
+/// consequence (see [`blame_order`]), never the error `launch` reports.
+const NOT_JOINED: &str = "did not join the communicator: rank ";
+
+/// Where the rank threads of one `launch` meet before they join the communicator, so that a
+/// rank that fails before joining (its `aclrtSetDevice` refused, say) stops the others from
+/// joining, instead of leaving them to wait for it until the connect timeout (120 s by
+/// default): the join itself cannot be cancelled from outside the C call.
+struct Gate {
+    ranks: u32,
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Ranks that are ready to join.
+    ready: u32,
+    /// The first rank that failed before joining.
+    failed: Option<u32>,
+}
+
+/// One rank on its way to the [`Gate`]: it must [`pass`](Arrival::pass) it; dropped
+/// without passing (a panic), it counts as a failure.
+struct Arrival<'a> {
+    gate: &'a Gate,
+    rank: u32,
+    passed: bool,
+}
+
+impl Gate {
+    fn new(ranks: u32) -> Gate {
+        Gate {
+            ranks,
+            state: Mutex::new(GateState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn arrival(&self, rank: u32) -> Arrival<'_> {
+        Arrival {
+            gate: self,
+            rank,
+            passed: false,
+        }
+    }
+
+    /// Records that `rank` failed before joining: the ranks waiting at the gate, and those
+    /// still to come, give up.
+    fn fail(&self, rank: u32) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.failed.get_or_insert(rank);
+        self.changed.notify_all();
+    }
+
+    /// Records that a rank is ready to join, then waits until every rank is or one failed:
+    /// then the rank that failed first. Every rank arrives once (see [`Arrival`]), after
+    /// its own pre-join steps only, so the wait ends.
+    fn ready(&self) -> std::result::Result<(), u32> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.ready += 1;
+        self.changed.notify_all();
+        loop {
+            if let Some(failed) = state.failed {
+                return Err(failed);
+            }
+            if state.ready == self.ranks {
+                return Ok(());
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Arrival<'_> {
+    /// Passes the gate with the outcome of this rank's pre-join steps: its own error if
+    /// they failed (the other ranks then give up); otherwise `Ok` once every rank is ready
+    /// to join, or an error naming the rank that failed before joining.
+    fn pass(mut self, steps: Result<()>) -> Result<()> {
+        self.passed = true;
+        if steps.is_err() {
+            self.gate.fail(self.rank);
+            return steps;
+        }
+        self.gate
+            .ready()
+            .map_err(|failed| Error::invalid(format!("{NOT_JOINED}{failed} failed before joining")))
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        if !self.passed {
+            self.gate.fail(self.rank);
+        }
+    }
+}
+
 /// How directly a rank's failure points at the cause: 0 for a panic, 1 for an error of its
 /// own, 2 for a failure that other ranks' failures explain (a peer that never came, was lost,
-/// or a pool poisoned by such a collective).
+/// or a pool poisoned by such a collective), 3 for not joining because another rank failed
+/// before it could.
 fn blame_order(err: &Error) -> u8 {
     let source = match err {
         Error::Panicked { .. } => return 0,
         Error::Rank { source, .. } => source.as_ref(),
         other => other,
     };
+    if matches!(source, Error::InvalidArgument(why) if why.starts_with(NOT_JOINED)) {
+        return 3;
+    }
     let waited_in_vain = matches!(
         source,
         Error::Hccl {

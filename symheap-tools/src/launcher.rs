@@ -10,17 +10,28 @@
 //! killed: a rank that starts processes of its own must stop them.
 //!
 //! The root info carries the key that lets a process join the job, so it lives in a directory
-//! made for the run that only this user can enter (mode 0700), removed when the run ends. The
-//! ranks die with the launcher (`PR_SET_PDEATHSIG`: with the thread that called
-//! [`Job::run`]), and [`stop_on_termination_signals`] makes a killed launcher stop its ranks
-//! and remove the directory first; only `SIGKILL` leaves the (by then empty) directory behind.
+//! made for the run that only this user can enter (mode 0700), removed when the run ends;
+//! rank 0 removes the root info itself once every rank has joined. The ranks die with the
+//! launcher (`PR_SET_PDEATHSIG`: with the thread that called [`Job::run`]), and
+//! [`stop_on_termination_signals`] makes a launcher that gets `SIGINT`, `SIGTERM` or `SIGHUP`
+//! stop its ranks and remove the directory first. `SIGKILL` cannot be handled: it leaves the
+//! directory behind, with the blame file and, if the ranks were still joining, the root info
+//! (whose key then admits nobody: the rendezvous it names lived in rank 0, which died with
+//! the launcher). The next run of a launcher of this user with the same temp directory
+//! removes it: a launcher holds a lock on its directory while it lives, and removes the
+//! directories of dead launchers whose lock is free.
+//!
+//! The ranks are processes of the same user and can replace the blame file: the launcher
+//! reads it only while it is a regular file (not through a symbolic link, without waiting on
+//! a FIFO), and at most 1 MiB of it; otherwise [`Outcome::blame_unread`] says why. No wait of
+//! the launcher is without a bound: each one looks at the termination signals.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -41,26 +52,37 @@ fn io_error(what: impl Into<String>, source: std::io::Error) -> Error {
 /// the handlers; 0 before.
 static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
 
+/// How many termination signals this process received: a second one ends the grace period.
+static SIGNALS: AtomicU32 = AtomicU32::new(0);
+
 /// How often a waiting launcher looks at [`STOPPED_BY`].
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
+/// The signals [`stop_on_termination_signals`] takes over.
+const TERMINATION_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
 extern "C" fn on_termination_signal(signal: libc::c_int) {
-    // Only an atomic store: all a signal handler may safely do here.
+    // Only atomic stores: all a signal handler may safely do here.
     STOPPED_BY.store(signal, Ordering::Relaxed);
+    SIGNALS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Makes `SIGINT`, `SIGTERM` and `SIGHUP` stop a running [`Job::run`] instead of this
-/// process: the signal is passed on to every rank, the ranks get the grace period, and `run`
-/// returns (removing the run's directory). [`stopped_by`] then says which signal came. For a
-/// launcher binary (`symheap-run`), not for a library: it replaces the process's handlers.
-///
-/// # Errors
-/// [`Error::Io`] if a handler cannot be set.
-pub fn stop_on_termination_signals() -> Result<()> {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        let handler = on_termination_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        if unsafe { libc::signal(signal, handler) } == libc::SIG_ERR {
+/// Sets `handler` for every one of [`TERMINATION_SIGNALS`].
+fn set_termination_handlers(handler: libc::sighandler_t) -> Result<()> {
+    for signal in TERMINATION_SIGNALS {
+        // SAFETY: an all-zero sigaction is a valid value (no flags, empty mask) to fill in.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = handler;
+        // No SA_RESTART: a system call the signal interrupts fails with EINTR instead of
+        // resuming unseen. (The launcher does not rely on that: the standard library
+        // retries EINTR, so no call of the launcher blocks without a bound; each wait polls
+        // STOPPED_BY.)
+        action.sa_flags = 0;
+        // SAFETY: sigemptyset fills a mask this function owns.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // SAFETY: a valid action; the handler only stores to atomics, which is
+        // async-signal-safe; the old action is not asked for.
+        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
             return Err(io_error(
                 format!("cannot handle signal {signal}"),
                 std::io::Error::last_os_error(),
@@ -68,6 +90,30 @@ pub fn stop_on_termination_signals() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Makes `SIGINT`, `SIGTERM` and `SIGHUP` stop a running [`Job::run`] instead of this
+/// process: the signal is passed on to every rank, the ranks get the grace period (a second
+/// signal ends it: the ranks are killed at once), and `run` returns (removing the run's
+/// directory). [`stopped_by`] then says which signal came. For a launcher binary
+/// (`symheap-run`), not for a library: it replaces the process's handlers. Once the job is
+/// over, [`default_termination_signals`] lets the signals end the process again.
+///
+/// # Errors
+/// [`Error::Io`] if a handler cannot be set.
+pub fn stop_on_termination_signals() -> Result<()> {
+    let handler = on_termination_signal as extern "C" fn(libc::c_int);
+    set_termination_handlers(handler as libc::sighandler_t)
+}
+
+/// Gives `SIGINT`, `SIGTERM` and `SIGHUP` back their default action (ending this process),
+/// after [`stop_on_termination_signals`]: for a launcher whose job is over, so that nothing
+/// it does afterwards (writing to a terminal or pipe that no longer reads) outlasts a signal.
+///
+/// # Errors
+/// [`Error::Io`] if a disposition cannot be set.
+pub fn default_termination_signals() -> Result<()> {
+    set_termination_handlers(libc::SIG_DFL)
 }
 
 /// The termination signal that stopped a job, after [`stop_on_termination_signals`].
@@ -120,6 +166,11 @@ pub struct Outcome {
     /// Every rank's output lines, prefixed, in the order they came, when the job was run
     /// with [`Job::capture_output`]; empty otherwise (the output went to this process's own).
     pub output: String,
+    /// Why the [`launch::BLAME`] file was not read, if it was not: something other than the
+    /// launcher's own regular file stood in its place (a rank replaced it with a FIFO, a
+    /// device or a symbolic link, which are refused unread), or it could not be opened.
+    /// [`first_failure`](Self::first_failure) is then the failed rank that ended first.
+    pub blame_unread: Option<String>,
 }
 
 impl Job {
@@ -223,7 +274,10 @@ impl Job {
             }
         }
         let mut outcome = self.wait(ranks);
-        outcome.name_the_blamed(&std::fs::read_to_string(dir.blame()).unwrap_or_default());
+        match read_blame(&dir.blame()) {
+            Ok(blame) => outcome.name_the_blamed(&blame),
+            Err(why) => outcome.blame_unread = Some(why),
+        }
         outcome.output =
             String::from_utf8_lossy(&captured.lock().unwrap_or_else(|e| e.into_inner()))
                 .into_owned();
@@ -312,6 +366,10 @@ impl Job {
                 }
                 kill_at = kill_at.or(Some(Instant::now() + self.grace));
             }
+            if SIGNALS.load(Ordering::Relaxed) >= 2 {
+                // Asked twice: no more grace.
+                kill_at = kill_at.map(|at| at.min(Instant::now()));
+            }
             let poll = match kill_at {
                 Some(at) => at
                     .saturating_duration_since(Instant::now())
@@ -358,6 +416,7 @@ impl Job {
             first_failure,
             blamed_by: None,
             output: String::new(),
+            blame_unread: None,
         }
     }
 }
@@ -382,6 +441,58 @@ fn wait_for_exit(pid: u32) {
             return;
         }
     }
+}
+
+/// The most of the blame file the launcher reads: the first lines are the ones that matter,
+/// and each process writes at most 16 short lines.
+const BLAME_READ_MAX: u64 = 1 << 20;
+
+/// The contents of the blame file at `path`, whole lines only, at most [`BLAME_READ_MAX`]
+/// bytes of them; or why it is not read. The file is the launcher's, but the ranks (processes
+/// of this user) can put something else in its place: a symbolic link is not followed (one to
+/// `/dev/zero` would read without end), and neither a FIFO (opening it would wait for a
+/// writer that may never come, and reading it for data that may never end) nor a device is
+/// read.
+fn read_blame(path: &std::path::Path) -> std::result::Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display();
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(format!(
+                "the blame file {shown} was replaced by a symbolic link, which is not followed"
+            ));
+        }
+        Err(e) => return Err(format!("cannot open the blame file {shown}: {e}")),
+    };
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("cannot read the blame file {shown}: {e}"))?
+        .file_type();
+    if !kind.is_file() {
+        return Err(format!(
+            "the blame file {shown} is not a regular file (a rank put a FIFO, socket or \
+             device in its place), so it is not read"
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(BLAME_READ_MAX)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the blame file {shown}: {e}"))?;
+    if bytes.len() as u64 == BLAME_READ_MAX {
+        // A line cut at the limit could name another process (`123` of `1234`): drop it.
+        let whole = bytes
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |end| end + 1);
+        bytes.truncate(whole);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 impl Outcome {
@@ -533,36 +644,58 @@ fn relay(rank: u32, from: impl Read + Send + 'static, to: Sink) -> JoinHandle<()
     })
 }
 
+/// What run directories are called: `symheap-run-{launcher pid}-{hex}`.
+const RUN_DIR_PREFIX: &str = "symheap-run-";
+
 /// A fresh private directory for one run's root-info and blame files, removed when the run
-/// ends.
-struct RunDir(PathBuf);
+/// ends. The launcher holds a lock on it while it lives (`flock`, which the kernel drops
+/// when the process ends, however it ends): a directory whose lock is free and whose
+/// launcher is gone was left by a killed launcher, and the next run removes it
+/// ([`remove_stale_run_dirs`]).
+struct RunDir {
+    path: PathBuf,
+    /// The open directory, locked: kept open until the directory is removed.
+    _lock: std::fs::File,
+}
 
 impl RunDir {
     /// A new directory in the temp directory that only this user can enter, with an empty
-    /// private blame file.
+    /// private blame file; the ones killed launchers of this user left are removed first.
     fn create() -> Result<RunDir> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let temp = std::env::temp_dir();
+        remove_stale_run_dirs(&temp);
         let mut tries = 0;
-        let dir = loop {
+        let path = loop {
             let nanos = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
-            let dir =
-                std::env::temp_dir().join(format!("symheap-run-{}-{nanos:x}", std::process::id()));
+            let path = temp.join(format!("{RUN_DIR_PREFIX}{}-{nanos:x}", std::process::id()));
             // `create`, not `create_all`: a directory someone made there first is not ours.
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => break dir,
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => break path,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 16 => {
                     tries += 1;
                 }
-                Err(e) => return Err(io_error(format!("cannot create {}", dir.display()), e)),
+                Err(e) => return Err(io_error(format!("cannot create {}", path.display()), e)),
             }
         };
-        let run = RunDir(dir);
+        let lock = match lock_dir(&path) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                let e = std::io::Error::from_raw_os_error(libc::EWOULDBLOCK);
+                return Err(io_error(format!("cannot lock {}", path.display()), e));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir(&path);
+                return Err(io_error(format!("cannot lock {}", path.display()), e));
+            }
+        };
+        let run = RunDir { path, _lock: lock };
         // The mode asked for passes through the umask, which may only take bits away: set
         // it exactly.
-        std::fs::set_permissions(&run.0, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io_error(format!("cannot restrict {}", run.0.display()), e))?;
+        std::fs::set_permissions(&run.path, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io_error(format!("cannot restrict {}", run.path.display()), e))?;
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -573,18 +706,85 @@ impl RunDir {
     }
 
     fn root_info(&self) -> PathBuf {
-        self.0.join("root-info")
+        self.path.join("root-info")
     }
 
     /// The [`launch::BLAME`] file, made empty by [`RunDir::create`].
     fn blame(&self) -> PathBuf {
-        self.0.join("blame")
+        self.path.join("blame")
     }
 }
 
 impl Drop for RunDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // Removed while still locked (the lock closes after this): no other launcher's
+        // sweep takes it meanwhile.
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The directory `path`, opened and locked (`flock`, exclusive), or `None` if another open
+/// file holds the lock. Not through a symbolic link; closed on exec, so that no rank holds
+/// the lock after its launcher died.
+fn lock_dir(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    // SAFETY: flock on a descriptor this function owns; it touches no memory.
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(dir));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// The launcher pid in a run directory's name, `symheap-run-{pid}-{hex}`.
+fn run_dir_pid(name: &std::ffi::OsStr) -> Option<libc::pid_t> {
+    let rest = name.to_str()?.strip_prefix(RUN_DIR_PREFIX)?;
+    let (pid, suffix) = rest.split_once('-')?;
+    let digits = |s: &str, radix| !s.is_empty() && s.chars().all(|c| c.is_digit(radix));
+    (digits(pid, 10) && digits(suffix, 16))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+/// Removes from `temp` the run directories that killed launchers of this user left behind
+/// (`SIGKILL` leaves no time to remove one; it holds the root info if the ranks were still
+/// joining, and the blame file). Only a directory, not a link, that this user owns with mode
+/// 0700 and a run directory's name, whose launcher is no longer alive (by its pid, in this
+/// PID namespace) and whose lock is free (in any namespace sharing the directory), so that
+/// neither a running launcher's directory nor anything of another user is touched. Best
+/// effort: what cannot be removed stays for the next run.
+fn remove_stale_run_dirs(temp: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let Some(pid) = run_dir_pid(&entry.file_name()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists; nothing is sent.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        let path = entry.path();
+        let ours = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o7777 == 0o700);
+        if alive || !ours {
+            continue;
+        }
+        // Held until the directory is gone, so that no other sweep races this one.
+        if let Ok(Some(_lock)) = lock_dir(&path) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 
@@ -708,6 +908,100 @@ mod tests {
             let (_, rest) = text.split_once(' ').expect("a word and a number");
             assert_eq!(rest.split('.').next(), Some(rank), "{line}");
         }
+    }
+
+    /// A fresh directory for one test's files.
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("symheap-launcher-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// What stands in the blame file's place is read only if it is a regular file, without
+    /// blocking on a FIFO or following a link, and only so far.
+    #[test]
+    fn the_blame_file_is_read_only_if_regular_and_only_so_far() {
+        let dir = scratch("blame");
+        let fifo = dir.join("fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let err = read_blame(&fifo).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let err = read_blame(&link).unwrap_err();
+        assert!(err.contains("symbolic link"), "{err}");
+        let err = read_blame(&dir.join("gone")).unwrap_err();
+        assert!(err.contains("cannot open"), "{err}");
+        // A file grown past the limit: the whole lines before it, no cut one.
+        let big = dir.join("big");
+        let line = "1234567 7654321 exited\n";
+        let lines = (BLAME_READ_MAX as usize).div_ceil(line.len()) + 10;
+        std::fs::write(&big, line.repeat(lines)).unwrap();
+        let read = read_blame(&big).unwrap();
+        assert!(
+            read.len() as u64 <= BLAME_READ_MAX && read.len() > 1000,
+            "{}",
+            read.len()
+        );
+        assert!(read.lines().all(|l| l == line.trim_end()));
+        std::fs::write(&big, "1 2 exited").unwrap();
+        assert_eq!(read_blame(&big).unwrap(), "1 2 exited");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The sweep removes the run directories of dead launchers of this user, and nothing
+    /// else: not a live launcher's, not a locked one, not one of another mode or name, not a
+    /// link (nor what it points to).
+    #[test]
+    fn only_the_run_directories_of_dead_launchers_are_swept() {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let temp = scratch("sweep");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let live = std::process::id();
+        let make = |name: String, mode: u32| {
+            let path = temp.join(name);
+            std::fs::DirBuilder::new().mode(mode).create(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            std::fs::write(path.join("root-info"), b"key").unwrap();
+            path
+        };
+        let stale = make(format!("symheap-run-{dead}-1a"), 0o700);
+        let running = make(format!("symheap-run-{live}-1b"), 0o700);
+        let open = make(format!("symheap-run-{dead}-1c"), 0o755);
+        let locked = make(format!("symheap-run-{dead}-1d"), 0o700);
+        let other = make(format!("symheap-run-x{dead}-1e"), 0o700);
+        let target = make("target".into(), 0o700);
+        let link = temp.join(format!("symheap-run-{dead}-1f"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let lock = lock_dir(&locked).unwrap().expect("a fresh lock");
+        remove_stale_run_dirs(&temp);
+        assert!(!stale.exists());
+        for kept in [&running, &open, &locked, &other, &target] {
+            assert!(kept.join("root-info").exists(), "{}", kept.display());
+        }
+        assert!(link.symlink_metadata().is_ok());
+        drop(lock);
+        remove_stale_run_dirs(&temp);
+        assert!(!locked.exists());
+        assert_eq!(
+            run_dir_pid(std::ffi::OsStr::new("symheap-run-12-ab")),
+            Some(12)
+        );
+        for name in [
+            "symheap-run-12",
+            "symheap-run--ab",
+            "symheap-run-12-",
+            "symheap-run-1x-ab",
+        ] {
+            assert_eq!(run_dir_pid(std::ffi::OsStr::new(name)), None, "{name}");
+        }
+        std::fs::remove_dir_all(&temp).unwrap();
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 // The variable a launcher sets to the file that collects the blame (`symheap-run` does).
@@ -35,16 +36,29 @@ pub(crate) fn blame(blamed: &[u32], why: &str) {
     for pid in blamed {
         line.push_str(&format!("{pid} {} {why}\n", std::process::id()));
     }
-    // The file is the launcher's: never create one, never follow a link planted there.
-    let file = std::fs::OpenOptions::new()
+    let _ = append(Path::new(&path), &line);
+}
+
+/// Appends `lines` to the launcher's blame file at `path`, if that is a regular file: an
+/// error, without waiting, for anything else in its place.
+fn append(path: &Path, lines: &str) -> std::io::Result<()> {
+    // The file is the launcher's: never create one, never follow a link planted there, never
+    // wait for a reader of a FIFO put there (O_NONBLOCK, which a regular file ignores).
+    let mut file = std::fs::OpenOptions::new()
         .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path);
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    // A FIFO with a reader opens; writing to it could still wait for room, or feed whoever
+    // reads it.
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
     // One write of a few short lines to a file opened with O_APPEND: lines of different
     // processes do not interleave.
-    if let Ok(mut file) = file {
-        let _ = file.write_all(line.as_bytes());
-    }
+    file.write_all(lines.as_bytes())
 }
 
 /// The smallest group of ranks that wait at the same step, if exactly one group is that small
@@ -69,7 +83,59 @@ pub(crate) fn odd_ones_out<W: PartialEq + Copy>(waits: &[(usize, W)]) -> Vec<u32
 
 #[cfg(test)]
 mod tests {
-    use super::odd_ones_out;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::{append, odd_ones_out};
+
+    /// A fresh directory for one test's files.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("symheap-emu-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// `append(path, ..)`'s result, if it returns within 2 s.
+    fn append_within_2_s(path: PathBuf) -> Option<std::io::Result<()>> {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(append(&path, "1 2 exited\n")));
+        result.recv_timeout(Duration::from_secs(2)).ok()
+    }
+
+    /// A rank writes its blame only to the launcher's regular file: not through a link
+    /// planted in its place, and not into a FIFO, whether or not anyone reads it (opening one
+    /// nobody reads would wait for a reader, and writing one whose reader stopped would wait
+    /// for room).
+    #[test]
+    fn blame_goes_only_to_a_regular_file_and_never_waits() {
+        let dir = scratch("blame-writer");
+        let fifo = dir.join("fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let alone = append_within_2_s(fifo.clone()).expect("waited for a reader of the FIFO");
+        assert!(alone.is_err());
+        // A reader that never reads.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let read = append_within_2_s(fifo).expect("waited on the FIFO");
+        assert!(read.is_err(), "wrote into a FIFO");
+        drop(reader);
+        let target = dir.join("target");
+        std::fs::write(&target, "").unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(append_within_2_s(link).unwrap().is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
+        append_within_2_s(target.clone()).unwrap().unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "1 2 exited\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_deadlock_blames_the_one_step_fewest_ranks_wait_at() {

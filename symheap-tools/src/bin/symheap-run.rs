@@ -14,7 +14,8 @@ Runs PROGRAM as N ranks, one process each, with SYMHEAP_RANK, SYMHEAP_WORLD_SIZE
 SYMHEAP_DEVICE and SYMHEAP_ROOT_INFO set (what symheap's Comm::from_env reads). Output lines
 are prefixed with [rank R]. When a rank fails, the others are killed after the grace period
 (default 5 s) and symheap-run exits with status 1. SIGINT, SIGTERM or SIGHUP is passed on
-to every rank; the ranks die with symheap-run in any case.";
+to every rank (a second one kills them at once); the ranks die with symheap-run in any
+case.";
 
 fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Job, String> {
     let mut ranks = None;
@@ -67,6 +68,17 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let outcome = job.run();
+    // The job is over (its ranks reaped, its directory removed): from here on a signal ends
+    // this process as usual, whatever it is doing (writing to a pipe nobody reads, say).
+    if let Err(e) = launcher::default_termination_signals() {
+        eprintln!("symheap-run: {e}");
+    }
+    if let Some(why) = outcome.as_ref().ok().and_then(|o| o.blame_unread.as_ref()) {
+        eprintln!(
+            "symheap-run: warning: {why}; the first failure is named by the order in which the \
+             ranks ended"
+        );
+    }
     if let Some(signal) = launcher::stopped_by() {
         eprintln!("symheap-run: stopped by signal {signal}; the ranks were stopped too");
         return ExitCode::from(128u8.saturating_add(signal as u8));
