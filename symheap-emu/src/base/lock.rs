@@ -121,6 +121,12 @@ pub(crate) mod ranks {
     pub(crate) const INJECTED: Rank = rank(25, "abi::inject injected failures");
     /// `abi::inject`: the call counts.
     pub(crate) const CALL_COUNTS: Rank = rank(26, "abi::inject call counts");
+    /// `ipc::host_threads`: the host threads of a rank (a communicator and those split from it).
+    pub(crate) const HOST_THREADS: Rank = rank(28, "ipc::host_threads a rank's host threads");
+    /// `ipc::host_threads`: where one host thread waits.
+    pub(crate) const HOST_WAIT: Rank = rank(29, "ipc::host_threads a host thread's wait");
+    /// `ipc::host_threads`: where a stream's task waits.
+    pub(crate) const STREAM_AT: Rank = rank(30, "ipc::host_threads where a stream waits");
 
     /// The unit tests' lock on process-global state, held for a whole test.
     #[cfg(test)]
