@@ -252,6 +252,14 @@ impl Rendezvous {
         timeout: Duration,
         watch: &Watch<'_>,
     ) -> Result<Vec<T>, RvError> {
+        // A deadlock declared on this communicator's board ends it: every later step fails
+        // at once, before depositing anything (a deposit could complete the exchange the
+        // rank that found the deadlock has just given up on).
+        if let Some(who) = self.board.declared_deadlock() {
+            let failure = RvError::Deadlock(who);
+            self.blame(&failure);
+            return Err(failure);
+        }
         let mut payload = Writer::default();
         let mut fds = Vec::new();
         payload.u8(T::TAG);
@@ -807,6 +815,32 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// Once a rank declared a deadlock on the board, the communicator is done for: a later
+    /// step fails at once on every rank, even one every rank comes to. (A later step that
+    /// completed let the finder's own exchange complete with its peers' next one: the ranks
+    /// that failed on the deadlock and then deregistered their windows met the finder's
+    /// deregistration, which returned success, seen once in `fail_fast`.)
+    #[test]
+    fn after_a_declared_deadlock_every_later_step_fails_at_once() {
+        let rvs = group(2);
+        let board = rvs[0].board();
+        board.publish_waits(0, &[board::step_word(0, 0) | board::HOST_STEP]);
+        board.publish_waits(1, &[board::step_word(0, 0)]);
+        let said = board
+            .deadlock()
+            .expect("rank 0 in an exchange, rank 1 in a collective");
+        let start = Instant::now();
+        for key in [
+            Key::Host { seq: 1, step: 0 },
+            Key::Collective { seq: 1, step: 0 },
+        ] {
+            for got in all(&rvs, key, |r| r as u64) {
+                assert_eq!(got, Err(RvError::Deadlock(said.clone())), "{key}");
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(10));
     }
 
     /// A raw join as `rank` of `n` with `session`: the hub's answer's tag and reason.
