@@ -2,11 +2,12 @@
 //! pool is poisoned, drops its pool without a collective step, so its peers find it gone
 //! instead of waiting for the exec timeout.
 
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use symheap::raw::Window;
+use symheap::raw::{Mapping, Window};
 use symheap::{
-    CommConfig, Element, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, emu,
+    Comm, CommConfig, Element, Error, PoolConfig, ReduceOp, Runtime, Stream, SymPool, SymVec, emu,
 };
 
 use crate::harness::EmuSession;
@@ -265,4 +266,217 @@ fn a_thread_rank_that_fails_before_it_joins_fails_the_others_at_once() {
         "{err}"
     );
     session.assert_clean();
+}
+
+/// A rank's other host thread, late on purpose: long after the deadlock check first looks
+/// (50 ms), short of any timeout.
+const LATE: Duration = Duration::from_millis(500);
+
+/// Issue 30, item 4, as one rank runs it: two host threads. On rank 0 one synchronizes a
+/// barrier while the other is still on its way to a window registration; on rank 1 one
+/// registers while the other is still on its way to the barrier. Real HCCL completes this
+/// program (each step's peer comes after `LATE`); the deadlock check must not fail it,
+/// although for a while rank 0 waits only in the collective and rank 1 only in the
+/// registration. With `known`, both threads have called HCCL on the communicator before (so
+/// they count as the rank's host threads); without, the registration runs on a fresh thread.
+fn one_collective_beside_one_late_registration(comm: &Comm, known: bool) -> symheap::Result<()> {
+    let stream = Stream::new(comm.runtime())?;
+    let size = comm.runtime().round_to_granularity(1, comm.device())?;
+    let mapping = Arc::new(Mapping::allocate(comm.runtime(), size, comm.device())?);
+    let collective_first = comm.rank() == 0;
+    let both_known = Barrier::new(2);
+    let meet = || -> symheap::Result<()> {
+        if known {
+            comm.name()?;
+            both_known.wait();
+        }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let registrar = s.spawn(|| {
+            meet()?;
+            if collective_first {
+                std::thread::sleep(LATE);
+            }
+            Window::register(comm, &mapping)
+        });
+        meet()?;
+        if !collective_first {
+            std::thread::sleep(LATE);
+        }
+        let synced = comm
+            .barrier(&stream)
+            .and_then(|()| comm.synchronize(&stream));
+        let window = registrar.join().expect("the registrar panicked");
+        synced?;
+        drop(window?);
+        Ok(())
+    })
+}
+
+/// [`one_collective_beside_one_late_registration`] with both threads known, as threads.
+#[test]
+fn a_thread_on_its_way_to_a_registration_is_no_deadlock() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(30);
+    let started = Instant::now();
+    emu::launch_with(&rt, 2, &config, |comm| {
+        one_collective_beside_one_late_registration(comm, true)
+    })
+    .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    session.assert_clean();
+}
+
+/// The same program as the issue wrote it, with a fresh thread for the registration: on rank
+/// 0 it is spawned and sleeps while the rank's own thread synchronizes the barrier; on rank 1
+/// it registers at once and the rank's own thread comes to the barrier late.
+#[test]
+fn a_fresh_registration_thread_beside_a_synchronizing_one_is_no_deadlock() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(30);
+    emu::launch_with(&rt, 2, &config, |comm| {
+        one_collective_beside_one_late_registration(comm, false)
+    })
+    .unwrap();
+    session.assert_clean();
+}
+
+/// One rank of [`the_late_registration_program_completes_as_processes`] (run by it alone).
+#[test]
+#[ignore = "a rank of a multi-process test"]
+fn rank_of_the_late_registration_program() {
+    let rt = Runtime::emulated().unwrap();
+    let comm = Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(30)).unwrap();
+    for known in [true, false] {
+        one_collective_beside_one_late_registration(&comm, known).unwrap();
+    }
+}
+
+/// [`one_collective_beside_one_late_registration`], both ways, with each rank a process.
+#[test]
+fn the_late_registration_program_completes_as_processes() {
+    let outcome =
+        crate::processes::rank_job_in("fail_fast", 2, "rank_of_the_late_registration_program")
+            .run()
+            .expect("the ranks start");
+    assert!(outcome.success(), "{}", crate::processes::failed(&outcome));
+}
+
+/// A true deadlock of multi-threaded ranks, as one rank runs it: rank 0's two threads both
+/// synchronize a barrier rank 1 never calls; rank 1's own thread registers a window rank 0
+/// never registers, while its second thread (which has called HCCL on the communicator) is
+/// still running, for `LATE`. The failure this rank's threads were told, when it came, and
+/// (on rank 1) when the second thread ended.
+fn a_deadlock_once_a_thread_ends(
+    comm: &Comm,
+) -> symheap::Result<(String, Instant, Option<Instant>)> {
+    let stream = Stream::new(comm.runtime())?;
+    let size = comm.runtime().round_to_granularity(1, comm.device())?;
+    let mapping = Arc::new(Mapping::allocate(comm.runtime(), size, comm.device())?);
+    let known = Barrier::new(2);
+    let queued = Barrier::new(2);
+    std::thread::scope(|s| {
+        // Rank 0's: waits for the barrier too; rank 1's: runs on for a while.
+        let other = s.spawn(
+            || -> symheap::Result<(symheap::Result<()>, Option<Instant>)> {
+                comm.name()?;
+                known.wait();
+                if comm.rank() == 0 {
+                    queued.wait();
+                    return Ok((comm.synchronize(&stream), None));
+                }
+                std::thread::sleep(LATE);
+                Ok((Ok(()), Some(Instant::now())))
+            },
+        );
+        comm.name()?;
+        known.wait();
+        let failed = if comm.rank() == 0 {
+            comm.barrier(&stream)?;
+            queued.wait();
+            comm.synchronize(&stream).map(drop)
+        } else {
+            Window::register(comm, &mapping).map(drop)
+        };
+        let failed_at = Instant::now();
+        let (other_waited, other_ended) = other.join().expect("the other thread panicked")?;
+        // Of two threads synchronizing one failed stream, either may be told.
+        let err = failed
+            .and(other_waited)
+            .expect_err("a deadlock")
+            .to_string();
+        Ok((err, failed_at, other_ended))
+    })
+}
+
+/// What [`a_deadlock_once_a_thread_ends`] must give on rank `rank`: a deadlock, which on rank
+/// 1 names who waits where and was declared only after its second thread ended.
+#[track_caller]
+fn check_the_deadlock_once_a_thread_ends(rank: u32, outcome: &(String, Instant, Option<Instant>)) {
+    let (err, failed_at, other_ended) = outcome;
+    assert!(err.contains("deadlock"), "rank {rank}: {err}");
+    if rank == 1 {
+        assert!(
+            err.contains("rank 1 in window exchange") && err.contains("rank 0 in collective"),
+            "{err}"
+        );
+        let other_ended = other_ended.expect("rank 1's second thread records its end");
+        assert!(
+            *failed_at > other_ended,
+            "the deadlock was declared while rank 1 still had a running host thread"
+        );
+    }
+}
+
+/// A true deadlock of multi-threaded ranks is still found, but only once every host thread of
+/// every rank is blocked ([`a_deadlock_once_a_thread_ends`]): nothing fails while rank 1's
+/// second thread runs; once it ends, every rank fails in seconds (the exec timeout is the
+/// default 120 s), saying who waits where.
+#[test]
+fn a_deadlock_of_multi_threaded_ranks_is_found_once_every_thread_is_blocked() {
+    let session = EmuSession::start();
+    let rt = Runtime::emulated().unwrap();
+    let started = Instant::now();
+    let outcomes =
+        emu::launch_with(&rt, 2, &CommConfig::new(), a_deadlock_once_a_thread_ends).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    for (rank, outcome) in outcomes.iter().enumerate() {
+        check_the_deadlock_once_a_thread_ends(rank as u32, outcome);
+    }
+    let _ = rt.take_drop_errors();
+    session.assert_clean();
+}
+
+/// One rank of [`a_deadlock_of_multi_threaded_processes_is_found`] (run by it alone).
+#[test]
+#[ignore = "a rank of a multi-process test"]
+fn rank_of_a_deadlock_once_a_thread_ends() {
+    let rt = Runtime::emulated().unwrap();
+    let comm = Comm::from_env(&rt, CommConfig::new()).unwrap();
+    let outcome = a_deadlock_once_a_thread_ends(&comm).unwrap();
+    check_the_deadlock_once_a_thread_ends(comm.rank(), &outcome);
+}
+
+/// [`a_deadlock_once_a_thread_ends`] with each rank a process: the ranks read each other's
+/// waits on the board across processes, and the job ends in seconds.
+#[test]
+fn a_deadlock_of_multi_threaded_processes_is_found() {
+    let started = Instant::now();
+    let outcome =
+        crate::processes::rank_job_in("fail_fast", 2, "rank_of_a_deadlock_once_a_thread_ends")
+            .run()
+            .expect("the ranks start");
+    assert!(outcome.success(), "{}", crate::processes::failed(&outcome));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -30,6 +30,7 @@ use crate::base::errors::{AclResult, Fail, acl_fail, invalid, panic_message, par
 use crate::base::handle::{ModelHandle, StreamHandle};
 use crate::base::lock::{Condvar, RankedMutex, lock, ranks};
 use crate::base::registry::Registry;
+use crate::ipc::host_threads::{self, StreamAt};
 
 /// Why a task failed: the code `aclrtSynchronizeStream` returns and the detail it records.
 #[derive(Clone, Debug)]
@@ -69,8 +70,9 @@ struct Shared {
     work: Condvar,
     /// Signalled when a task completes.
     done: Condvar,
-    /// Host threads waiting in `aclrtSynchronizeStream` for this stream now.
-    synchronizing: AtomicUsize,
+    /// Where the stream's task waits now, for the deadlock check: host threads
+    /// synchronizing the stream wait there too.
+    at: Arc<StreamAt>,
     /// The model the stream captures into ([`crate::acl::graph`]), or 0.
     capture: AtomicUsize,
 }
@@ -151,7 +153,7 @@ pub(crate) fn create() -> AclResult<StreamHandle> {
         ),
         work: Condvar::new(),
         done: Condvar::new(),
-        synchronizing: AtomicUsize::new(0),
+        at: Arc::new(StreamAt::new()),
         capture: AtomicUsize::new(0),
     });
     let handle = StreamHandle::fresh();
@@ -340,15 +342,11 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
         );
     }
     let shared = &stream.shared;
-    shared.synchronizing.fetch_add(1, Ordering::AcqRel);
-    /// Counts the wait out however it ends.
-    struct Synchronizing<'a>(&'a AtomicUsize);
-    impl Drop for Synchronizing<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    let _waiting = Synchronizing(&shared.synchronizing);
+    // For the deadlock check, this thread waits where the stream's task waits, until this
+    // wait ends however it ends (a wait with a timeout ends by itself: not counted).
+    let _waiting = until
+        .is_none()
+        .then(|| host_threads::synchronizing(&shared.at));
     let mut q = lock(&shared.queue);
     let target = q.enqueued;
     // Registered while it waits, so that a failure it covers is kept for it.
@@ -399,11 +397,10 @@ impl Stream {
             .store(model.map_or(0, ModelHandle::raw), Ordering::Release);
     }
 
-    /// Whether a host thread waits for this stream now (`aclrtSynchronizeStream`): a
-    /// question for the stream's own tasks, which the deadlock check asks.
-    pub(crate) fn host_waiting(&self) -> impl Fn() -> bool + Send + Sync + 'static {
-        let shared = Arc::clone(&self.shared);
-        move || shared.synchronizing.load(Ordering::Acquire) > 0
+    /// Where the stream's task waits now, for the deadlock check: the stream's own tasks
+    /// record it, and a host thread synchronizing the stream waits there too.
+    pub(crate) fn at(&self) -> Arc<StreamAt> {
+        Arc::clone(&self.shared.at)
     }
 
     /// Queues `task` behind everything already enqueued. A stream stopped by a failure in
@@ -753,11 +750,8 @@ mod tests {
 
     /// How many host threads wait in a synchronize of `s` now.
     fn waiting(s: aclrtStream) -> usize {
-        lookup(StreamHandle::from_c(s))
-            .unwrap()
-            .shared
-            .synchronizing
-            .load(Ordering::Acquire)
+        let stream = lookup(StreamHandle::from_c(s)).unwrap();
+        lock(&stream.shared.queue).waiting.len()
     }
 
     /// Waits (yielding) until `n` host threads wait in a synchronize of `s`.

@@ -47,6 +47,9 @@
 //! | 27 | `abi::inject` injected failures | nothing |
 //! | 28 | `abi::inject` call counts | nothing |
 //! | 29 | `ipc::hub` joins seen by tests (tests only) | nothing |
+//! | 30 | `ipc::host_threads` a rank's host threads | a host thread's wait, where a stream waits |
+//! | 31 | `ipc::host_threads` a host thread's wait | where a stream waits |
+//! | 32 | `ipc::host_threads` where a stream's task waits | nothing |
 //!
 //! The registries (models, streams, events, communicators) are near the bottom: they are held
 //! only to find or file a handle. Per-object locks of one kind share a rank, so a thread never
@@ -127,6 +130,12 @@ pub(crate) mod ranks {
     pub(crate) const INJECTED: Rank = rank(27, "abi::inject injected failures");
     /// `abi::inject`: the call counts.
     pub(crate) const CALL_COUNTS: Rank = rank(28, "abi::inject call counts");
+    /// `ipc::host_threads`: the host threads of a rank (a communicator and those split from it).
+    pub(crate) const HOST_THREADS: Rank = rank(30, "ipc::host_threads a rank's host threads");
+    /// `ipc::host_threads`: where one host thread waits.
+    pub(crate) const HOST_WAIT: Rank = rank(31, "ipc::host_threads a host thread's wait");
+    /// `ipc::host_threads`: where a stream's task waits.
+    pub(crate) const STREAM_AT: Rank = rank(32, "ipc::host_threads where a stream waits");
 
     /// The unit tests' lock on process-global state, held for a whole test.
     #[cfg(test)]

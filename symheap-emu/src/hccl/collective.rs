@@ -17,6 +17,7 @@ use crate::base::lock::lock;
 use crate::hccl::comm::{Comm, Queued};
 use crate::hccl::job::{self, Job, Path, Place, Request, Signature};
 use crate::hccl::steps::Steps;
+use crate::ipc::host_threads::StreamAt;
 use crate::ipc::wire::{Reader, Wire, Writer};
 use crate::{hccl::staged, hccl::symmetric, hccl::v_layout, ipc::os};
 use symheap_types::Collective;
@@ -120,14 +121,13 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: StreamHandle, req: &Re
         // Kept in the capture: each replay takes the communicator's next sequence number
         // when it is launched (host order, the same on every rank), and the job's buffers
         // stay pinned as long as the graph lives.
-        let (comm, host_waits) = (comm.clone(), Arc::new(stream.host_waiting()));
+        let (comm, at) = (comm.clone(), stream.at());
         let recipe = Arc::new(move || {
             let seq = comm.next_collective_seq();
-            let host_waits = host_waits.clone();
             // Where the replay runs it is not tracked: the next eager collective is not
             // checked against it.
             *lock(&comm.last_collective) = None;
-            Ok(task(comm.clone(), job.clone(), seq, move || host_waits()))
+            Ok(task(comm.clone(), job.clone(), seq, at.clone()))
         });
         return graph::submit(&stream, handle, recipe).map_err(stream_error);
     }
@@ -136,7 +136,7 @@ pub(crate) fn enqueue(comm: &Arc<Comm>, seq: u64, stream: StreamHandle, req: &Re
         check_order(before, seq, handle)?;
     }
     let position = stream
-        .enqueue_counted(task(comm.clone(), job, seq, stream.host_waiting()))
+        .enqueue_counted(task(comm.clone(), job, seq, stream.at()))
         .map_err(stream_error)?;
     *last = Some(Queued {
         seq,
@@ -169,15 +169,11 @@ fn check_order(before: Queued, seq: u64, stream: StreamHandle) -> HcclRes {
     ))
 }
 
-/// The stream task that runs `job` as collective `seq` of `comm`.
-fn task(
-    comm: Arc<Comm>,
-    job: Arc<Job>,
-    seq: u64,
-    host_waits: impl Fn() -> bool + Send + 'static,
-) -> stream::Task {
+/// The stream task that runs `job` as collective `seq` of `comm`, recording in `at` (its
+/// stream's) where it waits.
+fn task(comm: Arc<Comm>, job: Arc<Job>, seq: u64, at: Arc<StreamAt>) -> stream::Task {
     Box::new(move || {
-        run(&comm, &job, seq, &host_waits).map_err(|f| {
+        run(&comm, &job, seq, &at).map_err(|f| {
             comm.set_async_error(f.code);
             TaskFailure {
                 code: ACL_ERROR_RT_INTERNAL_ERROR,
@@ -194,8 +190,8 @@ fn task(
 }
 
 /// Runs a checked collective on the stream thread.
-fn run(comm: &Comm, job: &Job, seq: u64, host_waits: &dyn Fn() -> bool) -> HcclRes {
-    let mut steps = Steps::new(comm, seq, host_waits);
+fn run(comm: &Comm, job: &Job, seq: u64, at: &StreamAt) -> HcclRes {
+    let mut steps = Steps::new(comm, seq, at);
     let route = Route::of(&job.path);
     let all = steps.exchange(Arrival {
         sig: job.sig,

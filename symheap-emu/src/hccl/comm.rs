@@ -20,6 +20,7 @@ use crate::hccl::expansion::{self, Expansion};
 use crate::hccl::memory_range::Ranges;
 use crate::hccl::names;
 use crate::hccl::window::{SymHeap, Window, forget_window};
+use crate::ipc::host_threads::HostThreads;
 use crate::ipc::hub;
 use crate::ipc::os;
 use crate::ipc::rendezvous::{JoinError, Rendezvous};
@@ -115,6 +116,9 @@ pub(crate) struct Comm {
     pub(crate) messages: RankedMutex<Messages>,
     /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
     pub(crate) ranges: RankedMutex<Ranges>,
+    /// This rank's host threads, for the deadlock check: shared with the communicators split
+    /// from this one (or with the global one this was split from).
+    pub(crate) threads: Arc<HostThreads>,
     /// The stream and position of this rank's last collective queued eagerly, with its
     /// sequence number (`None` before the first, and after a replay queued collectives):
     /// the next one must come after it ([`crate::hccl::collective`]).
@@ -438,6 +442,13 @@ pub(crate) fn form(
     let (staging, p2p) = (map(0)?, map(buffer)?);
     let group = Arc::new(Group { rv, staging, p2p });
     let handle = CommHandle::fresh();
+    // A sub-communicator's rank has the host threads of the global one's.
+    let threads = member
+        .parent
+        .and_then(|parent| COMMS.get(parent))
+        .map_or_else(HostThreads::new, |parent| parent.threads.clone());
+    // The thread that makes a communicator is one of its rank's host threads.
+    threads.enlist();
     COMMS.insert(
         handle,
         Arc::new(Comm {
@@ -464,6 +475,7 @@ pub(crate) fn form(
                 },
             ),
             ranges: RankedMutex::new(ranks::COMM_RANGES, Ranges::default()),
+            threads,
             last_collective: RankedMutex::new(ranks::COMM_ORDER, None),
         }),
     );
@@ -651,12 +663,17 @@ pub(crate) fn join_failed<T>(e: JoinError, rank: u32, timeout: Duration) -> Hccl
 }
 
 /// The live communicator `handle` (null `HCCL_E_PTR`, unknown `HCCL_E_PARA`).
+///
+/// The calling thread, which names the communicator in an HCCL call, counts from now on as
+/// one of its rank's host threads (for the deadlock check).
 pub(crate) fn lookup(handle: CommHandle) -> HcclRes<Arc<Comm>> {
     hccl_non_null(handle.raw(), "comm")?;
-    COMMS.get(handle).map_or_else(
+    let comm = COMMS.get(handle).map_or_else(
         || para(format!("{handle:#x} is not a live communicator")),
         Ok,
-    )
+    )?;
+    comm.threads.enlist();
+    Ok(comm)
 }
 
 /// `HcclCommDestroy`: a local call. Marks the rank as gone in the group's rendezvous (peers

@@ -7,6 +7,7 @@ use crate::sys::HcclResult;
 use crate::base::errors::{Fail, HcclRes};
 use crate::hccl::comm::Comm;
 use crate::ipc::attendance::Key;
+use crate::ipc::host_threads::Watch;
 use crate::ipc::rendezvous::{HUB_LOST, RvError};
 use crate::ipc::wire::Wire;
 
@@ -20,9 +21,15 @@ pub(crate) fn exchange<T: Wire>(
     call: &str,
 ) -> HcclRes<Vec<T>> {
     let key = Key::Host { seq, step };
+    // The calling thread is one of the rank's host threads, waiting in the exchange.
+    let watch = Watch {
+        threads: Some(&comm.threads),
+        comm: comm.handle.raw() as u64,
+        stream: None,
+    };
     comm.group
         .rv
-        .exchange(key, &value, comm.timeout)
+        .exchange_watched(key, &value, comm.timeout, &watch)
         .map_err(|e| match e {
             RvError::Timeout { missing } => Fail {
                 code: HcclResult::HCCL_E_TCP_TRANSFER,

@@ -10,6 +10,7 @@ use crate::base::errors::{Fail, HcclRes};
 use crate::hccl::comm::Comm;
 use crate::ipc::attendance::Key;
 use crate::ipc::board::MAX_VALUE;
+use crate::ipc::host_threads::{StreamAt, Watch};
 use crate::ipc::rendezvous::{HUB_LOST, Rendezvous, RvError};
 use crate::ipc::wire::{Reader, Wire, Writer};
 
@@ -45,14 +46,16 @@ pub(crate) struct Steps<'a> {
     seq: u64,
     step: u32,
     timeout: Duration,
-    /// Whether a host thread of this rank waits for the stream the steps run on.
-    host_waits: &'a dyn Fn() -> bool,
+    /// The rank's host threads, the communicator and where the stream's task waits (for the
+    /// deadlock check).
+    watch: Watch<'a>,
 }
 
 impl<'a> Steps<'a> {
-    /// The steps of `comm`'s collective number `seq`, from the first, on a stream that
-    /// `host_waits` says a host thread waits for (for the deadlock check).
-    pub(crate) fn new(comm: &'a Comm, seq: u64, host_waits: &'a dyn Fn() -> bool) -> Steps<'a> {
+    /// The steps of `comm`'s collective number `seq`, from the first, on a stream whose task
+    /// records in `at` where it waits (for the deadlock check: host threads synchronizing the
+    /// stream wait there too).
+    pub(crate) fn new(comm: &'a Comm, seq: u64, at: &'a StreamAt) -> Steps<'a> {
         Steps {
             rv: &comm.group.rv,
             rank: comm.rank,
@@ -60,7 +63,11 @@ impl<'a> Steps<'a> {
             seq,
             step: 0,
             timeout: comm.timeout,
-            host_waits,
+            watch: Watch {
+                threads: Some(&comm.threads),
+                comm: comm.handle.raw() as u64,
+                stream: Some(at),
+            },
         }
     }
 
@@ -73,7 +80,7 @@ impl<'a> Steps<'a> {
         };
         self.step += 1;
         self.rv
-            .exchange_watched(key, &value, self.timeout, self.host_waits)
+            .exchange_watched(key, &value, self.timeout, &self.watch)
             .map_err(|e| match e {
                 RvError::Timeout { missing } => Fail {
                     code: HcclResult::HCCL_E_TIMEOUT,

@@ -1,10 +1,12 @@
 //! The plumbing between ranks, whether threads or processes: system calls (memfds, mappings,
 //! futexes), sockets and messages, the rendezvous hub and a rank's end of it, who a step waits
-//! for, and the shared board on which the ranks meet at every collective step.
+//! for, the shared board on which the ranks meet at every collective step, and where each
+//! rank's host threads wait (for the deadlock check).
 
 pub(crate) mod attendance;
 pub(crate) mod blame;
 pub(crate) mod board;
+pub(crate) mod host_threads;
 pub(crate) mod hub;
 pub(crate) mod os;
 pub(crate) mod rendezvous;

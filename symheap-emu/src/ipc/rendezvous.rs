@@ -19,6 +19,7 @@ use crate::base::patience::Patience;
 use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
 use crate::ipc::blame;
 use crate::ipc::board::{self, Board};
+use crate::ipc::host_threads::{self, Watch};
 use crate::ipc::hub::{to_hub, to_rank};
 use crate::ipc::os;
 use crate::ipc::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
@@ -225,29 +226,40 @@ impl Rendezvous {
         let _ = self.conn.send(&w.bytes, &[]);
     }
 
-    /// Deposits `value` under `key` and waits up to `timeout` for every rank; then returns all
-    /// ranks' values, in rank order.
+    /// [`exchange_watched`](Self::exchange_watched) with nobody the deadlock check knows of.
+    #[cfg(test)]
     pub(crate) fn exchange<T: Wire>(
         &self,
         key: Key,
         value: &T,
         timeout: Duration,
     ) -> Result<Vec<T>, RvError> {
-        self.exchange_watched(key, value, timeout, &|| false)
+        self.exchange_watched(key, value, timeout, &Watch::NONE)
     }
 
-    /// [`exchange`](Self::exchange) for a collective step on a stream, where `host_waits`
-    /// says whether a host thread waits for that stream (so that this rank cannot act
-    /// until the step completes). A window exchange's caller is the host thread itself, and
-    /// a deadlock that every rank's waits make ([`Board::deadlock`]) fails it at once
-    /// instead of at the timeout.
+    /// Deposits `value` under `key` and waits up to `timeout` for every rank; then returns all
+    /// ranks' values, in rank order.
+    ///
+    /// `watch` names the rank's host threads, the communicator and, for a collective step,
+    /// where its stream's task waits: the wait is published for the deadlock check
+    /// ([`crate::ipc::host_threads`]). A window exchange's caller is a host thread itself, and
+    /// a deadlock that every rank's waits make ([`Board::deadlock`]) fails it at once instead
+    /// of at the timeout.
     pub(crate) fn exchange_watched<T: Wire>(
         &self,
         key: Key,
         value: &T,
         timeout: Duration,
-        host_waits: &dyn Fn() -> bool,
+        watch: &Watch<'_>,
     ) -> Result<Vec<T>, RvError> {
+        // A deadlock declared on this communicator's board ends it: every later step fails
+        // at once, before depositing anything (a deposit could complete the exchange the
+        // rank that found the deadlock has just given up on).
+        if let Some(who) = self.board.declared_deadlock() {
+            let failure = RvError::Deadlock(who);
+            self.blame(&failure);
+            return Err(failure);
+        }
         let mut payload = Writer::default();
         let mut fds = Vec::new();
         payload.u8(T::TAG);
@@ -263,7 +275,7 @@ impl Rendezvous {
                     (seq << 24) | u64::from(step),
                     &payload.bytes,
                     deadline,
-                    host_waits,
+                    watch,
                 )
                 .inspect_err(|e| self.blame(e))?;
             return payloads
@@ -280,11 +292,10 @@ impl Rendezvous {
         let key = key.encode();
         let mut message = Writer::default();
         message.u8(to_hub::DEPOSIT).blob(&key).blob(&payload.bytes);
-        if host_key {
-            progress.host_wait.store(word, Ordering::Release);
-        }
+        // This host thread waits in the exchange until this is dropped.
+        let waiting = host_key.then(|| host_threads::exchanging(watch.comm, word));
         if self.conn.send(&message.bytes, &fds).is_err() {
-            progress.host_wait.store(0, Ordering::Release);
+            drop(waiting);
             return Err(self.host_lost());
         }
         let mut patience = Patience::new();
@@ -301,6 +312,7 @@ impl Rendezvous {
                 return true;
             }
             if host_key {
+                watch.publish(&self.board, self.rank);
                 deadlock = self.board.deadlock();
             }
             deadlock.is_some()
@@ -309,6 +321,11 @@ impl Rendezvous {
             Some(answer) => answer,
             None => self.withdraw(&key),
         };
+        if host_key {
+            // A deadlock another rank declared while this one waited is the cause of any
+            // failure since (a peer that failed on it may have left before this rank looked).
+            deadlock = deadlock.or_else(|| self.board.declared_deadlock());
+        }
         let closed = host_key && self.closed.load(Ordering::Acquire);
         let result = match (answer, deadlock) {
             (Answer::Complete(m), _) => self.values(m),
@@ -321,9 +338,11 @@ impl Rendezvous {
         };
         if host_key {
             if result.is_ok() {
-                progress.host_done.store(word, Ordering::Release);
+                progress.host_done.fetch_max(word, Ordering::AcqRel);
             }
-            progress.host_wait.store(0, Ordering::Release);
+            // This thread can act again: no longer blocked, as the check must learn now.
+            drop(waiting);
+            watch.publish(&self.board, self.rank);
         }
         result.inspect_err(|e| self.blame(e))
     }
@@ -395,7 +414,7 @@ impl Rendezvous {
         step: u64,
         payload: &[u8],
         deadline: Instant,
-        host_waits: &dyn Fn() -> bool,
+        watch: &Watch<'_>,
     ) -> Result<Vec<Vec<u8>>, RvError> {
         let buffer = (self.posts.fetch_add(1, Ordering::Relaxed) % 2) as usize;
         let board = &self.board;
@@ -409,10 +428,13 @@ impl Rendezvous {
         let mut patience = Patience::new();
         let progress = board.progress(self.rank);
         let word = step + 1;
-        // Whether a host thread waits for this step (synchronizing its stream), published for
-        // the deadlock check once the step has waited a while, and then now and then. (The
-        // check itself runs in window exchanges: a deadlock needs a rank in one, since a
-        // rank that queued a collective comes to it.)
+        // Where the stream's task waits: a host thread synchronizing the stream waits here
+        // too. The rank's waits are published for the deadlock check once the step has
+        // waited a while, and then now and then. (The check itself runs in window exchanges:
+        // a deadlock needs a rank in one, since a rank that queued a collective comes to it.)
+        if let Some(at) = watch.stream {
+            at.set(watch.comm, word);
+        }
         let mut next_check = Instant::now() + DEADLOCK_CHECK;
         let everyone = board.wait_until(
             || {
@@ -422,20 +444,21 @@ impl Rendezvous {
                 }
                 patience.check(|| format!("in {key} on rank {} for ranks {missing:?}", self.rank));
                 // A deadlock a rank in a window exchange found names who waits where: told
-                // first, on every rank alike (its rank may be gone by now too).
-                failure = board.declared_deadlock().map(RvError::Deadlock);
-                if failure.is_none() {
-                    failure = self.never_coming(key, &missing);
-                }
+                // first, on every rank alike. Read after the ranks that are gone: the rank
+                // that found it may have left since, and its leaving must not hide it.
+                let gone = self.never_coming(key, &missing);
+                failure = board.declared_deadlock().map(RvError::Deadlock).or(gone);
                 if Instant::now() >= next_check {
                     next_check = Instant::now() + DEADLOCK_CHECK;
-                    let waits = if host_waits() { word } else { 0 };
-                    progress.sync_wait.store(waits, Ordering::Release);
+                    watch.publish(board, self.rank);
                 }
                 failure.is_some()
             },
             deadline,
         );
+        if let Some(at) = watch.stream {
+            at.set(0, 0);
+        }
         let values: Option<Vec<Vec<u8>>> = match (everyone, &failure) {
             (true, None) => (0..self.n)
                 .map(|r| board.take(r, step, self.rank))
@@ -443,11 +466,12 @@ impl Rendezvous {
             _ => None,
         };
         if let Some(values) = values {
-            progress.coll_done.store(word, Ordering::Release);
-            progress.sync_wait.store(0, Ordering::Release);
+            // Completed: a record that still names the step is harmless (it misses nobody).
+            progress.coll_done.fetch_max(word, Ordering::AcqRel);
             return Ok(values);
         }
-        progress.sync_wait.store(0, Ordering::Release);
+        // Failed: the host threads synchronizing the stream are about to wake.
+        watch.publish(board, self.rank);
         // The ranks that never came; if every rank came, those that gave up before us.
         let others_where = |absent: &dyn Fn(usize) -> bool| -> Vec<u32> {
             (0..self.n)
@@ -791,6 +815,32 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// Once a rank declared a deadlock on the board, the communicator is done for: a later
+    /// step fails at once on every rank, even one every rank comes to. (A later step that
+    /// completed let the finder's own exchange complete with its peers' next one: the ranks
+    /// that failed on the deadlock and then deregistered their windows met the finder's
+    /// deregistration, which returned success, seen once in `fail_fast`.)
+    #[test]
+    fn after_a_declared_deadlock_every_later_step_fails_at_once() {
+        let rvs = group(2);
+        let board = rvs[0].board();
+        board.publish_waits(0, &[board::step_word(0, 0) | board::HOST_STEP]);
+        board.publish_waits(1, &[board::step_word(0, 0)]);
+        let said = board
+            .deadlock()
+            .expect("rank 0 in an exchange, rank 1 in a collective");
+        let start = Instant::now();
+        for key in [
+            Key::Host { seq: 1, step: 0 },
+            Key::Collective { seq: 1, step: 0 },
+        ] {
+            for got in all(&rvs, key, |r| r as u64) {
+                assert_eq!(got, Err(RvError::Deadlock(said.clone())), "{key}");
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(10));
     }
 
     /// A raw join as `rank` of `n` with `session`: the hub's answer's tag and reason.
