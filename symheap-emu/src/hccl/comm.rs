@@ -21,9 +21,9 @@ use crate::hccl::memory_range::Ranges;
 use crate::hccl::names;
 use crate::hccl::window::{SymHeap, Window, forget_window};
 use crate::ipc::host_threads::HostThreads;
-use crate::ipc::hub;
 use crate::ipc::os;
 use crate::ipc::rendezvous::{JoinError, Rendezvous};
+use crate::ipc::{hub, keyed};
 
 /// The execution timeout when neither the config (`hcclExecTimeOut` <= 0) nor the environment
 /// sets one. (CANN's default is 1836 s; the emulator's is shorter, so that a hang a test
@@ -135,8 +135,6 @@ pub(crate) struct Queued {
 
 static COMMS: Registry<CommHandle, Comm> = Registry::new(ranks::COMMS);
 
-static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
-
 /// Where a group's ranks meet: the hub's abstract socket and the session key it expects
 /// (what a root info names).
 #[derive(Clone)]
@@ -148,21 +146,16 @@ pub(crate) struct Meeting {
 /// `HcclGetRootInfo`: starts the hub of a fresh rendezvous in this process and names it in
 /// the blob: `ROOT_MAGIC`, the 16-byte session key, the socket name's length and the name.
 ///
-/// The name (the socket's, which every local user can list, and the default comm name) ends
-/// in random bits of its own, not in bits of the key, which authenticates joins.
+/// The name (the socket's, which every local user can list, and the default comm name) is
+/// derived from the key with a keyed hash ([`keyed::global_name`]): nobody can predict it
+/// and bind it first, and it tells nothing of the key, which authenticates joins.
 pub(crate) fn get_root_info() -> HcclRes<HcclRootInfo> {
     let fail = |e: std::io::Error| Fail {
         code: HcclResult::HCCL_E_SYSCALL,
         msg: format!("cannot start the rendezvous: {e}"),
     };
     let session = os::random_bytes().map_err(fail)?;
-    let id = os::random_bytes().map_err(fail)?;
-    let name = format!(
-        "symheap-emu-{:x}-{:x}-{:x}",
-        std::process::id(),
-        NEXT_ROOT.fetch_add(1, Ordering::Relaxed),
-        u64::from_le_bytes(id[..8].try_into().unwrap_or_default()),
-    );
+    let name = keyed::global_name(std::process::id(), &session);
     hub::start(&name, session).map_err(fail)?;
     let mut info = HcclRootInfo::default();
     let len = [name.len() as u8];
@@ -641,12 +634,34 @@ fn join(
 
 /// A failed join in HCCL's codes.
 pub(crate) fn join_failed<T>(e: JoinError, rank: u32, timeout: Duration) -> HcclRes<T> {
+    let waited = timeout.as_secs_f64();
     match e {
         JoinError::Cancelled => para(CANCELLED),
+        JoinError::Unreachable(e) if e.kind() == std::io::ErrorKind::WouldBlock => hccl_fail(
+            HcclResult::HCCL_E_TIMEOUT,
+            format!(
+                "rank {rank} waited {waited:.1} s for the rendezvous to take its connection: the \
+                 process that called HcclGetRootInfo is stopped or hung, or a process that never \
+                 answers holds the rendezvous's name"
+            ),
+        ),
         JoinError::Unreachable(e) => para(format!(
             "rootInfo names a rendezvous that cannot be reached ({e}): the process that called \
              HcclGetRootInfo is gone, or the rootInfo is stale"
         )),
+        JoinError::Stranger { pid, uid } => hccl_fail(
+            HcclResult::HCCL_E_TCP_CONNECT,
+            format!("{}: nothing was sent to it", held_by_stranger(pid, uid)),
+        ),
+        JoinError::NoAnswer { pid } => hccl_fail(
+            HcclResult::HCCL_E_TIMEOUT,
+            format!(
+                "rank {rank} waited {waited:.1} s, and the rendezvous (process {pid}) never \
+                 answered its join, so which ranks are missing is unknown: that process is \
+                 stopped or hung, or out of file descriptors"
+            ),
+        ),
+        JoinError::OutOfDescriptors(why) => hccl_fail(HcclResult::HCCL_E_SYSCALL, why),
         JoinError::Refused(why) => para(why),
         JoinError::Formed => {
             para("rootInfo was already used by a communicator whose ranks all joined")
@@ -654,12 +669,19 @@ pub(crate) fn join_failed<T>(e: JoinError, rank: u32, timeout: Duration) -> Hccl
         JoinError::Closed => para("the rendezvous closed the connection"),
         JoinError::Timeout { missing } => hccl_fail(
             HcclResult::HCCL_E_TIMEOUT,
-            format!(
-                "rank {rank} waited {:.1} s for ranks {missing:?} to join",
-                timeout.as_secs_f64()
-            ),
+            format!("rank {rank} waited {waited:.1} s for ranks {missing:?} to join"),
         ),
     }
+}
+
+/// What a join says when a process of user `uid` (not admitted) listens at the rendezvous's
+/// name: it is not the job's hub.
+pub(crate) fn held_by_stranger(pid: u32, uid: u32) -> String {
+    format!(
+        "a process of another user (uid {uid}, pid {pid}) holds the rendezvous's socket name, \
+         so it is not this job's hub (its process may have exited, leaving the name free to \
+         take); if that user takes part in the job, list uid {uid} in SYMHEAP_EMU_PEER_UIDS"
+    )
 }
 
 /// The live communicator `handle` (null `HCCL_E_PTR`, unknown `HCCL_E_PARA`).

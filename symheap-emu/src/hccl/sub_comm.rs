@@ -4,9 +4,11 @@
 //! `topoinfo_ranktable_partition.cc`, and the world-group rule of `op_base_v2.cc`).
 //!
 //! The call exchanges nothing through the global communicator: only the members meet, at a
-//! rendezvous whose name and key are made from the global communicator's and the
-//! sub-communicator's name. Whichever member comes first runs its hub (the others find its name
-//! bound); then the members compare their calls and fail alike on any difference.
+//! rendezvous whose name and key are derived from the global communicator's key and the
+//! sub-communicator's name (so nobody outside the global group can compute them). Whichever
+//! member comes first runs its hub (the others find its name bound, and check that a process
+//! of their own user holds it before they send anything); then the members compare their
+//! calls and fail alike on any difference.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -20,9 +22,9 @@ use crate::base::errors::{HcclRes, hccl_fail, para};
 use crate::base::handle::CommHandle;
 use crate::hccl::comm::{self, Comm, Meeting, Member, Settings};
 use crate::hccl::{host_call, names};
-use crate::ipc::hub;
 use crate::ipc::rendezvous::{JoinError, Rendezvous, deadline};
 use crate::ipc::wire::{Reader, Wire, Writer};
+use crate::ipc::{hub, keyed};
 
 /// The `subCommId` of a rank that takes no part (with `rankIds == NULL`).
 pub(crate) const NOT_A_MEMBER: u64 = 0xFFFF_FFFF;
@@ -105,32 +107,21 @@ fn check_rank_ids(global: &Comm, ids: &[u32], sub_rank: u32) -> HcclRes {
     Ok(())
 }
 
-/// 64-bit FNV-1a of `bytes`, from `seed`: stable across processes and builds.
-fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(seed, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// Where the members of sub-communicator `name` of the group that met at `global` meet: a
-/// socket name made from both, and the global key mixed with the name (only the global
-/// group's members know the key, so only they can join).
+/// socket name and a key, both derived from the global key and the name with a keyed hash
+/// ([`keyed::sub_meeting`]). Only the global group's members know the key, so only they can
+/// compute the name (and bind it first) or join.
 fn meeting_of(global: &Meeting, name: &[u8]) -> Meeting {
-    let id = fnv1a(0xcbf2_9ce4_8422_2325, name);
-    let mut session = global.session;
-    let mix = [id.to_le_bytes(), fnv1a(id, &global.session).to_le_bytes()].concat();
-    for (s, m) in session.iter_mut().zip(mix) {
-        *s ^= m;
-    }
-    Meeting {
-        name: format!("{}-sub-{id:016x}", global.name),
-        session,
-    }
+    let (name, session) = keyed::sub_meeting(&global.name, &global.session, name);
+    Meeting { name, session }
 }
 
 /// How long a member waits between tries when the hub's name is bound but not yet listening,
 /// or was just released.
 const RETRY: Duration = Duration::from_millis(2);
+/// How long the hub's name may stay bound by a socket that does not listen: a member binds
+/// and listens at once, so past this it is a process that only holds the name.
+const BOUND_NOT_LISTENING: Duration = Duration::from_secs(2);
 
 /// Hosts the members' rendezvous if no member has yet (binding its name), then joins it.
 fn serve_or_join(
@@ -142,17 +133,19 @@ fn serve_or_join(
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
     let until = deadline(timeout);
     let never = AtomicBool::new(false);
+    // Since when the name has been bound by a socket that refuses connections.
+    let mut refused_since = None;
     loop {
-        match hub::start(&meeting.name, meeting.session) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+        let taken = match hub::start(&meeting.name, meeting.session) {
+            Ok(()) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => true,
             Err(e) => {
                 return hccl_fail(
                     HcclResult::HCCL_E_SYSCALL,
                     format!("cannot start the sub-communicator's rendezvous: {e}"),
                 );
             }
-        }
+        };
         let left = until.saturating_duration_since(Instant::now());
         let joined = Rendezvous::join(
             &meeting.name,
@@ -163,7 +156,36 @@ fn serve_or_join(
             left,
             &never,
         );
+        let refused = matches!(&joined, Err(JoinError::Unreachable(e))
+            if taken && e.kind() == std::io::ErrorKind::ConnectionRefused);
+        refused_since = match refused {
+            true => refused_since.or_else(|| Some(Instant::now())),
+            false => None,
+        };
         match joined {
+            Err(JoinError::Stranger { pid, uid }) => {
+                return hccl_fail(
+                    HcclResult::HCCL_E_TCP_CONNECT,
+                    format!(
+                        "rank {rank}: {}: pass another subCommId (or hcclCommName)",
+                        comm::held_by_stranger(pid, uid)
+                    ),
+                );
+            }
+            Err(JoinError::Unreachable(_))
+                if refused_since.is_some_and(|t| t.elapsed() > BOUND_NOT_LISTENING) =>
+            {
+                return hccl_fail(
+                    HcclResult::HCCL_E_TCP_CONNECT,
+                    format!(
+                        "rank {rank}: the sub-communicator's rendezvous name has been bound for \
+                         {:.0} s by a socket that takes no connections (a process that only \
+                         holds the name, maybe another user's): pass another subCommId (or \
+                         hcclCommName)",
+                        BOUND_NOT_LISTENING.as_secs_f64()
+                    ),
+                );
+            }
             // Bound but not listening yet, or its last member just left (it may close a join
             // as it ends): try again. A formed group of the same name is one whose members
             // are destroying it (their queued work may hold it a while) or one still in use:

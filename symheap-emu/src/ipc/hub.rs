@@ -14,10 +14,18 @@
 //! Who may join (the threat model is in the crate's docs, *Who can join a job*): only
 //! processes of this user, by the kernel's word (`SO_PEERCRED`), or of the users named in
 //! `SYMHEAP_EMU_PEER_UIDS`; only with the root info's key, compared in constant time; only as
-//! a rank below the group's size that nobody holds. Connections that have not joined are
-//! bounded in number and in time, and running out of descriptors drops them instead of
-//! spinning. A rank of another process is watched through a pidfd too, so that a `fork()`ed
+//! a rank below the group's size that nobody holds. (Ranks check the hub the same way before
+//! they send anything: [`crate::ipc::wire::Conn::connect`].) Connections that have not joined
+//! are bounded in number and in time, and in the descriptors they may take: the hub keeps a
+//! few descriptors in reserve for what a join needs (its staging memfd, the joiner's pidfd,
+//! the roster, the board), drops connections that have not joined to keep that reserve and
+//! to leave the process room near its limit, and answers a join it has no descriptors for by
+//! saying so. A rank of another process is watched through a pidfd too, so that a `fork()`ed
 //! child holding its socket open does not keep a dead rank alive.
+//!
+//! Until the group forms, the hub keeps its roster ([`crate::ipc::roster`]) and hands it to
+//! every rank that joins, so a rank whose join times out names the ranks missing then, even
+//! when the hub no longer answers.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -28,7 +36,8 @@ use std::time::{Duration, Instant};
 use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
 use crate::ipc::board::Board;
 use crate::ipc::os;
-use crate::ipc::wire::{Conn, Listener, Reader, Writer, poll_readable};
+use crate::ipc::roster::{self, Roster};
+use crate::ipc::wire::{Conn, Listener, Reader, Writer, out_of_descriptors, poll_readable};
 
 /// Client-to-hub message tags.
 pub(crate) mod to_hub {
@@ -58,6 +67,11 @@ pub(crate) mod to_rank {
     pub(crate) const FAILED: u8 = 13;
     /// `step key, count, ranks`: the answer to a withdrawal, naming who had not deposited.
     pub(crate) const MISSING: u8 = 14;
+    /// The join was accepted, and the group waits for other ranks: the roster's memfd
+    /// ([`crate::ipc::roster`]) follows.
+    pub(crate) const JOINED: u8 = 16;
+    /// `reason`: the join was refused because the hub's process ran out of file descriptors.
+    pub(crate) const EXHAUSTED: u8 = 17;
     /// Why: the ranks destroyed their communicator.
     pub(crate) const LEFT: u8 = 1;
     /// Why: the ranks' connections closed without a LEAVE (the process exited or was killed).
@@ -100,36 +114,21 @@ const JOIN_WITHIN: Duration = Duration::from_secs(5);
 const MAX_RANKS: u32 = 4096;
 /// The variable naming other users (comma-separated uids) whose processes may join.
 const PEER_UIDS_ENV: &str = "SYMHEAP_EMU_PEER_UIDS";
+/// Descriptors the hub keeps in reserve for a join: its staging memfd, the joiner's pidfd, and
+/// the roster or the board, with one to spare.
+const RESERVE: usize = 4;
+/// How many descriptors below its limit the process must keep free for connections that have
+/// not joined to stay: past that, each new one pushes an older one out. Room for the joins
+/// of the ranks of this process (each receives every rank's staging memfd) and the rest of
+/// the process's work.
+const HEADROOM: u64 = 64;
 
-type Deposit = (Vec<u8>, Vec<OwnedFd>);
-
-struct Hub {
-    session: [u8; 16],
-    listener: Listener,
-    /// The users whose processes may connect: this one and [`PEER_UIDS_ENV`]'s.
-    users: Vec<u32>,
-    /// A descriptor held in reserve: given up to accept (and drop) a connection when the
-    /// process has run out of them.
-    spare: Option<OwnedFd>,
-    members: Vec<Member>,
-    /// The rank count, fixed by the first HELLO.
-    n: Option<u32>,
-    formed: bool,
-    /// Steps waiting for some ranks' deposits.
-    steps: BTreeMap<StepKey, Vec<Option<Deposit>>>,
-    /// The ranks that deposited under a step of `steps` and gave up on it: they came, so a
-    /// timeout does not name them as missing.
-    gave_up: BTreeMap<StepKey, Vec<u32>>,
-    /// The board where the ranks meet for collective steps (once formed), and its memfd.
-    board: Option<(Board, OwnedFd)>,
-}
-
-/// Starts the hub of a new root info on abstract socket `name`.
+/// The users whose processes may take part in a job: this one (the effective uid) and those
+/// that [`PEER_UIDS_ENV`] names. The hub admits their ranks, and ranks admit a hub of theirs.
 ///
 /// # Errors
-/// The socket or thread could not be made.
-pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
-    let listener = Listener::bind(name)?;
+/// `InvalidInput` naming a value of [`PEER_UIDS_ENV`] that is not a uid.
+pub(crate) fn admitted_users() -> io::Result<Vec<u32>> {
     // SAFETY: geteuid has no preconditions.
     let mut users = vec![unsafe { libc::geteuid() }];
     if let Some(more) = std::env::var_os(PEER_UIDS_ENV) {
@@ -146,18 +145,55 @@ pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
             })?);
         }
     }
-    let hub = Hub {
+    Ok(users)
+}
+
+type Deposit = (Vec<u8>, Vec<OwnedFd>);
+
+struct Hub {
+    session: [u8; 16],
+    listener: Listener,
+    /// The users whose processes may connect: this one and [`PEER_UIDS_ENV`]'s.
+    users: Vec<u32>,
+    /// Descriptors held in reserve ([`RESERVE`]), given up just before the hub takes the
+    /// descriptors a message may bring and a join needs, and taken again after.
+    reserve: Vec<OwnedFd>,
+    members: Vec<Member>,
+    /// The rank count, fixed by the first HELLO.
+    n: Option<u32>,
+    formed: bool,
+    /// Steps waiting for some ranks' deposits.
+    steps: BTreeMap<StepKey, Vec<Option<Deposit>>>,
+    /// The ranks that deposited under a step of `steps` and gave up on it: they came, so a
+    /// timeout does not name them as missing.
+    gave_up: BTreeMap<StepKey, Vec<u32>>,
+    /// The board where the ranks meet for collective steps (once formed), and its memfd.
+    board: Option<(Board, OwnedFd)>,
+    /// Who has joined, while the group has not formed (made at the first join), and its memfd.
+    roster: Option<(Roster, OwnedFd)>,
+}
+
+/// Starts the hub of a new root info on abstract socket `name`.
+///
+/// # Errors
+/// The socket or thread could not be made.
+pub(crate) fn start(name: &str, session: [u8; 16]) -> io::Result<()> {
+    let users = admitted_users()?;
+    let listener = Listener::bind(name)?;
+    let mut hub = Hub {
         session,
         listener,
         users,
-        spare: std::fs::File::open("/dev/null").ok().map(OwnedFd::from),
+        reserve: Vec::new(),
         members: Vec::new(),
         n: None,
         formed: false,
         steps: BTreeMap::new(),
         gave_up: BTreeMap::new(),
         board: None,
+        roster: None,
     };
+    hub.top_up_reserve();
     std::thread::Builder::new()
         .name("symheap-emu-hub".into())
         .spawn(move || hub.run())
@@ -175,6 +211,8 @@ enum Source {
 impl Hub {
     fn run(mut self) {
         while !self.formed || !self.members.is_empty() {
+            #[cfg(test)]
+            tests_hook::while_frozen(&self.session);
             self.drop_stale_unjoined();
             let mut sources = Vec::new();
             let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
@@ -206,6 +244,12 @@ impl Hub {
             let mut served = Vec::new();
             let mut accept = false;
             for &k in ready.iter().rev() {
+                if self.reserve.len() < RESERVE && self.idle_unjoined().next().is_some() {
+                    // Make room first (removing members, so not within this pass): what is
+                    // left is read at the next poll.
+                    accept = false;
+                    break;
+                }
                 let was_formed = self.formed;
                 match sources[k] {
                     Source::Listener => accept = true,
@@ -227,10 +271,53 @@ impl Hub {
                     break;
                 }
             }
+            self.keep_reserve();
             if accept {
                 self.accept();
             }
         }
+    }
+
+    /// Takes descriptors for the reserve until it holds [`RESERVE`]; whether it does.
+    fn top_up_reserve(&mut self) -> bool {
+        while self.reserve.len() < RESERVE {
+            // A copy of the listening socket: any descriptor holds a place.
+            match self.listener.fd().try_clone_to_owned() {
+                Ok(fd) => self.reserve.push(fd),
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    /// Tops the reserve up, dropping idle connections that have not joined when the process
+    /// has no descriptors left for it.
+    fn keep_reserve(&mut self) {
+        while !self.top_up_reserve() && self.make_room() {}
+    }
+
+    /// The indices of the connections that have not joined and have sent nothing: those that
+    /// may go to make room (a rank sends its join as soon as it connects, so one with a
+    /// message waiting is served instead).
+    fn idle_unjoined(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.members.len())
+            .filter(|&i| self.members[i].rank.is_none() && !self.members[i].conn.is_readable())
+    }
+
+    /// Drops one idle connection that has not joined, to free its descriptor: the oldest of
+    /// the process that holds the most such connections (a flood, rather than a rank on its
+    /// way). Whether there was one.
+    fn make_room(&mut self) -> bool {
+        let idle: Vec<usize> = self.idle_unjoined().collect();
+        let mut per_process: BTreeMap<u32, usize> = BTreeMap::new();
+        for &i in &idle {
+            *per_process.entry(self.members[i].pid).or_default() += 1;
+        }
+        let Some((&pid, _)) = per_process.iter().max_by_key(|&(_, &count)| count) else {
+            return false;
+        };
+        let oldest = idle.into_iter().find(|&i| self.members[i].pid == pid);
+        oldest.map(|i| self.members.remove(i)).is_some()
     }
 
     /// How long to poll: until the oldest connection that has not joined is due, at most a
@@ -260,7 +347,7 @@ impl Hub {
     fn accept(&mut self) {
         let conn = match self.listener.accept() {
             Ok(conn) => conn,
-            Err(e) => return self.out_of_descriptors(&e),
+            Err(e) => return self.accept_failed(&e),
         };
         let (pid, refused) = match conn.peer() {
             Ok((pid, uid)) if self.users.contains(&uid) => (pid, None),
@@ -287,6 +374,8 @@ impl Hub {
             self.members.remove(of_this_process[0]);
         } else if unjoined.len() >= MAX_UNJOINED {
             self.members.remove(unjoined[0]);
+        } else if near_descriptor_limit(conn.fd()) {
+            self.make_room();
         }
         self.members.push(Member {
             conn,
@@ -301,30 +390,42 @@ impl Hub {
     }
 
     /// `accept` failed. Out of descriptors (the listener stays readable, and polling it again
-    /// would spin): drop the oldest connection that has not joined, making room for the
-    /// next accept; with none to drop, accept the pending connection on the spare descriptor
-    /// and drop it. Anything else: a short pause.
-    fn out_of_descriptors(&mut self, e: &io::Error) {
-        if !matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+    /// would spin): drop an idle connection that has not joined, making room for the next
+    /// accept; with joins waiting to be read, read them first (at the next poll); with none,
+    /// accept the pending connection on the reserve (it may be a rank, which the rest of the
+    /// reserve serves, or is told that the hub is out of descriptors). With no reserve left
+    /// either, or anything else: a short pause.
+    fn accept_failed(&mut self, e: &io::Error) {
+        if !out_of_descriptors(e) {
             std::thread::sleep(Duration::from_millis(10));
             return;
         }
-        if let Some(i) = self.members.iter().position(|m| m.rank.is_none()) {
-            self.members.remove(i);
+        if self.make_room() || self.members.iter().any(|m| m.rank.is_none()) {
             return;
         }
-        self.spare = None;
-        drop(self.listener.accept());
-        self.spare = std::fs::File::open("/dev/null").ok().map(OwnedFd::from);
-        if self.spare.is_none() {
+        if self.reserve.is_empty() {
             std::thread::sleep(Duration::from_millis(10));
+            return;
         }
+        self.reserve.clear();
+        self.accept();
     }
 
-    /// Handles one message of member `i`, or its disconnection.
+    /// Handles one message of member `i`, or its disconnection, with the reserve's
+    /// descriptors free for it: the message may carry descriptors, and a join needs more.
     fn serve(&mut self, i: usize) {
+        self.reserve.clear();
+        self.serve_message(i);
+        self.top_up_reserve();
+    }
+
+    fn serve_message(&mut self, i: usize) {
         let message = match self.members[i].conn.recv() {
             Ok(Some(m)) => m,
+            // A join whose staging memfd could not be received: say why, instead of closing.
+            Err(e) if out_of_descriptors(&e) && self.members[i].rank.is_none() => {
+                return self.exhausted(i, "to receive this rank's join");
+            }
             _ => return self.disconnect(i),
         };
         if let Some(why) = self.members[i].refused.take() {
@@ -350,6 +451,14 @@ impl Hub {
     fn reject(&mut self, i: usize, reason: &str) {
         let mut w = Writer::default();
         w.u8(to_rank::REJECT).blob(reason.as_bytes());
+        self.dismiss(i, &w);
+    }
+
+    /// Refuses the join of member `i`: this process had no file descriptors `for_what`.
+    fn exhausted(&mut self, i: usize, for_what: &str) {
+        let mut w = Writer::default();
+        w.u8(to_rank::EXHAUSTED)
+            .blob(exhausted_reason(for_what).as_bytes());
         self.dismiss(i, &w);
     }
 
@@ -396,15 +505,33 @@ impl Hub {
             true => None,
             false => match os::pidfd(pid) {
                 Ok(fd) => fd,
+                Err(e) if out_of_descriptors(&e) => {
+                    return self.exhausted(i, "to watch the joining process");
+                }
                 Err(e) => return self.reject(i, &format!("cannot watch the joining process: {e}")),
             },
         };
+        let forms = self.members.iter().filter(|m| m.rank.is_some()).count() + 1 == n as usize;
+        if !forms && self.roster.is_none() {
+            match Roster::create(n as usize) {
+                Ok(made) => self.roster = Some(made),
+                Err(e) if out_of_descriptors(&e) => return self.exhausted(i, "for the roster"),
+                Err(e) => return self.reject(i, &format!("cannot make the roster: {e}")),
+            }
+        }
         self.n = Some(n);
         self.members[i].rank = Some(rank);
         self.members[i].pidfd = pidfd;
         self.members[i].staging = Some(staging);
-        if self.members.iter().filter(|m| m.rank.is_some()).count() == n as usize {
-            self.form(n);
+        if forms {
+            return self.form(n);
+        }
+        if let Some((roster, fd)) = &self.roster {
+            roster.set(rank, roster::JOINED);
+            let mut w = Writer::default();
+            w.u8(to_rank::JOINED);
+            // A rank that cannot take it finds out itself ([`Rendezvous::join`]).
+            let _ = self.members[i].conn.send(&w.bytes, &[fd.as_fd()]);
         }
     }
 
@@ -417,13 +544,28 @@ impl Hub {
         self.members.sort_by_key(|m| m.rank);
         self.steps.clear();
         self.gave_up.clear();
+        self.roster = None;
         let board = os::memfd(Board::size(n as usize))
             .and_then(|fd| Ok((Board::map(fd.as_fd(), n as usize)?, fd)));
-        let Ok(board) = board else {
-            // Without a board the group cannot meet: close every connection, so each rank's
-            // join fails instead of waiting.
-            self.members.clear();
-            return;
+        let board = match board {
+            Ok(board) => board,
+            Err(e) => {
+                // Without a board the group cannot meet: every rank's join fails, saying why.
+                let mut w = Writer::default();
+                match out_of_descriptors(&e) {
+                    true => w
+                        .u8(to_rank::EXHAUSTED)
+                        .blob(exhausted_reason("for the board").as_bytes()),
+                    false => w
+                        .u8(to_rank::REJECT)
+                        .blob(format!("cannot make the board: {e}").as_bytes()),
+                };
+                for m in &self.members {
+                    let _ = m.conn.send(&w.bytes, &[]);
+                }
+                self.members.clear();
+                return;
+            }
         };
         let mut fds: Vec<BorrowedFd<'_>> = self
             .members
@@ -548,21 +690,13 @@ impl Hub {
         let (Some(rank), Some(key)) = (self.members[i].rank, r.blob()) else {
             return self.disconnect(i);
         };
-        let mut w = Writer::default();
-        w.u8(to_rank::MISSING).blob(key);
         if !self.formed {
-            // A rank that gives up joining: who has not joined yet.
-            let n = self.n.unwrap_or(0);
-            let missing: Vec<u32> = (0..n)
-                .filter(|&k| !self.members.iter().any(|m| m.rank == Some(k)))
-                .collect();
-            w.u32(missing.len() as u32);
-            for k in missing {
-                w.u32(k);
-            }
-            let _ = self.members[i].conn.send(&w.bytes, &[]);
+            // Steps begin once the group forms. (A rank that gives up joining reads the
+            // roster and closes its connection.)
             return;
         }
+        let mut w = Writer::default();
+        w.u8(to_rank::MISSING).blob(key);
         match self.steps.get_mut(key) {
             Some(slot) => {
                 slot[rank as usize] = None;
@@ -602,6 +736,9 @@ impl Hub {
         if let (true, Some(rank), false) = (self.formed, m.rank, m.left) {
             self.mark_gone(rank, Gone::Died);
         }
+        if let (false, Some(rank), Some((roster, _))) = (self.formed, m.rank, &self.roster) {
+            roster.set(rank, roster::GAVE_UP);
+        }
     }
 
     /// Records why `rank` will not come again and fails every step that waits for it in vain.
@@ -619,6 +756,41 @@ impl Hub {
     }
 }
 
+/// Whether the descriptor `fd`, just made, leaves the process fewer than [`HEADROOM`] below
+/// its limit. Descriptors are numbered from the lowest free one, so every number below it is
+/// taken: what is free lies above it (or in holes above it, which this does not count).
+fn near_descriptor_limit(fd: BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return false;
+    }
+    (fd.as_raw_fd() as u64).saturating_add(HEADROOM) >= lim.rlim_cur
+}
+
+/// Why a join is refused when this process has no file descriptors `for_what`.
+fn exhausted_reason(for_what: &str) -> String {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct given.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let limit = match known {
+        true => format!(" (its limit is {})", lim.rlim_cur),
+        false => String::new(),
+    };
+    format!(
+        "the rendezvous hub's process (pid {}) ran out of file descriptors{limit} {for_what}: \
+         raise its limit (ulimit -n) or have it hold fewer",
+        std::process::id()
+    )
+}
+
 /// Whether `a` and `b` are equal, in a time that depends on their lengths only.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     let differ = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
@@ -632,15 +804,29 @@ pub(crate) mod tests_hook {
 
     use crate::base::lock::{RankedMutex, lock, ranks};
 
-    static HELLOS: RankedMutex<BTreeMap<[u8; 16], usize>> =
+    /// Per hub (by session key): the joins it received, and whether it is frozen.
+    static HELLOS: RankedMutex<BTreeMap<[u8; 16], (usize, bool)>> =
         RankedMutex::new(ranks::HELLOS, BTreeMap::new());
 
     pub(super) fn hello(session: &[u8; 16]) {
-        *lock(&HELLOS).entry(*session).or_default() += 1;
+        lock(&HELLOS).entry(*session).or_default().0 += 1;
     }
 
     /// Joins received by the hub of `session`, accepted or not.
     pub(crate) fn hellos(session: &[u8; 16]) -> usize {
-        lock(&HELLOS).get(session).copied().unwrap_or(0)
+        lock(&HELLOS).get(session).map_or(0, |h| h.0)
+    }
+
+    /// Freezes the hub of `session` (or thaws it): it reads and answers nothing, as when its
+    /// process is stopped.
+    pub(crate) fn freeze(session: &[u8; 16], frozen: bool) {
+        lock(&HELLOS).entry(*session).or_default().1 = frozen;
+    }
+
+    /// Returns once the hub of `session` is not frozen.
+    pub(super) fn while_frozen(session: &[u8; 16]) {
+        while lock(&HELLOS).get(session).is_some_and(|h| h.1) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }

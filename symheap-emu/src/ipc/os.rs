@@ -85,13 +85,14 @@ fn map_anonymous(len: usize, prot: libc::c_int) -> io::Result<usize> {
 /// sealed against shrinking, so that no process it is shared with can pull pages from under
 /// another's mapping (a SIGBUS there).
 pub(crate) fn memfd(len: usize) -> io::Result<OwnedFd> {
-    // SAFETY: the name is a NUL-terminated static string; flags are valid.
-    let fd = unsafe {
-        libc::memfd_create(
-            MEMFD_NAME.as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
+    memfd_named(MEMFD_NAME, len)
+}
+
+/// [`memfd`] under another name than the physical memory's (which the leak checks count).
+pub(crate) fn memfd_named(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a NUL-terminated string; flags are valid.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -154,11 +155,16 @@ pub(crate) fn pidfd(pid: u32) -> io::Result<Option<OwnedFd>> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
 }
 
-/// The size in bytes of the file (a memfd) `fd` names.
+/// The size in bytes of the file (a memfd) `fd` names. (Without a copy of the descriptor,
+/// which a process at its descriptor limit could not make.)
 pub(crate) fn file_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    Ok(std::fs::File::from(fd.try_clone_to_owned()?)
-        .metadata()?
-        .len())
+    // SAFETY: stat is plain old data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes the struct given, for a valid descriptor.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
 }
 
 /// Maps the first `len` bytes of `fd` read/write and shared, where the kernel chooses.

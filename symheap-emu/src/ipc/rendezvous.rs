@@ -9,6 +9,7 @@
 //! collective host call) of one rank meets the n-th of every other rank.
 
 use std::collections::BTreeMap;
+use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,9 +21,12 @@ use crate::ipc::attendance::{Absent, Gone, Key, never_coming};
 use crate::ipc::blame;
 use crate::ipc::board::{self, Board};
 use crate::ipc::host_threads::{self, Watch};
-use crate::ipc::hub::{to_hub, to_rank};
+use crate::ipc::hub::{self, to_hub, to_rank};
 use crate::ipc::os;
-use crate::ipc::wire::{Conn, Message, Reader, Wire, Writer, poll_readable};
+use crate::ipc::roster::Roster;
+use crate::ipc::wire::{
+    Conn, ConnectError, Message, Reader, Wire, Writer, out_of_descriptors, poll_readable,
+};
 
 /// Why a rendezvous failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,9 +102,20 @@ pub(crate) struct Rendezvous {
 }
 
 /// Why a join failed.
+#[derive(Debug)]
 pub(crate) enum JoinError {
-    /// Nothing listens at the hub's name (or it cannot be connected to).
+    /// Nothing listens at the hub's name (`ECONNREFUSED`), or the listener took no connection
+    /// within the timeout (`EAGAIN`), or the socket calls failed.
     Unreachable(std::io::Error),
+    /// A process of a user this one does not admit listens at the hub's name: not the hub.
+    /// Nothing was sent to it.
+    Stranger { pid: u32, uid: u32 },
+    /// The hub's process (`pid`) took the connection but never answered the join within the
+    /// timeout (it is stopped or hung, or has no descriptor to take the join with): who else
+    /// joined is unknown.
+    NoAnswer { pid: u32 },
+    /// This process, or the hub's, ran out of file descriptors for the join: why.
+    OutOfDescriptors(String),
     /// The hub refused: the reason.
     Refused(String),
     /// The hub's group formed already: every rank has joined.
@@ -116,6 +131,9 @@ pub(crate) enum JoinError {
 
 /// How often a join waiting for the other ranks looks at its cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
+/// How long a join waits before it connects again when the hub closed its connection without
+/// an answer (a hub short of descriptors drops connections that have not joined).
+const REJOIN: Duration = Duration::from_millis(2);
 
 /// `now + timeout`, or a day from now if that cannot be represented.
 pub(crate) fn deadline(timeout: Duration) -> Instant {
@@ -138,50 +156,49 @@ impl Rendezvous {
         timeout: Duration,
         cancel: &AtomicBool,
     ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
-        let conn = Conn::connect(name).map_err(JoinError::Unreachable)?;
-        let mut hello = Writer::default();
-        hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
-        conn.send(&hello.bytes, &[staging])
-            .map_err(|e| match e.kind() {
-                // The hub accepted and closed at once: it was ending, like a join closed unanswered.
-                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                    JoinError::Closed
-                }
-                _ => JoinError::Refused(format!("cannot reach the rendezvous: {e}")),
-            })?;
+        let admitted = hub::admitted_users().map_err(|e| JoinError::Refused(e.to_string()))?;
         let until = deadline(timeout);
         loop {
-            if cancel.load(Ordering::Acquire) {
-                // Closing the connection (when `conn` drops) frees this rank's place.
-                return Err(JoinError::Cancelled);
-            }
             let left = until.saturating_duration_since(Instant::now());
-            let ready = poll_readable(&[conn.fd()], left.min(CANCEL_POLL));
-            if ready.as_ref().is_ok_and(|r| !r.is_empty()) {
-                break;
-            }
-            if ready.is_err() || left <= CANCEL_POLL {
-                return Err(JoinError::Timeout {
-                    missing: not_joined(&conn),
-                });
+            let conn = Conn::connect(name, &admitted, left).map_err(|e| match e {
+                ConnectError::Io(e) => JoinError::Unreachable(e),
+                ConnectError::Stranger { pid, uid } => JoinError::Stranger { pid, uid },
+            })?;
+            let mut hello = Writer::default();
+            hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+            let sent = conn.send(&hello.bytes, &[staging]);
+            let welcome = match sent {
+                Ok(()) => await_group(&conn, n, rank, until, cancel)?,
+                // The hub accepted and closed at once (it was ending, or made room).
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) =>
+                {
+                    None
+                }
+                Err(e) => {
+                    return Err(JoinError::Refused(format!(
+                        "cannot reach the rendezvous: {e}"
+                    )));
+                }
+            };
+            match welcome {
+                Some(welcome) => return Rendezvous::welcomed(conn, welcome, n, rank),
+                None if Instant::now() + REJOIN < until => std::thread::sleep(REJOIN),
+                None => return Err(JoinError::Closed),
             }
         }
-        let welcome = match conn.recv() {
-            Ok(Some(m)) => m,
-            _ => return Err(JoinError::Closed),
-        };
+    }
+
+    /// The rendezvous of `rank` of `n` on `conn`, from the hub's `welcome`: every rank's
+    /// staging memfd, in rank order.
+    fn welcomed(
+        conn: Conn,
+        welcome: Message,
+        n: u32,
+        rank: u32,
+    ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
         let mut r = Reader::new(&welcome.bytes);
-        match r.u8() {
-            Some(to_rank::WELCOME) if welcome.fds.len() == n as usize + 1 => {}
-            Some(to_rank::FORMED) => return Err(JoinError::Formed),
-            Some(to_rank::REJECT) => {
-                let why = r.blob().unwrap_or_default();
-                return Err(JoinError::Refused(
-                    String::from_utf8_lossy(why).into_owned(),
-                ));
-            }
-            _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
-        }
+        let _welcome = r.u8();
         let host_pid = r.u32().unwrap_or(0);
         let pids = ranks(&mut r);
         if pids.len() != n as usize {
@@ -196,8 +213,13 @@ impl Rendezvous {
         };
         let host_pidfd = match host_pid == std::process::id() {
             true => None,
-            false => os::pidfd(host_pid).map_err(|e| {
-                JoinError::Refused(format!("cannot watch the rendezvous hub's process: {e}"))
+            false => os::pidfd(host_pid).map_err(|e| match out_of_descriptors(&e) {
+                true => JoinError::OutOfDescriptors(short_of_descriptors(
+                    "to watch the rendezvous hub's process",
+                )),
+                false => {
+                    JoinError::Refused(format!("cannot watch the rendezvous hub's process: {e}"))
+                }
             })?,
         };
         let rv = Rendezvous {
@@ -628,25 +650,86 @@ fn decode<T: Wire>(payload: &[u8], fds: &mut dyn Iterator<Item = OwnedFd>) -> Re
     T::get(&mut p, fds).ok_or(RvError::Mismatch)
 }
 
-/// After a join timed out: the ranks that had not joined, as the hub says (empty if it does
-/// not answer within a second).
-fn not_joined(conn: &Conn) -> Vec<u32> {
-    let mut w = Writer::default();
-    w.u8(to_hub::WITHDRAW).blob(&[]);
-    let answered = conn.send(&w.bytes, &[]).is_ok()
-        && !poll_readable(&[conn.fd()], Duration::from_secs(1))
-            .unwrap_or_default()
-            .is_empty();
-    match conn.recv() {
-        Ok(Some(m)) if answered => {
-            let mut r = Reader::new(&m.bytes);
-            match (r.u8(), r.blob()) {
-                (Some(to_rank::MISSING), Some(_)) => ranks(&mut r),
-                _ => Vec::new(),
+/// After `rank` of `n` sent its join on `conn`: the hub's welcome once every rank has joined,
+/// or `None` if the hub closed the connection before any answer (it may have dropped it to
+/// make room: join again). Waits until `until`, or until `cancel` is raised; a timeout names
+/// the ranks the roster says are missing, read without asking the hub (which may not
+/// answer).
+fn await_group(
+    conn: &Conn,
+    n: u32,
+    rank: u32,
+    until: Instant,
+    cancel: &AtomicBool,
+) -> Result<Option<Message>, JoinError> {
+    let mut roster: Option<Roster> = None;
+    loop {
+        if cancel.load(Ordering::Acquire) {
+            // Closing the connection (when `conn` drops) frees this rank's place.
+            return Err(JoinError::Cancelled);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(match &roster {
+                Some(roster) => JoinError::Timeout {
+                    missing: roster.missing(rank),
+                },
+                None => JoinError::NoAnswer {
+                    pid: conn.peer().map_or(0, |(pid, _)| pid),
+                },
+            });
+        }
+        match poll_readable(&[conn.fd()], left.min(CANCEL_POLL)) {
+            Ok(ready) if ready.is_empty() => continue,
+            Ok(_) => {}
+            Err(e) => {
+                return Err(JoinError::Refused(format!(
+                    "cannot wait for the rendezvous: {e}"
+                )));
             }
         }
-        _ => Vec::new(),
+        let message = match conn.recv() {
+            Ok(Some(m)) => m,
+            Ok(None) if roster.is_none() => return Ok(None),
+            Ok(None) => return Err(JoinError::Closed),
+            Err(e) if out_of_descriptors(&e) => {
+                return Err(JoinError::OutOfDescriptors(short_of_descriptors(
+                    "to receive the memory the rendezvous shares",
+                )));
+            }
+            Err(_) => return Err(JoinError::Closed),
+        };
+        let mut r = Reader::new(&message.bytes);
+        match r.u8() {
+            Some(to_rank::JOINED) if message.fds.len() == 1 => {
+                let mapped = Roster::map(message.fds[0].as_fd(), n as usize);
+                roster = Some(mapped.map_err(|e| {
+                    JoinError::Refused(format!("cannot map the rendezvous's roster: {e}"))
+                })?);
+            }
+            Some(to_rank::WELCOME) if message.fds.len() == n as usize + 1 => {
+                return Ok(Some(message));
+            }
+            Some(to_rank::FORMED) => return Err(JoinError::Formed),
+            Some(tag @ (to_rank::REJECT | to_rank::EXHAUSTED)) => {
+                let why = String::from_utf8_lossy(r.blob().unwrap_or_default()).into_owned();
+                return Err(match tag {
+                    to_rank::EXHAUSTED => JoinError::OutOfDescriptors(why),
+                    _ => JoinError::Refused(why),
+                });
+            }
+            _ => return Err(JoinError::Refused("a malformed answer to a join".into())),
+        }
     }
+}
+
+/// Why a join failed when this process had no file descriptors `for_what`.
+fn short_of_descriptors(for_what: &str) -> String {
+    format!(
+        "this process (pid {}) ran out of file descriptors {for_what}: raise its limit \
+         (ulimit -n) or have it hold fewer",
+        std::process::id()
+    )
 }
 
 /// A `count, ranks` list.
@@ -845,7 +928,7 @@ mod tests {
 
     /// A raw join as `rank` of `n` with `session`: the hub's answer's tag and reason.
     fn raw_join(name: &str, session: &[u8], n: u32, rank: u32) -> (u8, String) {
-        let conn = Conn::connect(name).unwrap();
+        let conn = Conn::connect(name, &hub::admitted_users().unwrap(), LONG).unwrap();
         let staging = os::memfd(4096).unwrap();
         let mut hello = Writer::default();
         hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
@@ -886,7 +969,10 @@ mod tests {
         // Memfds live here for seconds: not while a test checks that none are left.
         let _guard = crate::test_lock();
         let (name, session) = hub();
-        let idle: Vec<Conn> = (0..300).map(|_| Conn::connect(&name).unwrap()).collect();
+        let me = hub::admitted_users().unwrap();
+        let idle: Vec<Conn> = (0..300)
+            .map(|_| Conn::connect(&name, &me, LONG).unwrap())
+            .collect();
         for conn in idle.iter().step_by(3) {
             let _ = conn.send(b"\x01garbage", &[]);
         }
@@ -909,7 +995,7 @@ mod tests {
         drop(rvs);
         // Before any group forms: closed for time alone.
         let (name, _) = hub();
-        let lone = Conn::connect(&name).unwrap();
+        let lone = Conn::connect(&name, &me, LONG).unwrap();
         let until = Instant::now() + Duration::from_secs(15);
         while !lone.is_closed() {
             assert!(Instant::now() < until, "an idle connection stays open");
@@ -940,6 +1026,109 @@ mod tests {
         // SAFETY: ftruncate on a memfd this test owns: shrinking is what the seal forbids.
         assert_ne!(unsafe { libc::ftruncate(sealed.as_raw_fd(), 0) }, 0);
         assert!(os::map_shared(sealed.as_fd(), 4096).is_ok());
+    }
+
+    /// A fresh abstract socket name for a test.
+    fn fresh_name(what: &str) -> String {
+        let id = os::random_bytes().unwrap();
+        let id = u64::from_le_bytes(id[..8].try_into().unwrap());
+        format!("symheap-rv-test-{what}-{id:x}")
+    }
+
+    /// Joins `name` as `rank` of `n` from a thread of its own, waiting at most `timeout`:
+    /// the outcome and how long it took, or `None` if the join still waits `watchdog` later.
+    fn join_watched(
+        name: &str,
+        session: [u8; 16],
+        n: u32,
+        rank: u32,
+        timeout: Duration,
+        watchdog: Duration,
+    ) -> Option<(Result<(), JoinError>, Duration)> {
+        let (done, ended) = std::sync::mpsc::channel();
+        let name = name.to_owned();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let staging = os::memfd(4096).unwrap();
+            let never = AtomicBool::new(false);
+            let joined =
+                Rendezvous::join(&name, &session, n, rank, staging.as_fd(), timeout, &never);
+            let _ = done.send((joined.map(drop), started.elapsed()));
+        });
+        ended.recv_timeout(watchdog).ok()
+    }
+
+    /// A hub that takes connections but never answers (its process stopped, or a process
+    /// that only listens holds its name): the join ends by its timeout. It blocked for ever
+    /// in a receive without a deadline.
+    #[test]
+    fn a_join_to_a_hub_that_never_answers_ends_by_its_timeout() {
+        let name = fresh_name("silent");
+        let _silent = Listener::bind(&name).unwrap();
+        let timeout = Duration::from_millis(300);
+        let Some((joined, took)) = join_watched(&name, [7; 16], 2, 0, timeout, LONG / 6) else {
+            panic!("the join still waits, 10 s after its 300 ms timeout");
+        };
+        assert!(
+            matches!(joined, Err(JoinError::NoAnswer { pid }) if pid == std::process::id()),
+            "{joined:?}"
+        );
+        assert!(took < timeout + Duration::from_millis(900), "{took:?}");
+    }
+
+    /// Rank 1 of 3 joins and waits; rank 0 joins, times out and leaves; rank 2 never comes.
+    /// Both timeouts name rank 2 alone: rank 1's named rank 0 too, which came and gave up.
+    #[test]
+    fn a_join_timeout_names_only_the_ranks_that_never_came() {
+        let (name, session) = hub();
+        let first = std::thread::scope(|s| {
+            let patient =
+                s.spawn(|| join_watched(&name, session, 3, 1, Duration::from_secs(3), LONG));
+            let until = Instant::now() + LONG / 6;
+            while hub::tests_hook::hellos(&session) < 1 {
+                assert!(Instant::now() < until, "rank 1 never reached the hub");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let hasty = join_watched(&name, session, 3, 0, Duration::from_millis(100), LONG);
+            let hasty = hasty.expect("rank 0's join ended").0;
+            assert!(
+                matches!(&hasty, Err(JoinError::Timeout { missing }) if missing == &[2]),
+                "{hasty:?}"
+            );
+            patient.join().unwrap().expect("rank 1's join ended").0
+        });
+        assert!(
+            matches!(&first, Err(JoinError::Timeout { missing }) if missing == &[2]),
+            "{first:?}"
+        );
+    }
+
+    /// Rank 0 of 3 joins, then the hub freezes (as a stopped process does) before rank 1
+    /// comes: rank 0's join ends by its timeout and names ranks 1 and 2, read from the
+    /// roster the hub handed it, without an answer from the hub.
+    #[test]
+    fn a_join_whose_hub_stops_after_answering_names_the_missing_ranks_by_its_timeout() {
+        let (name, session) = hub();
+        let timeout = Duration::from_millis(400);
+        let ended = std::thread::scope(|s| {
+            let waiting = s.spawn(|| join_watched(&name, session, 3, 0, timeout, LONG / 6));
+            let until = Instant::now() + LONG / 6;
+            while hub::tests_hook::hellos(&session) < 1 {
+                assert!(Instant::now() < until, "rank 0 never reached the hub");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            hub::tests_hook::freeze(&session, true);
+            waiting.join().unwrap()
+        });
+        hub::tests_hook::freeze(&session, false);
+        let Some((joined, took)) = ended else {
+            panic!("the join still waits, 10 s after its timeout");
+        };
+        assert!(
+            matches!(&joined, Err(JoinError::Timeout { missing }) if missing == &[1, 2]),
+            "{joined:?}"
+        );
+        assert!(took < timeout + Duration::from_millis(900), "{took:?}");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::io;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// The largest message: far above what any rendezvous of 64 ranks sends (a few KiB), and
@@ -95,23 +95,57 @@ impl Listener {
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         self.fd.as_fd()
     }
 }
 
+/// Why [`Conn::connect`] made no connection.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// The socket calls failed: nothing listens at the name (`ECONNREFUSED`), or the listener
+    /// took no connection within the time given (`EAGAIN`: its backlog stayed full).
+    Io(io::Error),
+    /// A process of a user that is not admitted listens at the name (its process id and user
+    /// id, by the kernel's word): nothing was sent to it.
+    Stranger { pid: u32, uid: u32 },
+}
+
 impl Conn {
-    /// Connects to abstract socket `name`.
-    pub(crate) fn connect(name: &str) -> io::Result<Conn> {
-        let fd = seqpacket()?;
-        let (addr, len) = address(name)?;
-        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
-        check(unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) })?;
-        Ok(Conn { fd })
+    /// Connects to abstract socket `name`, waiting at most `timeout` for room in the
+    /// listener's backlog, and checks who listens before anything is sent: the process that
+    /// made the listening socket must be of one of the `admitted` users (`SO_PEERCRED` on the
+    /// connected socket: for a client, the listener's credentials). An abstract name belongs
+    /// to whoever binds it first, so a name a job expects its own hub at may be held by anyone.
+    pub(crate) fn connect(
+        name: &str,
+        admitted: &[u32],
+        timeout: Duration,
+    ) -> Result<Conn, ConnectError> {
+        let fd = seqpacket().map_err(ConnectError::Io)?;
+        let (addr, len) = address(name).map_err(ConnectError::Io)?;
+        // A blocking connect waits while the listener's backlog is full (a listener that never
+        // accepts keeps it full): bounded by a send timeout, then lifted for the messages.
+        set_send_timeout(fd.as_fd(), timeout.max(Duration::from_millis(1)))
+            .map_err(ConnectError::Io)?;
+        loop {
+            // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+            let ret = unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) };
+            match check(ret) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ConnectError::Io(e)),
+            }
+        }
+        set_send_timeout(fd.as_fd(), Duration::ZERO).map_err(ConnectError::Io)?;
+        let conn = Conn { fd };
+        let (pid, uid) = conn.peer().map_err(ConnectError::Io)?;
+        if !admitted.contains(&uid) {
+            return Err(ConnectError::Stranger { pid, uid });
+        }
+        Ok(conn)
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd;
         self.fd.as_fd()
     }
 
@@ -223,7 +257,12 @@ impl Conn {
                 cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
             }
         }
-        if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            // The control buffer holds the most descriptors a message can carry, so the kernel
+            // dropped descriptors it could not install: this process has no room for them.
+            return Err(io::Error::from_raw_os_error(libc::EMFILE));
+        }
+        if msg.msg_flags & libc::MSG_TRUNC != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "message truncated",
@@ -258,6 +297,11 @@ impl Conn {
         Ok((cred.pid as u32, cred.uid))
     }
 
+    /// Whether a message (or the end of the connection) waits to be read, without waiting.
+    pub(crate) fn is_readable(&self) -> bool {
+        poll_readable(&[self.fd()], Duration::ZERO).is_ok_and(|r| !r.is_empty())
+    }
+
     /// Whether the peer has closed the connection (without waiting, and without reading).
     pub(crate) fn is_closed(&self) -> bool {
         let mut p = libc::pollfd {
@@ -275,6 +319,32 @@ impl Conn {
         // SAFETY: shutting a socket down touches no memory.
         unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
     }
+}
+
+/// Sets `fd`'s send timeout (`SO_SNDTIMEO`), which also bounds a blocking `connect`; zero
+/// waits without limit.
+fn set_send_timeout(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` is a timeval of the stated size, which SO_SNDTIMEO reads.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&raw const tv).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Whether `e` says that a process ran out of file descriptors (its own limit, or the
+/// system's).
+pub(crate) fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// Waits until one of `fds` is readable (or hung up), at most `timeout`; the indices of those
@@ -420,11 +490,55 @@ mod tests {
 
     use super::*;
 
+    /// A listener of a user that is not admitted is refused before anything is sent (here:
+    /// this user, not admitted), and a listener whose backlog stays full (it never accepts)
+    /// ends the connect by its timeout instead of blocking it.
+    #[test]
+    fn connect_checks_who_listens_and_waits_no_longer_than_told() {
+        let name = format!("symheap-wire-test-stranger-{}", std::process::id());
+        let listener = Listener::bind(&name).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let refused = Conn::connect(&name, &[me.wrapping_add(1)], Duration::from_secs(5));
+        assert!(
+            matches!(refused, Err(ConnectError::Stranger { pid, uid })
+                if pid == std::process::id() && uid == me),
+            "{refused:?}"
+        );
+        let taken = listener.accept().unwrap();
+        assert!(taken.is_closed(), "the refused connection stays open");
+        assert!(
+            poll_readable(&[taken.fd()], Duration::ZERO).is_ok_and(|r| r.len() == 1)
+                && taken.recv().unwrap().is_none(),
+            "something was sent to a stranger"
+        );
+        // A backlog of 1 that nobody accepts from: the second connect finds it full.
+        let name = format!("symheap-wire-test-full-{}", std::process::id());
+        let full = seqpacket().unwrap();
+        let (addr, len) = address(&name).unwrap();
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes; then listening on it.
+        unsafe {
+            check(libc::bind(full.as_raw_fd(), (&raw const addr).cast(), len)).unwrap();
+            check(libc::listen(full.as_raw_fd(), 0)).unwrap();
+        }
+        let timeout = Duration::from_millis(200);
+        let _first = Conn::connect(&name, &[me], timeout);
+        let started = std::time::Instant::now();
+        let second = Conn::connect(&name, &[me], timeout);
+        assert!(
+            matches!(&second, Err(ConnectError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock),
+            "{second:?}"
+        );
+        assert!(started.elapsed() < timeout + Duration::from_secs(1));
+    }
+
     #[test]
     fn messages_keep_their_bounds_and_carry_descriptors() {
         let name = format!("symheap-wire-test-{}", std::process::id());
         let listener = Listener::bind(&name).unwrap();
-        let client = Conn::connect(&name).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let client = Conn::connect(&name, &[me], Duration::from_secs(5)).unwrap();
         let server = listener.accept().unwrap();
         let memfd = crate::ipc::os::memfd(4096).unwrap();
         client.send(b"one", &[memfd.as_fd()]).unwrap();
