@@ -213,15 +213,18 @@ fn attacker() {
         if let Some(notes) = &notes {
             // How many connections it made, for the test to see that it attacked at all.
             // (Written beside and renamed: a reader never sees it empty.)
-            let (tmp, file) = (
-                notes.join(format!(".attacker-{uid}")),
-                notes.join(format!("attacker-{uid}")),
-            );
-            if std::fs::write(&tmp, connected.to_string()).is_ok() {
-                let _ = std::fs::rename(&tmp, &file);
-            }
+            write_note(notes, &format!("attacker-{uid}"), connected);
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Writes `count` to file `name` in `dir`, beside it first and then renamed, so that a reader
+/// never sees it empty.
+fn write_note(dir: &Path, name: &str, count: impl std::fmt::Display) {
+    let (tmp, file) = (dir.join(format!(".{name}")), dir.join(name));
+    if std::fs::write(&tmp, count.to_string()).is_ok() {
+        let _ = std::fs::rename(&tmp, &file);
     }
 }
 
@@ -1215,13 +1218,7 @@ fn descriptor_hog() {
                 made += 1;
             }
         }
-        let (tmp, file) = (
-            notes.join(format!(".hog-{uid}")),
-            notes.join(format!("hog-{uid}")),
-        );
-        if std::fs::write(&tmp, made.to_string()).is_ok() {
-            let _ = std::fs::rename(&tmp, &file);
-        }
+        write_note(&notes, &format!("hog-{uid}"), made);
         std::thread::sleep(Duration::from_millis(2));
     }
 }
