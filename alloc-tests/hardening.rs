@@ -23,6 +23,16 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether this test can run a process as another user (it needs root); if not, says the
+/// test is skipped, and why.
+fn can_switch_user() -> bool {
+    let root = is_root();
+    if !root {
+        eprintln!("skipped: needs root (to run a process as another user)");
+    }
+    root
+}
+
 /// This test binary's ignored test `hardening::name`, as a command (run as `NOBODY` when
 /// `as_nobody`).
 fn this_test(name: &str, as_nobody: bool) -> Command {
@@ -62,8 +72,7 @@ fn scratch(name: &str) -> PathBuf {
 #[test]
 fn a_process_of_another_user_cannot_join_even_with_the_key() {
     use std::os::unix::fs::PermissionsExt;
-    if !is_root() {
-        eprintln!("skipped: needs root (to run a process as another user)");
+    if !can_switch_user() {
         return;
     }
     let _session = EmuSession::start();
@@ -971,8 +980,7 @@ fn split_again_beside(notes: &Path) -> Vec<(Result<(), String>, Duration)> {
 /// members waited for it until their timeout.)
 #[test]
 fn a_squatter_of_another_user_on_a_sub_communicators_name_gets_nothing() {
-    if !is_root() {
-        eprintln!("skipped: needs root (to run a process as another user)");
+    if !can_switch_user() {
         return;
     }
     let _session = EmuSession::start();
@@ -1070,8 +1078,7 @@ fn start_root_host(notes: &Path, env: &[(&str, &str)]) -> (Child, RootInfo, Stri
 /// (The squatter got both, and the rank waited for it until its timeout.)
 #[test]
 fn a_squatter_of_another_user_on_the_global_name_after_its_host_died_gets_nothing() {
-    if !is_root() {
-        eprintln!("skipped: needs root (to run a process as another user)");
+    if !can_switch_user() {
         return;
     }
     let _session = EmuSession::start();
@@ -1354,8 +1361,7 @@ fn rank_beside_a_squatter() -> symheap::Result<()> {
 #[test]
 #[ignore = "minutes long: run with --ignored"]
 fn fifty_jobs_beside_a_squatter_of_another_user() {
-    if !is_root() {
-        eprintln!("skipped: needs root (to run a process as another user)");
+    if !can_switch_user() {
         return;
     }
     let notes = shared_scratch("fifty");
