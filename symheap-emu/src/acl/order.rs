@@ -38,7 +38,6 @@ impl Clock {
     }
 }
 
-#[derive(Default)]
 struct Order {
     /// Each stream's clock: what is done before its next task.
     streams: Vec<(StreamHandle, Clock)>,
@@ -69,10 +68,17 @@ impl Order {
     }
 }
 
-static ORDER: RankedMutex<Option<Order>> = RankedMutex::new(ranks::STREAM_ORDER, None);
+static ORDER: RankedMutex<Order> = RankedMutex::new(
+    ranks::STREAM_ORDER,
+    Order {
+        streams: Vec::new(),
+        events: Vec::new(),
+        host: Clock(Vec::new()),
+    },
+);
 
 fn with<T>(f: impl FnOnce(&mut Order) -> T) -> T {
-    f(lock(&ORDER).get_or_insert_with(Order::default))
+    f(&mut lock(&ORDER))
 }
 
 /// `event` was recorded on `stream` as its task number `before + 1`: once the record runs,
