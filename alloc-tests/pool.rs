@@ -535,7 +535,7 @@ fn the_allocator_api2_adapter_backs_a_vec() {
             );
         }
         assert_eq!(pool.stats().private_allocated, 0, "every block came back");
-        assert_eq!(pool.comm().runtime().take_drop_errors().len(), 0);
+        assert_eq!(pool.runtime().take_drop_errors().len(), 0);
         Ok(())
     })
     .unwrap();

@@ -125,7 +125,7 @@ fn a_communicators_collectives_on_several_streams_run_in_call_order() {
 /// either stream; every read checks the buffer's values. The placement digest and the
 /// largest fragmentation seen.
 fn two_stream_program(pool: &SymPool, steps: usize) -> symheap::Result<(u64, f64)> {
-    let rt = pool.comm().runtime().clone();
+    let rt = pool.runtime().clone();
     let comm_stream = Stream::new(&rt)?;
     let streams = [pool.clone(), pool.on(&comm_stream)];
     let ranks = pool.comm().rank_count() as f32;

@@ -53,7 +53,7 @@ impl SymPool {
     /// [`Error::NotHostAddressable`] where device memory cannot be dereferenced by the host;
     /// the runtime's error if mapping the region fails.
     pub fn allocator(&self) -> Result<SymAllocator> {
-        if !self.comm().runtime().is_host_addressable() {
+        if !self.shared().runtime().is_host_addressable() {
             return Err(Error::NotHostAddressable);
         }
         self.shared().ensure_private_region()?;

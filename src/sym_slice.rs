@@ -242,7 +242,7 @@ impl<T: Element> SymSliceMut<'_, T> {
 fn read<T: Element>(block: &SymBlock, ptr: DevicePtr, len: usize) -> Result<Vec<T>> {
     let es = size_of::<T>();
     let mut bytes = vec![0u8; len * es];
-    let rt = block.pool().comm().runtime();
+    let rt = block.pool().runtime();
     // SAFETY: `[ptr, +len elements)` lies in the block (bounds were checked when the view was
     // made), which is idle.
     block.access_idle(|| unsafe { rt.raw().copy_to_host(&mut bytes, ptr) })?;

@@ -140,7 +140,7 @@ impl<T: Element> SymVec<T> {
                 self.len
             )));
         }
-        let rt = self.alloc.pool().comm().runtime();
+        let rt = self.alloc.pool().runtime();
         self.alloc.access_idle(|| {
             // SAFETY: the block is this vector's, at least `len` elements long, and idle.
             unsafe {
@@ -158,7 +158,7 @@ impl<T: Element> SymVec<T> {
     /// [`Error::Poisoned`](crate::Error::Poisoned) if the pool is poisoned, also when another
     /// thread's wait found the failure (the data may be the failed work's).
     pub fn to_host(&self) -> Result<Vec<T>> {
-        let rt = self.alloc.pool().comm().runtime();
+        let rt = self.alloc.pool().runtime();
         self.alloc.access_idle(|| {
             let mut out = Vec::with_capacity(self.len);
             let spare = &mut out.spare_capacity_mut()[..self.len];
@@ -229,7 +229,7 @@ impl<T: Element> SymVec<T> {
     /// A host view needs host-addressable memory that no graph may write behind its back
     /// (a replay takes no borrow of the buffers it writes).
     fn check_host_addressable(&self) -> Result<()> {
-        if !self.alloc.pool().comm().runtime().is_host_addressable() {
+        if !self.alloc.pool().runtime().is_host_addressable() {
             return Err(Error::NotHostAddressable);
         }
         if self.alloc.is_held() {

@@ -376,10 +376,10 @@ pub fn run(
     expected: &[Vec<Vec<f32>>],
 ) -> Result<GraphReport> {
     assert!(
-        pool.comm().runtime().is_host_addressable(),
+        pool.runtime().is_host_addressable(),
         "the step's kernels are host functions over device memory: the emulator's"
     );
-    let rt = pool.comm().runtime();
+    let rt = pool.runtime();
     let (compute, comm) = (Stream::new(rt)?, Stream::new(rt)?);
     let streams = Streams {
         tp: pool.on_group(groups.tp())?.on(&comm),

@@ -40,12 +40,12 @@ impl SymPool {
                 dst.len()
             )));
         }
-        let device = self.shared().comm.device();
+        let device = self.shared().device();
         for (what, v) in [("src", src.alloc()), ("dst", dst.alloc())] {
-            if v.pool().comm.device() != device {
+            if v.pool().device() != device {
                 return Err(Error::invalid(format!(
                     "copy: {what} is on device {}, this pool on device {device}",
-                    v.pool().comm.device()
+                    v.pool().device()
                 )));
             }
         }

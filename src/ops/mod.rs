@@ -309,7 +309,7 @@ impl SymPool {
         self.check_owned("reduce", &[input.alloc(), output.alloc()])?;
         check_len("reduce", "output", output.len(), input.len())?;
         self.check_rank("reduce", "root", root)?;
-        crate::raw::calls::require::HcclReduce(self.shared.comm().runtime())?;
+        crate::raw::calls::require::HcclReduce(self.shared.runtime())?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Collective::Reduce,
@@ -395,12 +395,12 @@ impl PoolShared {
         }
         // Every pooled buffer lies in one of the pool's windows (the caller checked that
         // each belongs to this pool).
-        let path = predict(target.comm, call.kind, true);
+        let path = predict(&target.comm, call.kind, true);
         if state.record_path(target.index, call.kind, path)
             && let CollectivePath::Staged(why) = path
         {
             tracing::warn!(
-                rank = self.comm.rank(),
+                rank = self.comm().rank(),
                 group = target.index,
                 kind = call.kind.c_name(),
                 "symheap: a collective on pooled memory stages through the HCCL buffer: {} \
@@ -448,9 +448,9 @@ impl PoolShared {
         buffers: &[&SymBlock],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
-        tracing::debug!(rank = self.comm.rank(), ?kind, count, "symheap: collective");
+        tracing::debug!(rank = self.comm().rank(), ?kind, count, "symheap: collective");
         self.check_in_capture(state, target.stream, kind.c_name())?;
-        enqueue(target.comm, target.stream)?;
+        enqueue(&target.comm, target.stream)?;
         self.note_collective_stream(state, target.stream);
         for alloc in buffers {
             alloc.mark_used_on(target.stream);

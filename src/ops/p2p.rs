@@ -56,7 +56,7 @@ impl SymPool {
     /// error.
     pub fn send<T: Element>(&self, data: &impl Buffer<T>, peer: u32) -> Result<()> {
         self.check_peer("send", data.alloc(), peer)?;
-        crate::raw::calls::require::HcclSend(self.shared.comm().runtime())?;
+        crate::raw::calls::require::HcclSend(self.shared.runtime())?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared.enqueue_pair(
             self.target(),
@@ -84,7 +84,7 @@ impl SymPool {
     /// error.
     pub fn recv<T: Element>(&self, data: &mut impl BufferMut<T>, peer: u32) -> Result<()> {
         self.check_peer("recv", data.alloc(), peer)?;
-        crate::raw::calls::require::HcclRecv(self.shared.comm().runtime())?;
+        crate::raw::calls::require::HcclRecv(self.shared.runtime())?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         self.shared.enqueue_pair(
             self.target(),

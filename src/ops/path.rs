@@ -33,6 +33,6 @@ impl SymPool {
         let ours = [input.alloc(), output.alloc()]
             .iter()
             .all(|b| b.belongs_to(self.shared()));
-        predict(self.target().comm, kind, ours)
+        predict(&self.target().comm, kind, ours)
     }
 }

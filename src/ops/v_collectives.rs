@@ -200,7 +200,7 @@ impl SymPool {
                 send_counts[me], recv_counts[me]
             )));
         }
-        crate::raw::calls::require::HcclAlltoAllV(self.shared.comm().runtime())?;
+        crate::raw::calls::require::HcclAlltoAllV(self.shared.runtime())?;
         let (sendp, recvp) = (input.device_ptr(), output.device_ptr());
         let call = Call {
             kind: Collective::AlltoAllV,
@@ -286,7 +286,7 @@ impl SymPool {
             me,
             recv_counts[me],
         )?;
-        crate::raw::calls::require::HcclAllGatherV(self.shared.comm().runtime())?;
+        crate::raw::calls::require::HcclAllGatherV(self.shared.runtime())?;
         let args: Vec<u64> = rc.iter().chain(&rd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), rc[me]);
         let call = Call {
@@ -367,7 +367,7 @@ impl SymPool {
             me,
             send_counts[me],
         )?;
-        crate::raw::calls::require::HcclReduceScatterV(self.shared.comm().runtime())?;
+        crate::raw::calls::require::HcclReduceScatterV(self.shared.runtime())?;
         let args: Vec<u64> = sc.iter().chain(&sd).copied().collect();
         let (sendp, recvp, count) = (input.device_ptr(), output.device_ptr(), sc[me]);
         let call = Call {

@@ -127,7 +127,7 @@ impl PoolShared {
     pub(crate) fn release_graph(&self, hold: &Arc<GraphHold>) {
         let replays = hold.replay_streams();
         if let Err(e) = self.wait_streams(replays.iter()) {
-            self.comm.runtime().record_drop_error(e);
+            self.runtime().record_drop_error(e);
         }
         hold.release();
         let mut state = self.lock();
@@ -206,7 +206,7 @@ impl Drop for SymGraph {
         // The graph first: its destroy waits for replays still running. If it fails, the
         // graph may still run: its blocks are never reused.
         if let Some(Err(e)) = self.graph.take().map(Graph::destroy) {
-            self.pool.comm.runtime().record_drop_error(e);
+            self.pool.runtime().record_drop_error(e);
             return;
         }
         self.pool.release_graph(&self.hold);

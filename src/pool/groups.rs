@@ -23,9 +23,9 @@ pub(crate) struct Attached {
 
 /// The communicator a pool handle's collectives run on, its index (0: the pool's own), and
 /// the stream they are enqueued on.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Target<'a> {
-    pub(crate) comm: &'a Comm,
+    pub(crate) comm: Comm,
     pub(crate) index: usize,
     pub(crate) stream: &'a Stream,
 }
@@ -72,11 +72,11 @@ impl SymPool {
         shared.check_usable()?;
         shared.check_attachable(&state.groups, group)?;
         shared.quiesce(&mut state)?;
-        let _span = tracing::info_span!("symheap.attach", rank = shared.comm.rank()).entered();
+        let _span = tracing::info_span!("symheap.attach", rank = shared.comm().rank()).entered();
         // Every step is attempted on every rank, then agreed: a rank whose step fails must
         // not skip the registrations its peers make.
         let name = group.name();
-        let own = state.groups.is_empty().then(|| shared.comm.name());
+        let own = state.groups.is_empty().then(|| shared.comm().name());
         let mut attempts: Vec<Result<Window>> = state
             .segments
             .iter()
@@ -90,7 +90,7 @@ impl SymPool {
             attempts.push(Err(e.clone()));
         }
         let what = "register the pool in an attached group";
-        let windows = super::segment::agree_on_all(&shared.comm, what, attempts)
+        let windows = super::segment::agree_on_all(&shared.comm(), what, attempts)
             .map_err(|unmade| shared.unmade(unmade))?;
         // Agreed: both lookups succeeded here.
         if let Some(Ok(own)) = own {
@@ -110,7 +110,7 @@ impl SymPool {
         });
         state.record_collective(fold_words([ATTACH_WORD, u64::from(group.rank_count())]));
         tracing::info!(
-            rank = shared.comm.rank(),
+            rank = shared.comm().rank(),
             group_rank = group.rank(),
             group_size = group.rank_count(),
             windows = registrations,
@@ -131,7 +131,7 @@ impl SymPool {
     /// [`Error::InvalidArgument`] when `group` is neither.
     pub fn on_group(&self, group: &Comm) -> Result<SymPool> {
         let shared = self.shared();
-        if group.same_as(&shared.comm) {
+        if group.same_as(&shared.comm()) {
             return Ok(SymPool {
                 shared: shared.clone(),
                 on: None,
@@ -156,7 +156,7 @@ impl SymPool {
 
     /// The communicator this handle's collectives run on: the pool's own, or the group of
     /// [`on_group`](Self::on_group).
-    pub fn group(&self) -> &Comm {
+    pub fn group(&self) -> Comm {
         self.target().comm
     }
 
@@ -170,12 +170,12 @@ impl SymPool {
         let stream = self.stream.as_ref().unwrap_or(&self.shared().stream);
         match &self.on {
             Some(g) => Target {
-                comm: &g.comm,
+                comm: g.comm.clone(),
                 index: g.index,
                 stream,
             },
             None => Target {
-                comm: &self.shared().comm,
+                comm: self.shared().comm(),
                 index: 0,
                 stream,
             },
@@ -207,23 +207,23 @@ impl SymPool {
 impl PoolShared {
     /// Why `group` cannot be attached, if it cannot.
     fn check_attachable(&self, attached: &[Attached], group: &Comm) -> Result<()> {
-        if group.same_as(&self.comm) {
+        if group.same_as(&self.comm()) {
             return Err(Error::invalid(
                 "attach: this is the pool's own communicator, where every segment is registered \
                  already",
             ));
         }
-        if !group.parent().is_some_and(|p| p.same_as(&self.comm)) {
+        if !group.parent().is_some_and(|p| p.same_as(&self.comm())) {
             return Err(Error::invalid(
                 "attach: the group must be a sub-communicator split from the pool's \
                  communicator (Comm::split)",
             ));
         }
-        if group.device() != self.comm.device() {
+        if group.device() != self.device() {
             return Err(Error::invalid(format!(
                 "attach: the group is on device {}, the pool on device {}",
                 group.device(),
-                self.comm.device()
+                self.device()
             )));
         }
         if attached.iter().any(|g| g.comm.same_as(group)) {

@@ -46,13 +46,13 @@ mod symmetry;
 mod tags;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use slab::Slab;
 
 use crate::heap::{Block, fold_words};
 use crate::raw::{DevicePtr, WindowHandle};
-use crate::runtime::{Comm, Stream};
+use crate::runtime::{Comm, Runtime, Stream};
 use crate::{Error, OutOfMemory, Result};
 
 pub use alloc_desc::AllocDesc;
@@ -127,7 +127,12 @@ pub struct SymPool {
 }
 
 pub(crate) struct PoolShared {
-    pub(crate) comm: Comm,
+    /// The communicator: replaced by a rebind ([`SymPool::wake_on`]), read under the lock
+    /// and cloned (a handle) by every user.
+    comm: RwLock<Comm>,
+    /// The runtime and device, which no rebind changes.
+    rt: Runtime,
+    device: u32,
     pub(crate) stream: Stream,
     pub(crate) config: PoolConfig,
     /// The device allocation granularity; segment sizes are multiples of it.
@@ -222,7 +227,7 @@ pub(crate) struct Pending {
 impl std::fmt::Debug for SymPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SymPool")
-            .field("rank", &self.shared.comm.rank())
+            .field("rank", &self.shared.comm().rank())
             .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
@@ -298,7 +303,9 @@ impl SymPool {
         state.record(segment, &block, POOL_TAG);
         state.check_block = Some(PoolBlock { segment, block });
         let shared = Arc::new(PoolShared {
-            comm: comm.clone(),
+            comm: RwLock::new(comm.clone()),
+            rt: rt.clone(),
+            device: comm.device(),
             stream,
             config,
             device_granularity,
@@ -333,8 +340,13 @@ impl SymPool {
     }
 
     /// The communicator.
-    pub fn comm(&self) -> &Comm {
-        &self.shared.comm
+    pub fn comm(&self) -> Comm {
+        self.shared.comm()
+    }
+
+    /// The runtime the pool's memory and streams belong to.
+    pub fn runtime(&self) -> &Runtime {
+        self.shared.runtime()
     }
 
     /// The stream this handle's collectives and copies run on: the pool's own, or the one
@@ -393,7 +405,7 @@ impl SymPool {
             }
             Err(Error::OutOfMemory(oom)) => {
                 tracing::warn!(
-                    rank = self.shared.comm.rank(),
+                    rank = self.shared.comm().rank(),
                     tag,
                     "symheap: {oom}\n{}",
                     self.memory_summary()
@@ -452,7 +464,7 @@ impl SymPool {
     /// communicator is destroyed).
     #[doc(alias("empty_cache"))]
     pub fn trim(&self) -> Result<u64> {
-        let _span = tracing::info_span!("symheap.trim", rank = self.shared.comm.rank()).entered();
+        let _span = tracing::info_span!("symheap.trim", rank = self.shared.comm().rank()).entered();
         let mut state = self.shared.lock();
         self.shared.flush_pending(&mut state)?;
         let first = state.segments.iter().next().map(|(key, _)| key);
@@ -472,7 +484,7 @@ impl SymPool {
             }
         }
         tracing::info!(
-            rank = self.shared.comm.rank(),
+            rank = self.shared.comm().rank(),
             released,
             windows = state.segments.len(),
             "symheap: trimmed"
@@ -488,7 +500,7 @@ impl SymPool {
         "memory_reserved"
     ))]
     pub fn stats(&self) -> PoolStats {
-        self.shared.lock().stats(&self.shared.comm)
+        self.shared.lock().stats(&self.shared.comm())
     }
 
     /// A hash of every allocation, free, growth, trim and collective so far (and of what is
@@ -510,8 +522,19 @@ impl PoolShared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn comm(&self) -> &Comm {
-        &self.comm
+    /// The communicator (a handle; a rebind replaces it).
+    pub(crate) fn comm(&self) -> Comm {
+        self.comm.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The runtime.
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// The device.
+    pub(crate) fn device(&self) -> u32 {
+        self.device
     }
 
     pub(crate) fn stream(&self) -> &Stream {
@@ -592,8 +615,8 @@ impl PoolShared {
                 self.device_granularity,
             )?;
             state.private = Some(PrivateRegion::create(
-                self.comm.runtime(),
-                self.comm.device(),
+                self.runtime(),
+                self.device(),
                 size,
                 self.config.granularity_bytes(),
                 self.device_granularity,
@@ -629,14 +652,14 @@ impl PoolShared {
             ))),
         };
         if let Err(e) = freed {
-            self.comm.runtime().record_drop_error(e);
+            self.runtime().record_drop_error(e);
         }
     }
 
     /// Adds a segment large enough for `size` bytes at `align`: the initial capacity if the
     /// growth limit allows, else just what is needed. Collective.
     fn grow(&self, state: &mut PoolState, size: u64, align: u64) -> Result<usize> {
-        let _span = tracing::info_span!("symheap.grow", rank = self.comm.rank(), size).entered();
+        let _span = tracing::info_span!("symheap.grow", rank = self.comm().rank(), size).entered();
         let slack = align.saturating_sub(self.config.granularity_bytes());
         let needed = size
             .checked_add(slack)
@@ -657,7 +680,7 @@ impl PoolShared {
         self.quiesce(state)?;
         let groups: Vec<Comm> = state.groups.iter().map(|g| g.comm.clone()).collect();
         let segment = Segment::create(
-            &self.comm,
+            &self.comm(),
             &groups,
             &self.stream,
             grow_by,
@@ -671,7 +694,7 @@ impl PoolShared {
         }
         let key = state.segments.insert(segment);
         tracing::info!(
-            rank = self.comm.rank(),
+            rank = self.comm().rank(),
             bytes = grow_by,
             windows = state.segments.len(),
             "symheap: pool grew by a window"
@@ -725,7 +748,7 @@ impl PoolShared {
         state.collective_streams.clear();
         for pending in std::mem::take(&mut state.pending) {
             if let Err(e) = state.free_block(pending.block) {
-                self.comm.runtime().record_drop_error(e);
+                self.runtime().record_drop_error(e);
             }
         }
         Ok(())
@@ -760,7 +783,7 @@ impl PoolShared {
         for stream in streams {
             let _turn = stream.wait_turn();
             let waited = if stream.same_as(&self.stream) {
-                self.comm.synchronize(stream)
+                self.comm().synchronize(stream)
             } else {
                 stream.synchronize()
             };
@@ -776,7 +799,7 @@ impl PoolShared {
     /// consequence of it).
     fn poison(&self, cause: &Error) {
         self.failure.get_or_init(|| {
-            tracing::error!(rank = self.comm.rank(), error = %cause, "symheap: pool poisoned");
+            tracing::error!(rank = self.comm().rank(), error = %cause, "symheap: pool poisoned");
             Arc::new(cause.clone())
         });
     }
@@ -844,7 +867,7 @@ impl PoolShared {
             state.fences.freed_on(stream);
         }
         if let Err(e) = state.free_block(block) {
-            self.comm.runtime().record_drop_error(e);
+            self.runtime().record_drop_error(e);
         }
     }
 }
@@ -1027,7 +1050,7 @@ impl Drop for PoolShared {
         let streams: Vec<Stream> = streams.chain(others).cloned().collect();
         for stream in std::iter::once(&self.stream).chain(&streams) {
             if let Err(e) = self.wait_streams([stream]) {
-                self.comm.runtime().record_drop_error(e);
+                self.runtime().record_drop_error(e);
             }
         }
         // Deregistering is a collective step. A rank that unwinds a panic, or whose queued
@@ -1038,7 +1061,7 @@ impl Drop for PoolShared {
         if std::thread::panicking() || self.failure.get().is_some() {
             let segments: Vec<Segment> = state.segments.drain().collect();
             tracing::warn!(
-                rank = self.comm.rank(),
+                rank = self.comm().rank(),
                 windows = segments.len(),
                 cause = if std::thread::panicking() {
                     "panicking"

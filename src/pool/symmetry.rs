@@ -45,14 +45,14 @@ impl PoolShared {
     pub(crate) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
         self.check_usable()?;
         self.quiesce(state)?;
-        let ranks = self.comm.rank_count() as usize;
+        let ranks = self.comm().rank_count() as usize;
         let mine = state.op_hash();
         let check_block = state
             .check_block
             .as_ref()
             .expect("the pool keeps its check block");
         let base = state.device_ptr(check_block);
-        let rt = self.comm.runtime();
+        let rt = self.runtime();
         // The check block is only ever used here, under the lock, and every use ends with a
         // synchronisation, so no queued work touches it now.
         // SAFETY: the block holds (ranks + 1) u64s: our hash first, then everyone's.
@@ -62,7 +62,7 @@ impl PoolShared {
         };
         // SAFETY: as above; the gathered hashes land after our own.
         unsafe {
-            self.comm.raw().all_gather(
+            self.comm().raw().all_gather(
                 base,
                 base.byte_add(8),
                 1,
