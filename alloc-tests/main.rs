@@ -20,6 +20,7 @@ mod pool;
 mod pool_vector;
 mod processes;
 mod runtime;
+mod sleep;
 mod soak;
 mod streams;
 mod support;

@@ -247,7 +247,7 @@ pub fn rank_main(comm: &Comm) -> Result<Report> {
             SymVec::<f32>::zeroed_with(&pool, recv_cap, AllocDesc::tagged("expert out"))?;
         {
             let input = received.host()?;
-            let output = expert_out.host_mut()?;
+            let mut output = expert_out.host_mut()?;
             let mut row = 0;
             for p in 0..RANKS {
                 for local in 0..EXPERTS_PER_RANK {

@@ -71,6 +71,9 @@ pub enum Error {
     /// usually the communicator) and build a new one. Carries that failure (also its
     /// [`source`](std::error::Error::source)).
     Poisoned(Arc<Error>),
+    /// The pool is asleep ([`SymPool::sleep`](crate::SymPool::sleep)): its device memory is
+    /// released until [`SymPool::wake`](crate::SymPool::wake). Says what was refused.
+    Asleep(String),
     /// Ranks disagreed about something that must be identical on every rank.
     Asymmetric(String),
     /// An operating-system call failed (a file, a process); `what` says what was being done.
@@ -186,6 +189,11 @@ impl fmt::Display for Error {
             Error::Poisoned(cause) => write!(
                 f,
                 "the pool is unusable after an earlier failure of queued work ({cause}); drop it and build a new one"
+            ),
+            Error::Asleep(what) => write!(
+                f,
+                "{what}: the pool is asleep, its device memory released; wake it first \
+                 (SymPool::wake)"
             ),
             Error::Asymmetric(msg) => write!(f, "ranks are not symmetric: {msg}"),
             Error::Io { what, source } => write!(f, "{what}: {source}"),

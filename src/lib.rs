@@ -4,6 +4,7 @@ mod allocator;
 #[cfg(feature = "emulator")]
 pub mod emu;
 mod error;
+mod host_view;
 mod ops;
 mod path_rules;
 mod pool;
@@ -27,10 +28,12 @@ pub use allocator::SymAllocator;
 /// version might differ.
 pub use allocator_api2;
 pub use error::{Error, OutOfMemory, Result};
+pub use host_view::{HostView, HostViewMut};
 pub use ops::packed_displacements;
 pub use pool::{
-    AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, Snapshot,
-    SymBlock, SymGraph, SymPool, TagStats, WindowMap,
+    AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, SleepPlan,
+    SleepReport, SleepStats, Snapshot, SymBlock, SymGraph, SymPool, TagStats, WakeReport,
+    WindowMap,
 };
 pub use runtime::{
     Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, RootInfo, Runtime, Stream,

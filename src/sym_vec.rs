@@ -2,6 +2,7 @@
 
 use std::marker::PhantomData;
 
+use crate::host_view::{HostView, HostViewMut};
 use crate::pool::{AllocDesc, SymBlock, SymPool};
 use crate::raw::{DevicePtr, WindowHandle};
 use crate::runtime::{Element, Stream};
@@ -204,26 +205,33 @@ impl<T: Element> SymVec<T> {
     /// # Ok::<(), symheap::Error>(())
     /// ```
     ///
+    /// While the view lives, its pool refuses to [sleep](SymPool::sleep).
+    ///
     /// # Errors
-    /// [`Error::NotHostAddressable`] on real devices; the runtime's error.
-    pub fn host(&self) -> Result<&[T]> {
+    /// [`Error::NotHostAddressable`] on real devices; [`Error::Asleep`]; the runtime's error.
+    pub fn host(&self) -> Result<HostView<'_, T>> {
         self.check_host_addressable()?;
-        self.alloc.wait_idle()?;
+        let token = self.alloc.open_host_view()?;
         // SAFETY: host-addressable device memory of `len` initialised elements; no queued
-        // work uses it, and new work that writes it needs `&mut self`.
-        Ok(unsafe { std::slice::from_raw_parts(self.device_ptr().as_raw().cast(), self.len) })
+        // work uses it, new work that writes it needs `&mut self`, and the pool cannot sleep
+        // (unmap it) while the token lives.
+        let elements =
+            unsafe { std::slice::from_raw_parts(self.device_ptr().as_raw().cast(), self.len) };
+        Ok(HostView::new(elements, token))
     }
 
     /// A mutable host view of the contents, after waiting for queued work. Only where device
     /// memory is host-addressable (the emulator).
     ///
     /// # Errors
-    /// [`Error::NotHostAddressable`] on real devices; the runtime's error.
-    pub fn host_mut(&mut self) -> Result<&mut [T]> {
+    /// [`Error::NotHostAddressable`] on real devices; [`Error::Asleep`]; the runtime's error.
+    pub fn host_mut(&mut self) -> Result<HostViewMut<'_, T>> {
         self.check_host_addressable()?;
-        self.alloc.wait_idle()?;
+        let token = self.alloc.open_host_view()?;
         // SAFETY: as for `host`, and `&mut self` excludes every other use.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.device_ptr().as_raw().cast(), self.len) })
+        let elements =
+            unsafe { std::slice::from_raw_parts_mut(self.device_ptr().as_raw().cast(), self.len) };
+        Ok(HostViewMut::new(elements, token))
     }
 
     /// A host view needs host-addressable memory that no graph may write behind its back

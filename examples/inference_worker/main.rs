@@ -42,6 +42,7 @@
 
 mod graph;
 
+use std::ops::DerefMut;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -82,7 +83,7 @@ trait Tensors {
     /// A zeroed tensor for collectives on `group`; `tag` says what it is for (the pool's
     /// stats and snapshots use it).
     fn zeros(&self, len: usize, tag: &'static str, group: Group) -> Result<Self::Tensor>;
-    fn host<'a>(&self, t: &'a mut Self::Tensor) -> Result<&'a mut [f32]>;
+    fn host<'a>(&self, t: &'a mut Self::Tensor) -> Result<impl DerefMut<Target = [f32]> + 'a>;
     /// AllReduce (sum) in the TP pair, in place.
     fn tp_all_reduce(&self, t: &mut Self::Tensor) -> Result<()>;
     /// AllGather in the TP pair.
@@ -114,7 +115,7 @@ impl Tensors for Pooled {
     fn zeros(&self, len: usize, tag: &'static str, _: Group) -> Result<SymVec<f32>> {
         SymVec::zeroed_with(&self.pool, len, AllocDesc::tagged(tag))
     }
-    fn host<'a>(&self, t: &'a mut SymVec<f32>) -> Result<&'a mut [f32]> {
+    fn host<'a>(&self, t: &'a mut SymVec<f32>) -> Result<impl DerefMut<Target = [f32]> + 'a> {
         t.host_mut()
     }
     fn tp_all_reduce(&self, t: &mut SymVec<f32>) -> Result<()> {
@@ -173,7 +174,7 @@ impl Tensors for PerTensor {
         unsafe { comm.runtime().raw().memset(window.ptr(), 0, len * 4)? };
         Ok(Registered { window, len })
     }
-    fn host<'a>(&self, t: &'a mut Registered) -> Result<&'a mut [f32]> {
+    fn host<'a>(&self, t: &'a mut Registered) -> Result<impl DerefMut<Target = [f32]> + 'a> {
         // SAFETY: emulated device memory is host memory; every collective on it was
         // synchronised before returning, and `&mut` excludes other uses.
         Ok(unsafe { std::slice::from_raw_parts_mut(t.window.ptr().as_raw().cast(), t.len) })
@@ -410,7 +411,7 @@ fn decode<B: Tensors>(backend: &B, rank: usize, expected: &[Vec<Vec<f32>>]) -> R
             .flat_map(|&tok| w.embed[tok * HIDDEN..][..HIDDEN].iter().copied())
             .collect();
         let mut y = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
-        w.dense_part(t, &x, backend.host(&mut y)?);
+        w.dense_part(t, &x, &mut backend.host(&mut y)?);
         backend.tp_all_reduce(&mut y)?;
         let ys = backend.host(&mut y)?.to_vec();
         // Append to the KV cache, growing it by a chunk when full.
@@ -448,7 +449,7 @@ fn decode<B: Tensors>(backend: &B, rank: usize, expected: &[Vec<Vec<f32>>]) -> R
         let mut mine = backend.zeros(BATCH / TP * HIDDEN, "activations", Group::Tp)?;
         {
             let back = backend.host(&mut combined)?.to_vec();
-            let out = backend.host(&mut mine)?;
+            let mut out = backend.host(&mut mine)?;
             let mut at = 0;
             for e in 0..EP {
                 for b in rows_of(t).filter(|&b| expert_of(d, b, step) == e) {
@@ -468,18 +469,18 @@ fn decode<B: Tensors>(backend: &B, rank: usize, expected: &[Vec<Vec<f32>>]) -> R
         matmul(
             &zb,
             &w.wv[t],
-            backend.host(&mut logits)?,
+            &mut backend.host(&mut logits)?,
             HIDDEN,
             VOCAB / TP,
         );
         let mut all_logits = backend.zeros(BATCH * VOCAB, "logits", Group::Tp)?;
         backend.tp_all_gather(&logits, &mut all_logits)?;
-        let gathered = backend.host(&mut all_logits)?;
+        let gathered = backend.host(&mut all_logits)?.to_vec();
         assert!(
-            gathered == expected[d].as_slice(),
+            gathered == expected[d],
             "rank {rank}: step {step}'s logits differ from the host reference"
         );
-        tokens = argmax_tokens(gathered);
+        tokens = argmax_tokens(&gathered);
         history.push(tokens[0]);
         // The step's tensors are done with: those that took part in a collective wait for
         // the synchronisation (pending), the others are free at once.

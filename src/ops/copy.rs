@@ -55,6 +55,7 @@ impl SymPool {
         // for (as for collectives).
         let state = self.shared().lock();
         self.shared().check_usable()?;
+        self.shared().check_awake("copy")?;
         let own = src.alloc().belongs_to(self.shared()) && dst.alloc().belongs_to(self.shared());
         if state.capture_hold().is_some() && !own {
             return Err(Error::invalid(

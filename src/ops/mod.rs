@@ -381,6 +381,7 @@ impl PoolShared {
     ) -> Result<()> {
         let mut state = self.lock();
         self.check_usable()?;
+        self.check_awake("a collective")?;
         // A collective on an attached group also records which one.
         let hash = match target.index {
             0 => call.hash(),
@@ -432,6 +433,7 @@ impl PoolShared {
     ) -> Result<()> {
         let mut state = self.lock();
         self.check_usable()?;
+        self.check_awake("a point-to-point call")?;
         if count == 0 {
             return Ok(());
         }
@@ -448,7 +450,12 @@ impl PoolShared {
         buffers: &[&SymBlock],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
-        tracing::debug!(rank = self.comm().rank(), ?kind, count, "symheap: collective");
+        tracing::debug!(
+            rank = self.comm().rank(),
+            ?kind,
+            count,
+            "symheap: collective"
+        );
         self.check_in_capture(state, target.stream, kind.c_name())?;
         enqueue(&target.comm, target.stream)?;
         self.note_collective_stream(state, target.stream);

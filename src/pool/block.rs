@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::graph_hold::GraphHold;
 use super::{Placed, PoolBlock, PoolShared};
-use crate::raw::{DevicePtr, WindowHandle};
+use crate::raw::{DevicePtr, WindowCell, WindowHandle};
 use crate::runtime::Stream;
 
 /// Marks an allocation no queued work has used.
@@ -20,7 +20,8 @@ pub struct SymBlock {
     /// `None` only during `drop`.
     block: Option<PoolBlock>,
     ptr: DevicePtr,
-    window: WindowHandle,
+    /// Its segment's window in the pool's communicator (a wake replaces the handle).
+    window: Arc<WindowCell>,
     len: u64,
     /// The pool epoch in which queued work last used this memory, or `NEVER_USED`.
     used_epoch: AtomicU64,
@@ -33,7 +34,7 @@ pub struct SymBlock {
 impl std::fmt::Debug for SymBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SymBlock")
-            .field("window", &self.window)
+            .field("window", &self.window.get())
             .field("offset", &self.offset())
             .field("len", &self.len)
             .finish_non_exhaustive()
@@ -58,9 +59,10 @@ impl SymBlock {
         self.block.as_ref().expect("a live SymBlock has its block")
     }
 
-    /// The window holding the block.
+    /// The window holding the block: after a [wake](super::SymPool::wake), the new
+    /// registration's.
     pub fn window(&self) -> WindowHandle {
-        self.window
+        self.window.get()
     }
 
     /// The block's offset in its window.
@@ -107,6 +109,7 @@ impl SymBlock {
         let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         if !streams.iter().any(|s| s.same_as(stream)) {
             streams.push(stream.clone());
+            self.pool.note_stream(stream);
         }
     }
 
@@ -152,6 +155,7 @@ impl SymBlock {
         // wait is over (and has poisoned the pool if it failed).
         let state = self.pool.lock();
         self.pool.check_usable()?;
+        self.pool.check_awake("host access to pooled memory")?;
         // The captured streams cannot be waited for: refused, not a failure of the work.
         self.pool
             .check_not_capturing(&state, "host access to pooled memory")?;
@@ -182,10 +186,21 @@ impl SymBlock {
         &self,
         access: impl FnOnce() -> crate::Result<T>,
     ) -> crate::Result<T> {
+        // Held through the access: a sleep waits for it (see `PoolShared::gate`).
+        let _gate = self.pool.gate.read().unwrap_or_else(|e| e.into_inner());
         self.wait_idle()?;
         let value = access()?;
         self.pool.check_usable()?;
         Ok(value)
+    }
+
+    /// Waits as [`wait_idle`](Self::wait_idle) does and counts a host view of the memory
+    /// until the returned token drops: a sleep refuses while any is alive.
+    pub(crate) fn open_host_view(&self) -> crate::Result<HostViewToken> {
+        let _gate = self.pool.gate.read().unwrap_or_else(|e| e.into_inner());
+        self.wait_idle()?;
+        self.pool.host_views.fetch_add(1, Ordering::AcqRel);
+        Ok(HostViewToken(Arc::clone(&self.pool)))
     }
 
     /// Whether this allocation belongs to `pool`.
@@ -195,6 +210,15 @@ impl SymBlock {
 
     pub(crate) fn pool(&self) -> &Arc<PoolShared> {
         &self.pool
+    }
+}
+
+/// A live host view of pooled memory, counted by its pool until dropped.
+pub(crate) struct HostViewToken(Arc<PoolShared>);
+
+impl Drop for HostViewToken {
+    fn drop(&mut self) {
+        self.0.host_views.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

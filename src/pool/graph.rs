@@ -14,8 +14,7 @@ use crate::{Error, Result};
 /// the pool's memory it needs. It keeps its pool (and so the pool's windows and communicator)
 /// alive, so the graph is always destroyed first, then windows, then the communicator.
 pub struct SymGraph {
-    /// `None` only during `drop`.
-    graph: Option<Graph>,
+    /// Holds the ACL graph itself too (a sleep destroys it).
     hold: Arc<GraphHold>,
     pool: Arc<PoolShared>,
 }
@@ -23,7 +22,7 @@ pub struct SymGraph {
 impl std::fmt::Debug for SymGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SymGraph")
-            .field("graph", &self.graph)
+            .field("model", &self.hold.model())
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +91,7 @@ impl SymPool {
             if state.capturing.is_some() {
                 return Err(Error::invalid("capture: this pool is capturing already"));
             }
+            shared.check_awake("capture")?;
             // Nothing queued is left to order against: a capture cannot wait for work outside.
             shared.flush_pending(&mut state)?;
             stream.synchronize()?;
@@ -99,6 +99,8 @@ impl SymPool {
             let model = stream.capture_model().ok().flatten();
             hold = Arc::new(GraphHold::new(model.map_or(0, |m| m as usize)));
             state.capturing = Some(hold.clone());
+            state.graphs.retain(|g| g.strong_count() > 0);
+            state.graphs.push(Arc::downgrade(&hold));
         }
         let ran = step(&self.on(stream));
         let ended = stream.end_capture();
@@ -111,8 +113,8 @@ impl SymPool {
                 return Err(e);
             }
         };
+        hold.set_graph(graph);
         let graph = SymGraph {
-            graph: Some(graph),
             hold,
             pool: shared.clone(),
         };
@@ -190,14 +192,20 @@ impl SymGraph {
     /// taking fresh collective sequence numbers. Costs the pool nothing (no allocation, hash
     /// or pool lock); host access to the graph's buffers waits for the replay.
     ///
+    /// A [sleep](SymPool::sleep) destroys the ACL graphs of its pool (after their replays),
+    /// since their captured collectives were set up on windows the sleep deregisters: a graph
+    /// captured before a sleep refuses to replay after it, saying to capture it again. Its
+    /// blocks stay reserved until it drops, as before. A capture cannot span a sleep (a sleep
+    /// refuses during a capture).
+    ///
     /// # Errors
-    /// The runtime's error.
+    /// [`Error::Asleep`] while the pool sleeps; [`Error::InvalidArgument`] for a graph
+    /// captured before a sleep; the runtime's error.
     pub fn replay(&self, stream: &Stream) -> Result<()> {
-        self.hold.replayed_on(stream);
-        match &self.graph {
-            Some(graph) => graph.replay(stream),
-            None => Err(Error::invalid("replay: the graph is being dropped")),
-        }
+        self.pool.check_awake("replay")?;
+        // The graph's lock is held while the replay is enqueued: a sleep takes the graph
+        // (and waits for its replays) only after.
+        self.hold.replay(stream)
     }
 }
 
@@ -205,7 +213,7 @@ impl Drop for SymGraph {
     fn drop(&mut self) {
         // The graph first: its destroy waits for replays still running. If it fails, the
         // graph may still run: its blocks are never reused.
-        if let Some(Err(e)) = self.graph.take().map(Graph::destroy) {
+        if let Some(Err(e)) = self.hold.take_graph().map(Graph::destroy) {
             self.pool.runtime().record_drop_error(e);
             return;
         }

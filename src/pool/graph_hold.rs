@@ -4,13 +4,18 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::runtime::Stream;
+use crate::runtime::{Graph, Stream};
+use crate::{Error, Result};
 
 /// What a graph holds of the pool: the blocks it touched stay out of reuse while it lives,
 /// and host access to them waits for the streams it was replayed on.
 pub(crate) struct GraphHold {
     /// The model the capture records into (`aclmdlRI`, as an address).
     model: usize,
+    /// The graph, once captured; taken when the graph drops or its pool sleeps.
+    graph: Mutex<Option<Graph>>,
+    /// Set when a sleep destroyed the graph.
+    slept: AtomicBool,
     /// Set when the graph is dropped: its blocks may be reused.
     released: AtomicBool,
     /// The streams the graph was replayed on.
@@ -21,6 +26,8 @@ impl GraphHold {
     pub(super) fn new(model: usize) -> Self {
         GraphHold {
             model,
+            graph: Mutex::new(None),
+            slept: AtomicBool::new(false),
             released: AtomicBool::new(false),
             replayed_on: Mutex::new(Vec::new()),
         }
@@ -29,6 +36,43 @@ impl GraphHold {
     /// The model the capture records into.
     pub(super) fn model(&self) -> usize {
         self.model
+    }
+
+    /// Keeps the captured graph.
+    pub(super) fn set_graph(&self, graph: Graph) {
+        *self.graph.lock().unwrap_or_else(|e| e.into_inner()) = Some(graph);
+    }
+
+    /// Takes the graph, for its destroy.
+    pub(super) fn take_graph(&self) -> Option<Graph> {
+        self.graph.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Destroys the graph for a sleep of its pool (its destroy waits for its replays); later
+    /// replays are refused.
+    pub(super) fn destroy_for_sleep(&self) -> Result<()> {
+        let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = graph.take() {
+            self.slept.store(true, Ordering::Release);
+            g.destroy()?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues a replay on `stream`, with the graph's lock held.
+    pub(super) fn replay(&self, stream: &Stream) -> Result<()> {
+        let graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
+        match &*graph {
+            Some(g) => {
+                self.replayed_on(stream);
+                g.replay(stream)
+            }
+            None if self.slept.load(Ordering::Acquire) => Err(Error::invalid(
+                "replay: the graph was captured before its pool slept, which destroyed it (its \
+                 collectives were set up on windows the sleep deregistered): capture it again",
+            )),
+            None => Err(Error::invalid("replay: the graph is being dropped")),
+        }
     }
 
     /// Marks the graph dropped: its blocks may be reused.

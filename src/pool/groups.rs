@@ -70,6 +70,7 @@ impl SymPool {
         let shared = self.shared();
         let mut state = shared.lock();
         shared.check_usable()?;
+        shared.check_awake("attach")?;
         shared.check_attachable(&state.groups, group)?;
         shared.quiesce(&mut state)?;
         let _span = tracing::info_span!("symheap.attach", rank = shared.comm().rank()).entered();

@@ -39,28 +39,32 @@ mod groups;
 mod paths;
 mod private;
 mod segment;
+mod sleep;
 mod snapshot;
 mod stats;
 mod summary;
 mod symmetry;
 mod tags;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use slab::Slab;
 
 use crate::heap::{Block, fold_words};
-use crate::raw::{DevicePtr, WindowHandle};
-use crate::runtime::{Comm, Runtime, Stream};
+use crate::raw::{DevicePtr, WindowCell, WindowHandle};
+use crate::runtime::{Comm, Runtime, Stream, WeakStream};
 use crate::{Error, OutOfMemory, Result};
 
 pub use alloc_desc::AllocDesc;
+pub(crate) use block::HostViewToken;
 pub use block::SymBlock;
 pub use config::PoolConfig;
 pub use graph::SymGraph;
+pub use sleep::{SleepPlan, SleepReport, WakeReport};
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
-pub use stats::{CollectiveStats, CommStats, PoolStats, TagStats};
+pub use stats::{CollectiveStats, CommStats, PoolStats, SleepStats, TagStats};
 
 use graph_hold::GraphHold;
 pub(crate) use groups::Target;
@@ -92,7 +96,8 @@ const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call s
 /// # Methods by topic
 /// | topic | methods |
 /// |---|---|
-/// | making and inspecting | [`new`](Self::new), [`comm`](Self::comm), [`stream`](Self::stream), [`config`](Self::config) |
+/// | making and inspecting | [`new`](Self::new), [`comm`](Self::comm), [`runtime`](Self::runtime), [`stream`](Self::stream), [`config`](Self::config) |
+/// | the life of a worker | [`sleep`](Self::sleep) (a [`SleepPlan`]), [`wake`](Self::wake), [`wake_on`](Self::wake_on) (a rebind), [`is_asleep`](Self::is_asleep) |
 /// | memory | [`alloc`](Self::alloc), [`alloc_with`](Self::alloc_with) (an [`AllocDesc`]), [`allocator`](Self::allocator) (`allocator-api2`), [`window_get`](Self::window_get); typed owners: [`SymVec`](crate::SymVec), [`SymBox`](crate::SymBox) |
 /// | collective steps of the pool | [`reserve`](Self::reserve), [`trim`](Self::trim), [`synchronize`](Self::synchronize), [`verify_symmetric`](Self::verify_symmetric) |
 /// | collectives | [`all_reduce`](Self::all_reduce), [`all_reduce_in_place`](Self::all_reduce_in_place), [`all_gather`](Self::all_gather), [`reduce_scatter`](Self::reduce_scatter), [`all_to_all`](Self::all_to_all), [`broadcast`](Self::broadcast), [`reduce`](Self::reduce), [`all_gather_v`](Self::all_gather_v), [`reduce_scatter_v`](Self::reduce_scatter_v), [`all_to_all_v`](Self::all_to_all_v); the path each takes: [`path`](Self::path) |
@@ -143,6 +148,17 @@ pub(crate) struct PoolShared {
     /// outside `state` so that [`wait_or_poison`](Self::wait_or_poison) can set it whether or
     /// not its caller holds the state lock.
     failure: OnceLock<Arc<Error>>,
+    /// Set while the pool sleeps ([`SymPool::sleep`]); read without the state lock by
+    /// graph replays and host views.
+    asleep: AtomicBool,
+    /// Held (read) by host views being made and host copies while they check that the
+    /// pool is awake and do their work; a sleep takes it (write) so that
+    /// none is under way when the memory goes. Taken before the state lock.
+    gate: RwLock<()>,
+    /// Live host views ([`SymVec::host`](crate::SymVec::host)): a sleep waits for none.
+    host_views: AtomicUsize,
+    /// Streams other than the pool's that blocks were recorded on, for a sleep to wait for.
+    recorded_streams: Mutex<Vec<WeakStream>>,
     state: Mutex<PoolState>,
 }
 
@@ -180,6 +196,10 @@ pub(crate) struct PoolState {
     capturing: Option<Arc<GraphHold>>,
     /// Freed blocks that graphs still hold.
     held: Vec<Held>,
+    /// The graphs captured so far (a sleep waits for their replays).
+    graphs: Vec<Weak<GraphHold>>,
+    /// Asleep or awake, and what a sleep kept.
+    sleep: sleep::SleepState,
     /// The names of the pool's communicator and of each group, read at the first attach (a
     /// pool of one communicator needs none).
     names: Vec<String>,
@@ -208,7 +228,7 @@ impl PoolBlock {
 pub(crate) struct Placed {
     block: PoolBlock,
     ptr: DevicePtr,
-    window: WindowHandle,
+    window: Arc<WindowCell>,
 }
 
 /// A freed block that graphs still hold, and the streams other than the pool's that used it.
@@ -293,6 +313,8 @@ impl SymPool {
             collective_streams: Vec::new(),
             capturing: None,
             held: Vec::new(),
+            graphs: Vec::new(),
+            sleep: sleep::SleepState::default(),
             names: vec![String::new()],
         };
         let segment = state.segments.insert(first);
@@ -311,6 +333,10 @@ impl SymPool {
             device_granularity,
             epoch: AtomicU64::new(0),
             failure: OnceLock::new(),
+            asleep: AtomicBool::new(false),
+            gate: RwLock::new(()),
+            host_views: AtomicUsize::new(0),
+            recorded_streams: Mutex::new(Vec::new()),
             state: Mutex::new(state),
         });
         // The first window's warm-up. On failure the pool's `Drop` waits again before
@@ -449,6 +475,7 @@ impl SymPool {
     pub fn reserve(&self, bytes: u64) -> Result<()> {
         let mut state = self.shared.lock();
         self.shared.check_usable()?;
+        self.shared.check_awake("reserve")?;
         if state.largest_free() >= bytes {
             return Ok(());
         }
@@ -466,6 +493,7 @@ impl SymPool {
     pub fn trim(&self) -> Result<u64> {
         let _span = tracing::info_span!("symheap.trim", rank = self.shared.comm().rank()).entered();
         let mut state = self.shared.lock();
+        self.shared.check_awake("trim")?;
         self.shared.flush_pending(&mut state)?;
         let first = state.segments.iter().next().map(|(key, _)| key);
         let idle: Vec<usize> = state
@@ -557,6 +585,7 @@ impl PoolShared {
         home: &Stream,
     ) -> Result<(Placed, bool)> {
         self.check_usable()?;
+        self.check_awake("allocation")?;
         if align > self.device_granularity {
             return Err(Error::invalid(format!(
                 "alignment {align} exceeds the device allocation granularity {}",
@@ -600,7 +629,7 @@ impl PoolShared {
         state.record(block.segment, &block.block, tag);
         let placed = Placed {
             ptr: state.device_ptr(&block),
-            window: state.segments[block.segment].handle,
+            window: Arc::clone(&state.segments[block.segment].handle),
             block,
         };
         Ok((placed, recycled))
@@ -609,20 +638,26 @@ impl PoolShared {
     /// Maps the adapter's private region unless it is mapped already. Local to this rank.
     pub(crate) fn ensure_private_region(&self) -> Result<()> {
         let mut state = self.lock();
+        self.check_awake("SymPool::allocator")?;
         if state.private.is_none() {
-            let size = round_up(
-                self.config.private_capacity_bytes(),
-                self.device_granularity,
-            )?;
-            state.private = Some(PrivateRegion::create(
-                self.runtime(),
-                self.device(),
-                size,
-                self.config.granularity_bytes(),
-                self.device_granularity,
-            )?);
+            state.private = Some(self.make_private_region()?);
         }
         Ok(())
+    }
+
+    /// Maps a new private region for the adapter.
+    fn make_private_region(&self) -> Result<PrivateRegion> {
+        let size = round_up(
+            self.config.private_capacity_bytes(),
+            self.device_granularity,
+        )?;
+        PrivateRegion::create(
+            self.runtime(),
+            self.device(),
+            size,
+            self.config.granularity_bytes(),
+            self.device_granularity,
+        )
     }
 
     /// A block of the private region for the `allocator-api2` adapter: its address and the
@@ -635,10 +670,12 @@ impl PoolShared {
             )));
         }
         let mut state = self.lock();
-        let private = state
-            .private
-            .as_mut()
-            .ok_or_else(|| Error::invalid("the private region is mapped by SymPool::allocator"))?;
+        self.check_awake("allocation by SymPool::allocator")?;
+        if state.private.is_none() {
+            // Released by a sleep since `SymPool::allocator` mapped it: mapped again.
+            state.private = Some(self.make_private_region()?);
+        }
+        let private = state.private.as_mut().expect("just made");
         private.alloc(size, align)
     }
 
@@ -897,6 +934,7 @@ impl PoolState {
             pending_frees: self.pending.len(),
             tags: self.tags.stats(),
             communicators: self.communicators(comm, &collectives),
+            sleep: self.sleep.stats(),
             collectives,
             private_allocated: self.private.as_ref().map_or(0, PrivateRegion::allocated),
             private_reserved: self.private.as_ref().map_or(0, PrivateRegion::size),

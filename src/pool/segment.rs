@@ -7,7 +7,7 @@ use crate::heap::Heap;
 use super::tags::BlockInfo;
 use std::sync::Arc;
 
-use crate::raw::{DevicePtr, Mapping, Window, WindowHandle};
+use crate::raw::{DevicePtr, Mapping, PhysicalMemory, VirtualRange, Window, WindowCell};
 use crate::runtime::{Agreed, Comm, Element, Stream};
 use crate::{Error, Result};
 
@@ -55,13 +55,19 @@ pub(super) struct Segment {
     /// Per live block, by heap node key: its tag and allocation number.
     pub(super) infos: Vec<BlockInfo>,
     pub(super) base: DevicePtr,
-    pub(super) handle: WindowHandle,
+    /// The handle of the window in the pool's communicator, shared with the segment's
+    /// blocks: a wake registers anew and replaces it.
+    pub(super) handle: Arc<WindowCell>,
     pub(super) size: u64,
     /// The same memory's windows in the pool's attached groups, in attach order (declared
     /// before `window`, so they are deregistered first, in that order, on every rank).
     pub(super) attached: Vec<Window>,
-    /// Owns the mapping, so the memory outlives its registration.
-    window: Window,
+    /// Owns the mapping, so the memory outlives its registration; `None` while the pool
+    /// sleeps (the memory is unmapped and freed).
+    window: Option<Window>,
+    /// The address range, kept while the pool sleeps so that a wake maps at the same
+    /// addresses (declared last: released after the mapping).
+    range: Arc<VirtualRange>,
 }
 
 impl Segment {
@@ -110,10 +116,11 @@ impl Segment {
             heap,
             infos: Vec::new(),
             base,
-            handle: window.handle(),
+            handle: Arc::new(WindowCell::new(window.handle())),
             size,
             attached: Vec::new(),
-            window,
+            range: Arc::clone(window.mapping().range()),
+            window: Some(window),
         };
         // Every registration is agreed before any warm-up is queued: a failure then drops
         // (deregisters) windows that no queued work uses.
@@ -149,26 +156,94 @@ impl Segment {
     /// Registers the segment's memory in `group` too (collective within the group): the new
     /// window, whose offsets are the segment's.
     pub(super) fn register_in(&self, group: &Comm) -> Result<Window> {
-        Window::register(group, self.window.mapping())
+        match &self.window {
+            Some(window) => Window::register(group, window.mapping()),
+            None => Err(crate::Error::invalid(
+                "a sleeping segment has no memory to register",
+            )),
+        }
     }
 
     /// Leaves the window to `HcclCommDestroy` ([`Window::leave_to_destroy`]): no collective
     /// step.
-    pub(super) fn leave_to_destroy(self) {
-        for w in self.attached {
+    pub(super) fn leave_to_destroy(mut self) {
+        for w in self.attached.drain(..) {
             w.leave_to_destroy();
         }
-        self.window.leave_to_destroy();
+        if let Some(w) = self.window.take() {
+            w.leave_to_destroy();
+        }
     }
 
     /// Deregisters the windows (collective, in each group and then in the pool's
     /// communicator) and releases the memory, reporting the first error.
-    pub(super) fn release(self) -> Result<()> {
+    pub(super) fn release(mut self) -> Result<()> {
+        let unregistered = self.unregister();
+        // The range goes last; a failure is reported here (and tried again on drop).
+        let released = Arc::into_inner(self.range).map_or(Ok(()), |r| r.release());
+        unregistered.and(released)
+    }
+
+    /// Deregisters the windows (collective, in each group and then in the pool's
+    /// communicator), unmaps and frees the memory, and keeps the address range: the first
+    /// half of a sleep. Every window is tried; the first error is returned (a window whose
+    /// deregistration failed keeps its memory mapped, with the communicator, which frees it
+    /// once destroyed).
+    pub(super) fn unregister(&mut self) -> Result<()> {
         let mut result = Ok(());
-        for w in self.attached {
+        for w in self.attached.drain(..) {
             result = result.and(w.deregister());
         }
-        result.and(self.window.deregister())
+        if let Some(w) = self.window.take() {
+            result = result.and(w.deregister());
+        }
+        result
+    }
+
+    /// Maps new physical memory at the segment's addresses and registers it in `comm` and
+    /// each of `groups`, at the same offsets, with new handles; then enqueues the warm-up
+    /// collectives on `stream` (the caller waits for them before it restores contents: the
+    /// warm-up writes the segment's first bytes). Collective over `comm`, agreed as
+    /// [`create`](Self::create) is. On failure nothing stays mapped or registered unless the
+    /// failure is not agreed ([`Unmade::agreed`]).
+    pub(super) fn remap(
+        &mut self,
+        comm: &Comm,
+        groups: &[Comm],
+        stream: &Stream,
+    ) -> Result<(), Unmade> {
+        let rt = comm.runtime();
+        let mapped = PhysicalMemory::allocate(rt, self.size, comm.device())
+            .and_then(|physical| Mapping::new(&self.range, 0, &Arc::new(physical)));
+        let what = "map new memory at a sleeping segment's addresses";
+        let mapping = agreed(comm.try_agree(what, mapped), |_| Vec::new())?;
+        let window = Window::register(comm, &Arc::new(mapping));
+        let what = "register a waking segment";
+        let window = agreed(comm.try_agree(what, window), |w| vec![w])?;
+        let attempts = groups
+            .iter()
+            .map(|g| Window::register(g, window.mapping()))
+            .collect();
+        let what = "register a waking segment in every attached group";
+        let attached = match agree_on_all(comm, what, attempts) {
+            Ok(attached) => attached,
+            Err(unmade) => {
+                if !unmade.agreed {
+                    window.leave_to_destroy();
+                }
+                return Err(unmade);
+            }
+        };
+        self.handle.set(window.handle());
+        self.window = Some(window);
+        self.attached = attached;
+        std::iter::once(comm)
+            .chain(groups)
+            .try_for_each(|c| warm_up(c, self.base, stream))
+            .map_err(|error| Unmade {
+                error,
+                agreed: false,
+            })
     }
 }
 

@@ -75,7 +75,7 @@ impl SymPool {
                     })
                     .collect();
                 WindowMap {
-                    handle: segment.handle.as_raw() as u64,
+                    handle: segment.handle.get().as_raw() as u64,
                     base: segment.base.addr(),
                     size: segment.size,
                     regions,

@@ -1,6 +1,7 @@
 //! What a pool reports about itself, and restarting its peaks.
 
 use super::SymPool;
+pub use super::sleep::SleepStats;
 
 /// A snapshot of a pool's accounting, from [`SymPool::stats`](SymPool::stats).
 ///
@@ -57,6 +58,10 @@ pub struct PoolStats {
     /// when read from a snapshot written before it existed.)
     #[cfg_attr(feature = "serde", serde(default))]
     pub communicators: Vec<CommStats>,
+    /// Asleep or awake, and the sleeps so far ([`SymPool::sleep`](super::SymPool::sleep)).
+    /// (Default when read from a snapshot written before it existed.)
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub sleep: SleepStats,
 }
 
 /// One communicator the pool's memory is registered in.

@@ -44,6 +44,7 @@ impl PoolShared {
     /// ranks compare it).
     pub(crate) fn verify_locked(&self, state: &mut PoolState) -> Result<()> {
         self.check_usable()?;
+        self.check_awake("verify_symmetric")?;
         self.quiesce(state)?;
         let ranks = self.comm().rank_count() as usize;
         let mine = state.op_hash();

@@ -39,6 +39,7 @@ pub use crate::runtime::{Backend, DevicePtr, Mapping, Origin, PhysicalMemory, Vi
 pub use collectives::RawComm;
 pub use copy::{RawRuntime, RawStream};
 pub use loader::{load, load_from};
+pub(crate) use window::WindowCell;
 pub use window::{Window, WindowHandle};
 
 use crate::Result;

@@ -29,6 +29,24 @@ impl WindowHandle {
     }
 }
 
+/// A window handle that a wake replaces: the pool's blocks read their window through it.
+#[derive(Debug)]
+pub(crate) struct WindowCell(std::sync::atomic::AtomicUsize);
+
+impl WindowCell {
+    pub(crate) fn new(handle: WindowHandle) -> Self {
+        WindowCell(std::sync::atomic::AtomicUsize::new(handle.0))
+    }
+
+    pub(crate) fn get(&self) -> WindowHandle {
+        WindowHandle(self.0.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    pub(crate) fn set(&self, handle: WindowHandle) {
+        self.0.store(handle.0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A registered symmetric window; deregistered (collectively) on drop.
 ///
 /// The window keeps the memory it registered alive, so that memory is never unmapped or freed

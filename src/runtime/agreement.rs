@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use super::Mapping;
-use super::{Comm, Stream};
+use super::{Comm, RootInfo, Stream};
+use crate::sys::HCCL_ROOT_INFO_BYTES;
 use crate::sys::HcclDataType;
 use crate::{Error, Result};
 
@@ -60,6 +61,59 @@ impl Comm {
                 "rank(s) {failed:?} could not {what}; nothing was registered on any rank"
             ))),
         }
+    }
+
+    /// A new root info, made by rank 0 and handed to every rank through this communicator:
+    /// the bootstrap of a new communicator of the same ranks ([`Comm::init`]), for when this
+    /// one is to be released, as a deep sleep of a pool does
+    /// ([`SleepPlan::release_communicators`](crate::SleepPlan::release_communicators)).
+    /// Collective.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{Comm, CommConfig, emu};
+    ///
+    /// let ranks = emu::launch(2, |comm| {
+    ///     let root = comm.fresh_root_info()?;
+    ///     let again = Comm::init(comm.runtime(), 2, &root, comm.rank(), &CommConfig::new())?;
+    ///     Ok(again.rank())
+    /// })?;
+    /// assert_eq!(ranks, [0, 1]);
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Rank 0's error making the root info (on the others [`Error::Asymmetric`]); the
+    /// runtime's error.
+    pub fn fresh_root_info(&self) -> Result<RootInfo> {
+        let made = if self.rank() == 0 {
+            RootInfo::new(self.runtime()).map(Some)
+        } else {
+            Ok(None)
+        };
+        let made = self.agree("make a new root info", made)?;
+        let scratch = self.agreement_scratch()?;
+        let at = (64 + u64::from(self.rank_count())).next_multiple_of(64);
+        let len = HCCL_ROOT_INFO_BYTES as u64;
+        if at + len > scratch.size() {
+            return Err(Error::invalid(format!(
+                "a root info ({len} bytes) does not fit the agreement's scratch memory"
+            )));
+        }
+        let buf = scratch.ptr().byte_add(at);
+        let rt = self.runtime();
+        let stream = Stream::new(rt)?;
+        let mut bytes = made.map_or([0; HCCL_ROOT_INFO_BYTES], |root| root.as_bytes());
+        // SAFETY: as for `failed_ranks`: the communicator's own scratch, past the verdicts,
+        // used by one agreement at a time; the stream is waited for before the copy back.
+        unsafe {
+            rt.raw().copy_to_device(buf, &bytes)?;
+            self.raw()
+                .broadcast(buf, len, HcclDataType::HCCL_DATA_TYPE_UINT8, 0, &stream)?;
+            self.synchronize(&stream)?;
+            rt.raw().copy_to_host(&mut bytes, buf)?;
+        }
+        RootInfo::from_bytes(&bytes)
     }
 
     /// The ranks whose verdict was "failed", gathered from every rank.

@@ -1,5 +1,6 @@
 //! Communicators: bootstrap (root info), configuration, and the communicator handle.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::collective_order::CollectiveOrder;
@@ -131,6 +132,8 @@ struct CommInner {
     agreement: Mutex<Option<Arc<Mapping>>>,
     /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
     ai_cpu: bool,
+    /// Set once [`Comm::release`] destroyed it while handles remained.
+    released: AtomicBool,
     /// The settings it was made with: a split's default.
     config: CommConfig,
     /// For a sub-communicator, the communicator it was split from and the ranks there of its
@@ -199,6 +202,7 @@ impl Comm {
                 ),
                 config: config.clone(),
                 parent,
+                released: AtomicBool::new(false),
             }),
         };
         let (mut got_rank, mut got_size) = (0u32, 0u32);
@@ -349,7 +353,48 @@ impl Comm {
     /// The raw handle, for calls this crate does not wrap (they are not serialised with the
     /// wrapped ones).
     pub fn as_raw(&self) -> HcclComm {
+        if self.is_released() {
+            return std::ptr::null_mut();
+        }
         self.inner.raw
+    }
+
+    /// Whether [`release`](Self::release) destroyed the communicator.
+    pub fn is_released(&self) -> bool {
+        self.inner.released.load(Ordering::Acquire)
+    }
+
+    /// Destroys the communicator now (`HcclCommDestroy`), whatever handles on it remain, so
+    /// that HCCL's own memory (its buffers, `2 × hcclBufferSize` per communicator) comes
+    /// back: a deep sleep of a pool ([`SleepPlan::release_communicators`]). Every handle stays
+    /// a valid value; a collective on it then fails with [`Error::InvalidArgument`] saying
+    /// so, and other calls get HCCL's error for a null communicator. Release a
+    /// communicator's sub-communicators before it, as HCCL asks of destroys. Idempotent.
+    ///
+    /// [`SleepPlan::release_communicators`]: crate::SleepPlan::release_communicators
+    ///
+    /// # Errors
+    /// The library's error (the communicator then stays live).
+    pub(crate) fn release(&self) -> Result<()> {
+        let _serial = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_released() {
+            return Ok(());
+        }
+        // SAFETY: a live communicator (the flag), destroyed once: the flag is set under the
+        // call lock, and `Drop` skips a released one.
+        unsafe { calls::HcclCommDestroy(&self.inner.rt, self.inner.raw) }?;
+        self.inner.released.store(true, Ordering::Release);
+        // Deregistered by the destroy: their memory may go now.
+        let orphans =
+            std::mem::take(&mut *self.inner.orphans.lock().unwrap_or_else(|e| e.into_inner()));
+        let scratch = self
+            .inner
+            .agreement
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop((orphans, scratch));
+        Ok(())
     }
 
     /// Runs `f`, one HCCL call on this communicator, under the call lock: calls on one
@@ -370,6 +415,12 @@ impl Comm {
         f: impl FnOnce(HcclComm) -> Result<()>,
     ) -> Result<()> {
         let mut order = self.inner.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_released() {
+            return Err(Error::invalid(
+                "the communicator was released by a deep sleep of a pool \
+                 (SleepPlan::release_communicators): make a new one",
+            ));
+        }
         order.before(&self.inner.rt, stream)?;
         f(self.as_raw())?;
         order.after(stream);
@@ -474,6 +525,9 @@ fn check_members(ranks: &[u32], me: u32, size: u32) -> Result<u32> {
 
 impl Drop for CommInner {
     fn drop(&mut self) {
+        if *self.released.get_mut() {
+            return;
+        }
         // Runs before the fields drop: the orphaned windows' memory is unmapped and freed only
         // after this deregisters them.
         // SAFETY: `raw` is a live communicator destroyed exactly once; every window holds a

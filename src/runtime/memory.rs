@@ -106,7 +106,7 @@ impl VirtualRange {
 
 impl VirtualRange {
     /// Releases the range (`aclrtReleaseMemAddress`) unless already done.
-    fn release(&self) -> Result<()> {
+    pub(crate) fn release(&self) -> Result<()> {
         if self.released.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -274,6 +274,11 @@ impl Mapping {
     /// The physical memory behind the mapping.
     pub fn physical(&self) -> &Arc<PhysicalMemory> {
         &self.physical
+    }
+
+    /// The reserved range the memory is mapped into.
+    pub fn range(&self) -> &Arc<VirtualRange> {
+        &self.range
     }
 }
 

@@ -25,6 +25,7 @@ mod event;
 mod graph;
 mod groups;
 mod host_fn;
+mod host_memory;
 mod memory;
 mod origin;
 mod stream;
@@ -42,9 +43,11 @@ pub use element::Element;
 pub use event::Event;
 pub use graph::Graph;
 pub use groups::ParallelGroups;
+pub(crate) use host_memory::PinnedHostBuffer;
 pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
 pub use origin::{Backend, Origin};
 pub use stream::Stream;
+pub(crate) use stream::WeakStream;
 
 /// A loaded backend: the HCCL and ACL function tables, and what keeps their code alive.
 ///
