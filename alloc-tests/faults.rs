@@ -9,6 +9,7 @@
 use std::process::Command;
 
 use symheap::sys::{ACL_ERROR_RT_INTERNAL_ERROR, HcclResult};
+use symheap::{AllocDesc, SleepPlan};
 use symheap::{Comm, CommConfig};
 use symheap::{Error, PoolConfig, ReduceOp, Result, Runtime, SymPool, SymVec, emu};
 
@@ -25,6 +26,7 @@ const RELEASES: &[&str] = &[
     "aclrtFreePhysical",
     "aclrtDestroyStream",
     "aclrtDestroyEvent",
+    "aclrtFreeHost",
     "HcclCommSymWinDeregister",
     "HcclCommDestroy",
 ];
@@ -132,6 +134,38 @@ const SCENARIOS: &[Scenario] = &[
         },
     },
     Scenario {
+        name: "sleep and wake",
+        run: |comm| {
+            let pool = pool(comm)?;
+            let _grown = pool.alloc(3 << 20, 0)?; // two segments
+            let (weights, plan) = weights(&pool)?;
+            let result = pool
+                .sleep(&plan)
+                .and_then(|_| pool.wake())
+                .and_then(|_| same("offloaded", weights.to_host()?, vec![3; 64]))
+                .and_then(|()| sum_in_place(&pool));
+            slept_checked(&pool, result)
+        },
+    },
+    Scenario {
+        name: "deep sleep and wake on a new world",
+        run: |comm| {
+            let pool = pool(comm)?;
+            let (weights, plan) = weights(&pool)?;
+            let root = comm.fresh_root_info()?;
+            let result = pool
+                .sleep(&plan.release_communicators())
+                .and_then(|_| {
+                    let config = CommConfig::new().exec_timeout_secs(5);
+                    let world = Comm::init(comm.runtime(), 1, &root, 0, &config)?;
+                    pool.wake_on(&world)
+                })
+                .and_then(|_| same("offloaded", weights.to_host()?, vec![3; 64]))
+                .and_then(|()| sum_in_place(&pool));
+            slept_checked(&pool, result)
+        },
+    },
+    Scenario {
         name: "adapter",
         run: |comm| {
             let pool = pool(comm)?;
@@ -184,6 +218,25 @@ fn checked(pool: &SymPool, result: Result<()>) -> Result<()> {
         }
     }
     result
+}
+
+/// Weights to offload across a sleep, and the plan that does.
+fn weights(pool: &SymPool) -> Result<(SymVec<u32>, SleepPlan)> {
+    let weights = SymVec::from_host_with(pool, &[3u32; 64], AllocDesc::tagged("weights"))?;
+    Ok((weights, SleepPlan::new().offload("weights")))
+}
+
+/// [`checked`], where a pool may also end asleep (a sleep or a wake that failed), saying so.
+fn slept_checked(pool: &SymPool, result: Result<()>) -> Result<()> {
+    if result.is_err() && pool.is_asleep() {
+        return match pool.alloc(512, 0) {
+            Err(Error::Asleep(_) | Error::Poisoned(_)) => result,
+            other => Err(Error::InvalidArgument(format!(
+                "{BROKEN}: an asleep pool allocated: {other:?}"
+            ))),
+        };
+    }
+    checked(pool, result)
 }
 
 /// The code an injected failure of `call` returns.

@@ -6,9 +6,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use symheap::RootInfo;
 use symheap::raw::Window;
 use symheap::sys::HcclResult;
+use symheap::{AllocDesc, RootInfo, SleepPlan};
 use symheap::{Comm, CommConfig, Error, PoolConfig, Runtime, Stream, SymPool, SymVec};
 use symheap_tools::launcher::{Job, Outcome};
 
@@ -420,6 +420,47 @@ fn rank_killed_in_a_registration() {
 #[test]
 fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
     killed_rank("rank_killed_in_a_registration", 2);
+}
+
+/// A pool whose `weights` a sleep offloads.
+fn sleepy_pool(comm: &Comm) -> (SymPool, SymVec<u8>) {
+    let pool = SymPool::new(comm, PoolConfig::new(4 << 20)).unwrap();
+    let weights = SymVec::from_host_with(&pool, &[1; 64], AllocDesc::tagged("weights")).unwrap();
+    (pool, weights)
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_killed_in_a_sleep() {
+    let _ = placement();
+    let (_rt, comm) = join();
+    let (pool, _weights) = sleepy_pool(&comm);
+    let plan = SleepPlan::new().offload("weights");
+    die_or_fail_fast(&comm, victim(), || pool.sleep(&plan).map(drop));
+    // Nothing was released: the peers stay awake (their memory mapped) and say why later.
+    assert!(!pool.is_asleep());
+}
+
+#[test]
+fn a_rank_killed_in_a_sleep_fails_its_peers_within_2_seconds() {
+    killed_rank("rank_killed_in_a_sleep", 1);
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_killed_in_a_wake() {
+    let _ = placement();
+    let (_rt, comm) = join();
+    let (pool, weights) = sleepy_pool(&comm);
+    pool.sleep(&SleepPlan::new().offload("weights")).unwrap();
+    die_or_fail_fast(&comm, victim(), || pool.wake().map(drop));
+    // Still asleep, and saying so.
+    assert!(matches!(weights.to_host(), Err(Error::Asleep(_))));
+}
+
+#[test]
+fn a_rank_killed_in_a_wake_fails_its_peers_within_2_seconds() {
+    killed_rank("rank_killed_in_a_wake", 2);
 }
 
 /// A plain C program written for CANN (`alloc-tests/c/seed_sequence.c`: the seed documents'
