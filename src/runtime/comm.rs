@@ -359,7 +359,8 @@ impl Comm {
         self.inner.raw
     }
 
-    /// Whether [`release`](Self::release) destroyed the communicator.
+    /// Whether a deep sleep of a pool destroyed the communicator in place
+    /// ([`SleepPlan::release_communicators`](crate::SleepPlan::release_communicators)).
     pub fn is_released(&self) -> bool {
         self.inner.released.load(Ordering::Acquire)
     }
