@@ -337,3 +337,47 @@ fn ranks_that_slept_with_different_plans_are_caught_by_verify_symmetric() {
     }
     session.assert_clean();
 }
+
+#[test]
+fn a_shallow_sleep_keeps_the_attached_groups_and_registers_every_segment_in_them_again() {
+    let session = EmuSession::start();
+    let hashes = emu::launch(4, |comm| {
+        let groups = ParallelGroups::new(comm, 2, 4)?;
+        let config = PoolConfig::new(2 << 20).max_capacity(8 << 20);
+        let pool = SymPool::new(comm, config)?;
+        pool.attach(groups.tp())?;
+        let rank = comm.rank() as f32;
+        let mut small = SymVec::from_host_with(&pool, &[rank; 64], AllocDesc::tagged("w"))?;
+        // Grows the pool: a second segment, registered in the world and the TP pair.
+        let mut big = SymVec::from_host_with(&pool, &[1.0f32; 600_000], AllocDesc::tagged("w"))?;
+        assert_eq!(pool.stats().windows, 2);
+        let report = pool.sleep(&SleepPlan::new().offload("w"))?;
+        assert_eq!(report.windows_deregistered, 4);
+        let woke = pool.wake()?;
+        assert_eq!(woke.registrations, 4);
+        let tp = pool.on_group(groups.tp())?;
+        for v in [&small, &big] {
+            let len = v.len() as u64 * 4;
+            assert_eq!(tp.window_get(v.device_ptr(), len)?.1, v.offset());
+            assert_eq!(
+                pool.window_get(v.device_ptr(), len)?,
+                (v.window(), v.offset())
+            );
+        }
+        tp.all_reduce_in_place(&mut small, ReduceOp::Sum)?;
+        tp.all_reduce_in_place(&mut big, ReduceOp::Sum)?;
+        let pair = (comm.rank() & !1) as f32;
+        assert_eq!(small.to_host()?, vec![2.0 * pair + 1.0; 64]);
+        assert_eq!(big.to_host()?, vec![2.0; 600_000]);
+        let stats = pool.stats();
+        assert_eq!(
+            stats.communicators[1].registrations, 4,
+            "2 at growth and attach, 2 at wake"
+        );
+        pool.verify_symmetric()?;
+        Ok(pool.op_hash())
+    })
+    .unwrap();
+    all_equal(&hashes);
+    session.assert_clean();
+}
