@@ -63,6 +63,11 @@ fn a_tag_budget_refuses_alike_on_every_rank_and_changes_nothing() {
             (kv.bytes, kv.budget, kv.blocks),
             (1 << 20, Some(1 << 20), 2)
         );
+        // Bad input stays bad input, budget or not.
+        let bad = pool.alloc_with(0, 0, KV).unwrap_err();
+        assert!(matches!(bad, Error::InvalidArgument(_)), "{bad}");
+        let bad = pool.alloc_with(4 << 20, 3, KV).unwrap_err();
+        assert!(matches!(bad, Error::InvalidArgument(_)), "{bad}");
         // Full: even one byte more is refused; freeing makes room again.
         let full = out_of_memory(SymVec::<u8>::zeroed_with(&pool, 1, KV));
         assert_eq!(

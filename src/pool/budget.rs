@@ -7,7 +7,6 @@
 //! refusal leaves the heaps (and their op hashes) as they were; only the count of refusals
 //! (`oom_count`) moves, alike on every rank.
 
-use super::tags::POOL_TAG;
 use super::{PoolConfig, PoolShared, PoolState};
 use crate::{Budget, Error, OutOfMemory, OverBudget, Result};
 
@@ -18,34 +17,13 @@ const POOL_BUDGET_SETTING: &str =
 /// What a refusal by a tag budget tells the caller to raise.
 const TAG_BUDGET_SETTING: &str = "PoolConfig::tag_budget";
 
-/// Refuses a zero budget, a budget on the pool's own tag, and a tag budgeted twice.
-pub(super) fn validate_tag_budgets(budgets: &[(&'static str, u64)]) -> Result<()> {
-    for (i, &(tag, bytes)) in budgets.iter().enumerate() {
-        if bytes == 0 {
-            return Err(Error::invalid(format!(
-                "PoolConfig: the budget of tag {tag:?} must be non-zero"
-            )));
-        }
-        if tag == POOL_TAG {
-            return Err(Error::invalid(format!(
-                "PoolConfig: tag {POOL_TAG:?} is the pool's own and takes no budget"
-            )));
-        }
-        if budgets[..i].iter().any(|&(t, _)| t == tag) {
-            return Err(Error::invalid(format!(
-                "PoolConfig: tag {tag:?} is given a budget twice; give each tag one tag_budget"
-            )));
-        }
-    }
-    Ok(())
-}
-
 impl PoolState {
     /// Refuses an allocation of `size` bytes tagged `tag` that would take the tag past its
     /// budget in `config`. Changes nothing but the count of refusals.
     ///
-    /// A size the heap would refuse (0, or one that overflows when rounded) passes: the heap
-    /// then says what is wrong with it.
+    /// A request the heap would refuse as bad input (size 0, an alignment that is not a power
+    /// of two, a size that overflows when rounded) passes: the heap then says what is wrong
+    /// with it, as it would without a budget.
     pub(super) fn check_tag_budget(
         &mut self,
         config: &PoolConfig,
@@ -56,6 +34,9 @@ impl PoolState {
         let Some(limit) = config.tag_budget_bytes(tag) else {
             return Ok(());
         };
+        if align != 0 && !align.is_power_of_two() {
+            return Ok(());
+        }
         // The heap grants the request rounded up to the granularity, never more.
         let Some(granted) = size.checked_next_multiple_of(config.granularity_bytes()) else {
             return Ok(());
@@ -112,7 +93,6 @@ impl PoolState {
 
 #[cfg(test)]
 mod tests {
-    use super::validate_tag_budgets;
     use crate::{Error, PoolConfig};
 
     fn refusal(config: PoolConfig) -> String {
@@ -144,7 +124,6 @@ mod tests {
             .tag_budget("", 512)
             .tag_budget("kv", 1 << 20);
         good.validate().unwrap();
-        validate_tag_budgets(good.tag_budgets()).unwrap();
         // `budget` and `max_capacity` are one setting: the last call wins.
         let both = base().budget(8 << 20).max_capacity(6 << 20);
         assert_eq!(

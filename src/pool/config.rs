@@ -1,5 +1,6 @@
 //! Pool settings.
 
+use super::tags::POOL_TAG;
 use crate::{Error, Result};
 
 /// How a [`SymPool`](super::SymPool) is sized and checked. Every rank must use the same
@@ -278,6 +279,28 @@ impl PoolConfig {
                 self.capacity
             )));
         }
-        super::budget::validate_tag_budgets(&self.tag_budgets)
+        validate_tag_budgets(&self.tag_budgets)
     }
+}
+
+/// Refuses a zero budget, a budget on the pool's own tag, and a tag budgeted twice.
+fn validate_tag_budgets(budgets: &[(&'static str, u64)]) -> Result<()> {
+    for (i, &(tag, bytes)) in budgets.iter().enumerate() {
+        if bytes == 0 {
+            return Err(Error::invalid(format!(
+                "PoolConfig: the budget of tag {tag:?} must be non-zero"
+            )));
+        }
+        if tag == POOL_TAG {
+            return Err(Error::invalid(format!(
+                "PoolConfig: tag {POOL_TAG:?} is the pool's own and takes no budget"
+            )));
+        }
+        if budgets[..i].iter().any(|&(t, _)| t == tag) {
+            return Err(Error::invalid(format!(
+                "PoolConfig: tag {tag:?} is given a budget twice; give each tag one tag_budget"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -278,7 +278,7 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
-            tags: Tags::new(&config),
+            tags: Tags::new(config.tag_budgets()),
             collectives: 0,
             paths: paths::PathCounts::default(),
             groups: Vec::new(),

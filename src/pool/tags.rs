@@ -2,7 +2,6 @@
 //! (for snapshots), and each tag its live blocks and bytes (for stats and the summary), at a
 //! store and a short scan per allocation.
 
-use super::PoolConfig;
 use super::stats::TagStats;
 
 /// The tag of the pool's own block (the symmetry check's).
@@ -41,15 +40,16 @@ struct TagCount {
     blocks: u64,
     bytes: u64,
     peak_bytes: u64,
-    /// The tag's budget ([`PoolConfig::tag_budget`]), if it has one.
+    /// The tag's budget ([`PoolConfig::tag_budget`](super::PoolConfig::tag_budget)), if any.
     budget: Option<u64>,
 }
 
 impl Tags {
-    /// The tags of a new pool made with `config`: its own, and every tag with a budget, so
-    /// that stats show a budget before its tag's first allocation.
-    pub(super) fn new(config: &PoolConfig) -> Tags {
-        let budgeted = config.tag_budgets().iter().map(|&(tag, bytes)| {
+    /// The tags of a new pool whose configuration gives the tag budgets `budgets`
+    /// ([`PoolConfig::tag_budgets`](super::PoolConfig::tag_budgets)): its own, and every tag
+    /// with a budget, so that stats show a budget before its tag's first allocation.
+    pub(super) fn new(budgets: &[(&'static str, u64)]) -> Tags {
+        let budgeted = budgets.iter().map(|&(tag, bytes)| {
             let count = TagCount {
                 budget: Some(bytes),
                 ..TagCount::default()
