@@ -1,5 +1,6 @@
 //! symheap's integration tests: one binary, one module per subject.
 
+mod budgets;
 mod cann_install;
 mod collectives;
 mod cpp_program;

@@ -934,7 +934,7 @@ fn out_of_memory_names_the_configured_maximum() {
     .remove(0);
     assert_eq!((oom.configured, oom.requested), (4 << 20, 8 << 20));
     assert!(
-        text.contains("raise PoolConfig::max_capacity")
+        text.contains("raise PoolConfig::budget (alias max_capacity")
             && text.contains("(now 4194304 bytes, 4.00 MiB)"),
         "{text}"
     );

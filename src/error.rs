@@ -118,23 +118,101 @@ pub struct OutOfMemory {
     pub largest_free: u64,
     /// The setting to raise to make the request fit.
     pub setting: &'static str,
-    /// That setting's value now, in bytes (a pool's `max_capacity`, a heap's capacity).
+    /// That setting's value now, in bytes (a pool's budget, a tag's budget, a heap's
+    /// capacity).
     pub configured: u64,
+    /// The budget that refused the request, when a pool refused it
+    /// ([`PoolConfig::budget`](crate::PoolConfig::budget),
+    /// [`PoolConfig::tag_budget`](crate::PoolConfig::tag_budget)); `None` for a heap or the
+    /// adapter's private region, which have no budget.
+    pub over_budget: Option<OverBudget>,
+}
+
+/// Which budget refused a request, and how much of it was used: part of an
+/// [`OutOfMemory`] report. The same on every rank that made the same calls.
+///
+/// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
+/// only the crate builds one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OverBudget {
+    /// The pool's budget, or a tag's.
+    pub budget: Budget,
+    /// The budget, in bytes.
+    pub limit: u64,
+    /// The bytes used under it when the request came: the pool's windows
+    /// ([`PoolStats::reserved`](crate::PoolStats::reserved)) for the pool budget, the tag's
+    /// live bytes ([`TagStats::bytes`](crate::TagStats::bytes)) for a tag budget.
+    pub used: u64,
+    /// The bytes the refused step would have added under it: the size of the window the pool
+    /// would have grown by, or the allocation's granted size.
+    pub adding: u64,
+}
+
+/// A budget of a pool ([`PoolConfig`](crate::PoolConfig)'s budgets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Budget {
+    /// The pool budget, on the device memory its windows hold
+    /// ([`PoolConfig::budget`](crate::PoolConfig::budget)).
+    Pool,
+    /// The budget of the allocations with this tag
+    /// ([`PoolConfig::tag_budget`](crate::PoolConfig::tag_budget)).
+    Tag(String),
 }
 
 impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::heap::Bytes;
+        f.write_str("out of memory: ")?;
+        if let Some(OverBudget {
+            budget: Budget::Tag(tag),
+            limit,
+            used,
+            adding,
+        }) = &self.over_budget
+        {
+            // A tag's budget: the pool's free space has nothing to do with it.
+            return write!(
+                f,
+                "asked for {} bytes (align {}) with tag {tag:?}, whose budget is {limit} bytes \
+                 ({}): {used} bytes ({}) are live under it, and {adding} more would pass it; \
+                 raise {} for {tag:?} (now {} bytes, {}) or free tensors with the tag",
+                self.requested,
+                self.align,
+                Bytes(*limit),
+                Bytes(*used),
+                self.setting,
+                self.configured,
+                Bytes(self.configured)
+            );
+        }
         write!(
             f,
-            "out of memory: asked for {} bytes (align {}), {} of {} bytes free, largest free region {} bytes; raise {} (now {} bytes, {})",
-            self.requested,
-            self.align,
-            self.free,
-            self.capacity,
-            self.largest_free,
+            "asked for {} bytes (align {}), {} of {} bytes free, largest free region {} bytes",
+            self.requested, self.align, self.free, self.capacity, self.largest_free,
+        )?;
+        if let Some(OverBudget {
+            budget: Budget::Pool,
+            limit,
+            used,
+            adding,
+        }) = &self.over_budget
+        {
+            write!(
+                f,
+                "; the pool budget is {limit} bytes ({}), its windows hold {used} bytes ({}), \
+                 and the {adding}-byte window it needs would pass it",
+                Bytes(*limit),
+                Bytes(*used)
+            )?;
+        }
+        write!(
+            f,
+            "; raise {} (now {} bytes, {})",
             self.setting,
             self.configured,
-            crate::heap::Bytes(self.configured)
+            Bytes(self.configured)
         )
     }
 }
@@ -244,6 +322,7 @@ impl From<crate::heap::OutOfSpace> for OutOfMemory {
             largest_free: oom.largest_free,
             setting: HEAP_CAPACITY_SETTING,
             configured: oom.capacity,
+            over_budget: None,
         }
     }
 }

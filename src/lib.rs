@@ -27,7 +27,7 @@ pub use allocator::SymAllocator;
 /// re-export (`symheap::allocator_api2::vec::Vec`) rather than a separate dependency, whose
 /// version might differ.
 pub use allocator_api2;
-pub use error::{Error, OutOfMemory, Result};
+pub use error::{Budget, Error, OutOfMemory, OverBudget, Result};
 pub use host_view::{HostView, HostViewMut};
 pub use ops::packed_displacements;
 pub use pool::{

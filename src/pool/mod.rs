@@ -31,6 +31,7 @@
 
 mod alloc_desc;
 mod block;
+mod budget;
 mod config;
 mod fences;
 mod graph;
@@ -55,7 +56,7 @@ use slab::Slab;
 use crate::heap::{Block, fold_words};
 use crate::raw::{DevicePtr, WindowCell, WindowHandle};
 use crate::runtime::{Comm, Runtime, Stream, WeakStream};
-use crate::{Error, OutOfMemory, Result};
+use crate::{Error, Result};
 
 pub use alloc_desc::AllocDesc;
 pub(crate) use block::HostViewToken;
@@ -72,9 +73,6 @@ pub(crate) use paths::predict;
 use private::PrivateRegion;
 use segment::Segment;
 use tags::{BlockInfo, POOL_TAG, Tags};
-
-/// What an out-of-memory error from the pool tells the caller to raise.
-const GROWTH_SETTING: &str = "PoolConfig::max_capacity (or free tensors / call synchronize)";
 
 /// A memory pool over symmetric windows of one communicator. `Send + Sync`; internally locked.
 ///
@@ -305,7 +303,7 @@ impl SymPool {
             free_count: 0,
             oom_count: 0,
             registrations: 1,
-            tags: Tags::default(),
+            tags: Tags::new(config.tag_budgets()),
             collectives: 0,
             paths: paths::PathCounts::default(),
             groups: Vec::new(),
@@ -390,13 +388,17 @@ impl SymPool {
     /// block granularity mean the granularity) from the pool's window(s).
     ///
     /// When nothing fits, releases the pending frees (synchronising the stream), then grows by
-    /// a new window if `max_capacity` allows (collective: every rank reaches it at the same
-    /// call), then fails.
+    /// a new window if the pool budget ([`PoolConfig::budget`]) allows (collective: every
+    /// rank reaches it at the same call), then fails.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for size 0, a bad alignment, or an alignment above the device
     /// granularity; [`Error::OutOfMemory`] saying what was asked, what is free, the largest
-    /// free region and the setting to raise; the runtime's error if growing fails.
+    /// free region, the budget that refused it ([`OutOfMemory::over_budget`]: the pool's, or
+    /// the tag's, see [`PoolConfig::tag_budget`]) and the setting to raise; the runtime's
+    /// error if growing fails.
+    ///
+    /// [`OutOfMemory::over_budget`]: crate::OutOfMemory::over_budget
     #[doc(alias("caching_allocator_alloc", "malloc"))]
     pub fn alloc(&self, size: u64, align: u64) -> Result<SymBlock> {
         self.alloc_with(size, align, AllocDesc::default())
@@ -471,7 +473,8 @@ impl SymPool {
     /// free region is large enough. Collective.
     ///
     /// # Errors
-    /// [`Error::OutOfMemory`] if `max_capacity` does not allow it; the runtime's error.
+    /// [`Error::OutOfMemory`] if the pool budget ([`PoolConfig::budget`], alias
+    /// `max_capacity`) does not allow it; the runtime's error.
     pub fn reserve(&self, bytes: u64) -> Result<()> {
         let mut state = self.shared.lock();
         self.shared.check_usable()?;
@@ -528,7 +531,7 @@ impl SymPool {
         "memory_reserved"
     ))]
     pub fn stats(&self) -> PoolStats {
-        self.shared.lock().stats(&self.shared.comm())
+        self.shared.lock().stats(&self.shared)
     }
 
     /// A hash of every allocation, free, growth, trim and collective so far (and of what is
@@ -592,6 +595,7 @@ impl PoolShared {
                 self.device_granularity
             )));
         }
+        state.check_tag_budget(&self.config, size, align, tag)?;
         let mut found = state.try_alloc(size, align)?;
         if found.is_none() && !state.pending.is_empty() {
             self.flush_pending(state)?;
@@ -710,7 +714,7 @@ impl PoolShared {
         let preferred = needed.max(initial);
         let grow_by = if preferred <= room { preferred } else { needed };
         if grow_by > room {
-            return Err(state.out_of_memory(self, size, align));
+            return Err(state.over_pool_budget(self, size, align, grow_by));
         }
         // The new window's warm-up waits for the pool's streams: see their earlier work's
         // failures here, where they poison the pool, not as a failure of the growth.
@@ -910,14 +914,16 @@ impl PoolShared {
 }
 
 impl PoolState {
-    /// The accounting of a pool on `comm`, as [`SymPool::stats`] reports it.
-    fn stats(&self, comm: &Comm) -> PoolStats {
+    /// The accounting of the pool `pool`, as [`SymPool::stats`] reports it.
+    fn stats(&self, pool: &PoolShared) -> PoolStats {
+        let comm = &pool.comm();
         let collectives = self.paths.stats();
         let free = self.free();
         let largest_free = self.largest_free();
         PoolStats {
             allocated: self.allocated,
             reserved: self.reserved(),
+            budget: pool.config.budget_bytes(),
             peak_allocated: self.peak_allocated,
             alloc_count: self.alloc_count,
             free_count: self.free_count,
@@ -964,6 +970,7 @@ impl PoolState {
                     registrations,
                     symmetric: on(true),
                     staged: on(false),
+                    hccl_buffer_bytes: comm.config().buffer_bytes(),
                 }
             })
             .collect()
@@ -1020,20 +1027,6 @@ impl PoolState {
 
     fn reserved(&self) -> u64 {
         self.segments.iter().map(|(_, s)| s.size).sum()
-    }
-
-    /// The error for a request that fits nowhere and may not grow the pool: the same on every
-    /// rank that made the same calls.
-    fn out_of_memory(&self, pool: &PoolShared, size: u64, align: u64) -> Error {
-        Error::OutOfMemory(OutOfMemory {
-            requested: size,
-            align: align.max(pool.config.granularity_bytes()),
-            capacity: self.reserved(),
-            free: self.free(),
-            largest_free: self.largest_free(),
-            setting: GROWTH_SETTING,
-            configured: pool.config.max_capacity_bytes(),
-        })
     }
 
     /// Every segment's heap hash, what is pending, the pool's own counts and its record of

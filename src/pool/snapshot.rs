@@ -35,7 +35,7 @@ impl SymPool {
     #[doc(alias("memory_snapshot", "_snapshot"))]
     pub fn snapshot(&self) -> Snapshot {
         let state = self.shared.lock();
-        let stats = state.stats(&self.shared.comm());
+        let stats = state.stats(&self.shared);
         let pending: HashSet<(usize, u64)> = state
             .pending
             .iter()

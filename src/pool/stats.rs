@@ -6,7 +6,8 @@ pub use super::sleep::SleepStats;
 /// A snapshot of a pool's accounting, from [`SymPool::stats`](SymPool::stats).
 ///
 /// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
-/// only the pool builds one.
+/// only the pool builds one. A field added later carries `#[serde(default)]`, so that
+/// snapshots written before it still load (the pool's sleep state, for one, belongs here).
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
@@ -19,6 +20,11 @@ pub struct PoolStats {
     /// Bytes of device memory the pool holds (all windows).
     #[doc(alias("memory_reserved"))]
     pub reserved: u64,
+    /// The pool budget: the most `reserved` may grow to
+    /// ([`PoolConfig::budget`](super::PoolConfig::budget); the initial capacity unless set).
+    /// (0 when read from a snapshot written before it existed.)
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub budget: u64,
     /// The largest `allocated` seen.
     #[doc(alias("max_memory_allocated"))]
     pub peak_allocated: u64,
@@ -46,7 +52,9 @@ pub struct PoolStats {
     /// queued work may still use them.
     pub pending_frees: usize,
     /// Live blocks and bytes by tag ([`AllocDesc`](super::AllocDesc);
-    /// "" for untagged allocations), in the order the tags first appeared.
+    /// "" for untagged allocations), each with its budget if it has one: the pool's own tag
+    /// first, then the tags with a budget in the configuration's order (listed before their
+    /// first allocation), then the others in the order they first appeared.
     pub tags: Vec<TagStats>,
     /// Collectives this pool has run, by kind and the path each took
     /// ([`SymPool::path`](super::SymPool::path)); point-to-point calls are not collectives.
@@ -84,6 +92,14 @@ pub struct CommStats {
     pub symmetric: u64,
     /// Collectives on it that staged.
     pub staged: u64,
+    /// The device memory HCCL holds for the communicator's own staging buffers, outside the
+    /// pool: `2 x hcclBufferSize` MiB (the collective staging buffer and the point-to-point
+    /// one), from the [`CommConfig`](crate::CommConfig) it was made with
+    /// ([`CommConfig::buffer_bytes`](crate::CommConfig::buffer_bytes)), as `ncclCommMemStats`
+    /// reports a communicator's buffers. (0 when read from a snapshot written before it
+    /// existed.)
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub hccl_buffer_bytes: u64,
 }
 
 /// How many collectives of one kind took one path.
@@ -113,6 +129,13 @@ impl PoolStats {
             .sum()
     }
 
+    /// The device memory HCCL holds for the staging buffers of every communicator the pool is
+    /// registered in ([`CommStats::hccl_buffer_bytes`], summed): memory outside the pool, on
+    /// the same device.
+    pub fn hccl_buffer_bytes(&self) -> u64 {
+        self.communicators.iter().map(|c| c.hccl_buffer_bytes).sum()
+    }
+
     /// How many collectives took the symmetric path, and how many staged.
     pub fn symmetric_and_staged(&self) -> (u64, u64) {
         let symmetric = self.collectives_on(crate::CollectivePath::Symmetric);
@@ -122,6 +145,9 @@ impl PoolStats {
 }
 
 /// The live allocations that carry one tag.
+///
+/// Non-exhaustive: the pool's memory classes (resident, offloadable and discardable bytes)
+/// join it as fields with `#[serde(default)]`, beside `bytes`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
@@ -134,6 +160,10 @@ pub struct TagStats {
     pub bytes: u64,
     /// The most bytes the tag has held at once.
     pub peak_bytes: u64,
+    /// The tag's budget in bytes ([`PoolConfig::tag_budget`](super::PoolConfig::tag_budget)),
+    /// if it has one: `bytes` never passes it.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub budget: Option<u64>,
 }
 
 impl SymPool {

@@ -8,8 +8,9 @@ use super::{PoolStats, SymPool};
 use crate::heap::Bytes;
 
 impl fmt::Display for PoolStats {
-    /// A few lines: allocated (and peak), reserved, free and fragmentation, the adapter's
-    /// private region, counts; sizes in binary units.
+    /// A few lines: allocated (and peak), reserved (and the pool budget), free and
+    /// fragmentation, the adapter's private region, HCCL's own buffers, counts; sizes in
+    /// binary units.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let free = self.reserved - self.allocated;
         writeln!(
@@ -18,12 +19,15 @@ impl fmt::Display for PoolStats {
             Bytes(self.allocated),
             Bytes(self.peak_allocated)
         )?;
+        write!(f, "reserved   {:>12}  ", Bytes(self.reserved))?;
+        // 0: a snapshot written before budgets.
+        if self.budget != 0 {
+            write!(f, "of budget {}, ", Bytes(self.budget))?;
+        }
         writeln!(
             f,
-            "reserved   {:>12}  in {} window(s), {} registration(s)",
-            Bytes(self.reserved),
-            self.windows,
-            self.registrations
+            "in {} window(s), {} registration(s)",
+            self.windows, self.registrations
         )?;
         writeln!(
             f,
@@ -38,6 +42,14 @@ impl fmt::Display for PoolStats {
             Bytes(self.private_allocated),
             Bytes(self.private_reserved)
         )?;
+        if !self.communicators.is_empty() {
+            writeln!(
+                f,
+                "hccl bufs  {:>12}  staging buffers of {} communicator(s), outside the pool",
+                Bytes(self.hccl_buffer_bytes()),
+                self.communicators.len()
+            )?;
+        }
         write!(
             f,
             "calls      {} allocations, {} frees ({} pending), {} out of memory",
@@ -61,7 +73,7 @@ impl fmt::Display for PoolStats {
                 write!(
                     f,
                     "\n{:<11}{} (rank {} of {}): {} window(s), {} registration(s), \
-                     {} symmetric, {} staged",
+                     {} symmetric, {} staged, {} HCCL buffers",
                     if i == 0 { "comms" } else { "" },
                     if c.name.is_empty() { "?" } else { &c.name },
                     c.rank,
@@ -69,7 +81,8 @@ impl fmt::Display for PoolStats {
                     c.windows,
                     c.registrations,
                     c.symmetric,
-                    c.staged
+                    c.staged,
+                    Bytes(c.hccl_buffer_bytes)
                 )?;
             }
         }
@@ -79,7 +92,9 @@ impl fmt::Display for PoolStats {
 
 impl SymPool {
     /// The pool's accounting as a table: the totals (as [`PoolStats`] displays them), then
-    /// live memory by tag, then each window's use. Rank-local.
+    /// live memory by tag (with each tag's budget, if it has one: see
+    /// [`PoolConfig::tag_budget`](super::PoolConfig::tag_budget)), then each window's use.
+    /// Rank-local.
     ///
     /// # Examples
     /// ```
@@ -90,6 +105,7 @@ impl SymPool {
     ///     let _kv = SymVec::<f32>::zeroed_with(&pool, 256 << 10, AllocDesc::tagged("kv-cache"))?;
     ///     let summary = pool.memory_summary();
     ///     assert!(summary.contains("kv-cache"));
+    ///     assert!(summary.contains("hccl bufs"));
     ///     assert!(summary.contains("1.00 MiB"));
     ///     println!("{summary}");
     ///     Ok(())
@@ -108,8 +124,8 @@ impl SymPool {
         let _ = writeln!(out, "{}\n{rule}", snapshot.stats);
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>14} {:>14}",
-            "tag", "blocks", "allocated", "peak"
+            "{:<24} {:>8} {:>14} {:>14} {:>14}",
+            "tag", "blocks", "allocated", "peak", "budget"
         );
         for tag in &snapshot.stats.tags {
             let name = match tag.tag.as_str() {
@@ -117,9 +133,10 @@ impl SymPool {
                 POOL_TAG => "symheap (pool's own)",
                 other => other,
             };
+            let budget = tag.budget.map_or("-".to_owned(), |b| Bytes(b).to_string());
             let _ = writeln!(
                 out,
-                "{name:<24} {:>8} {:>14} {:>14}",
+                "{name:<24} {:>8} {:>14} {:>14} {budget:>14}",
                 tag.blocks,
                 Bytes(tag.bytes).to_string(),
                 Bytes(tag.peak_bytes).to_string()

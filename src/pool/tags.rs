@@ -26,20 +26,50 @@ pub(super) fn record(infos: &mut Vec<BlockInfo>, key: u32, info: BlockInfo) {
     infos[i] = info;
 }
 
-/// Live blocks and bytes per tag, in the order the tags first appeared (few tags: a scan).
+/// Live blocks and bytes per tag, in the order the tags first appeared (few tags: a scan):
+/// the pool's own first, then those with a budget, in the configuration's order.
 #[derive(Default)]
 pub(super) struct Tags {
     counts: Vec<(&'static str, TagCount)>,
 }
 
+/// What the pool counts of one tag. Per-tag memory classes (resident, offloadable and
+/// discardable bytes) belong here when the pool learns them, each reported in [`TagStats`].
 #[derive(Clone, Copy, Default)]
 struct TagCount {
     blocks: u64,
     bytes: u64,
     peak_bytes: u64,
+    /// The tag's budget ([`PoolConfig::tag_budget`](super::PoolConfig::tag_budget)), if any.
+    budget: Option<u64>,
 }
 
 impl Tags {
+    /// The tags of a new pool whose configuration gives the tag budgets `budgets`
+    /// ([`PoolConfig::tag_budgets`](super::PoolConfig::tag_budgets)): its own, and every tag
+    /// with a budget, so that stats show a budget before its tag's first allocation.
+    pub(super) fn new(budgets: &[(&'static str, u64)]) -> Tags {
+        let budgeted = budgets.iter().map(|&(tag, bytes)| {
+            let count = TagCount {
+                budget: Some(bytes),
+                ..TagCount::default()
+            };
+            (tag, count)
+        });
+        let own = (POOL_TAG, TagCount::default());
+        Tags {
+            counts: std::iter::once(own).chain(budgeted).collect(),
+        }
+    }
+
+    /// The live bytes under `tag` (0 for a tag never seen).
+    pub(super) fn bytes(&self, tag: &str) -> u64 {
+        self.counts
+            .iter()
+            .find(|(t, _)| *t == tag)
+            .map_or(0, |(_, c)| c.bytes)
+    }
+
     /// Counts a new block of `bytes` under `tag`; returns the tag's index.
     pub(super) fn add(&mut self, tag: &'static str, bytes: u64) -> u32 {
         // Tags are string literals, so the same tag is nearly always the same pointer: look
@@ -82,6 +112,7 @@ impl Tags {
                 blocks: c.blocks,
                 bytes: c.bytes,
                 peak_bytes: c.peak_bytes,
+                budget: c.budget,
             })
             .collect()
     }

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use super::collective_order::CollectiveOrder;
 use super::{Mapping, calls};
 use super::{Runtime, Stream};
-use crate::sys::{HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo};
+use crate::sys::{
+    HCCL_COMM_DEFAULT_U32, HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
+};
 use crate::{Error, Result};
 
 /// The bootstrap blob that rank 0 creates ([`RootInfo::new`]) and every rank passes to
@@ -48,6 +50,9 @@ impl RootInfo {
     }
 }
 
+/// HCCL's staging buffer size in MiB where the config leaves `hcclBufferSize` unset.
+const DEFAULT_BUFFER_MB: u32 = 200;
+
 /// Communicator settings: a safe builder over `HcclCommConfig` (version 11), starting from the
 /// library defaults (`HcclCommConfigInit`).
 #[derive(Clone, Debug)]
@@ -80,6 +85,33 @@ impl CommConfig {
     pub fn buffer_size_mb(mut self, mb: u32) -> Self {
         self.raw.hcclBufferSize = mb;
         self
+    }
+
+    /// The size of one HCCL staging buffer in MiB: `hcclBufferSize`, or HCCL's default of
+    /// 200 where the config leaves it unset (0 or `0xFFFFFFFF`), as the emulator reads it.
+    /// (On CANN the environment variable `HCCL_BUFFSIZE` may set that default; this reads
+    /// the config alone.)
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::CommConfig;
+    ///
+    /// assert_eq!(CommConfig::new().buffer_mb(), 200);
+    /// assert_eq!(CommConfig::new().buffer_size_mb(64).buffer_mb(), 64);
+    /// assert_eq!(CommConfig::new().buffer_size_mb(64).buffer_bytes(), 2 * (64 << 20));
+    /// ```
+    pub fn buffer_mb(&self) -> u32 {
+        match self.raw.hcclBufferSize {
+            0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
+            mb => mb,
+        }
+    }
+
+    /// The device memory HCCL holds for a communicator made with this config, for its own
+    /// buffers: two staging buffers (collectives, point to point) of
+    /// [`buffer_mb`](Self::buffer_mb) MiB each.
+    pub fn buffer_bytes(&self) -> u64 {
+        2 * (u64::from(self.buffer_mb()) << 20)
     }
 
     /// Per-rank stride of the symmetric heap in GiB (`hcclSymWinMaxMemSizePerRank`, default

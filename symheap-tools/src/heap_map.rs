@@ -13,9 +13,9 @@
 //!   state and tag) has a red outline (class `diff`). Hovering shows its tag, state, offset,
 //!   size, allocation number and rank (an SVG `<title>`), and outlines the regions at the same
 //!   offset in the other lanes;
-//! - per rank, the pool's accounting (allocated, reserved, peak, largest free region,
-//!   fragmentation, collectives on the symmetric and the staged path, ...) and its live
-//!   bytes per tag.
+//! - per rank, the pool's accounting (allocated, reserved and the pool budget, peak, largest
+//!   free region, fragmentation, collectives on the symmetric and the staged path, HCCL's own
+//!   staging buffers, ...) and its live bytes per tag, beside the tag's budget if it has one.
 //!
 //! Widths are not to scale: each stretch between two region boundaries (of any lane) gets a
 //! width that grows with the logarithm of its size, so that a 512-byte block next to a
@@ -493,14 +493,14 @@ fn communicators(ranks: &[&Snapshot]) -> String {
     let mut out = String::from(
         "<h2>Communicators</h2>\n<table>\n<tr><th>rank</th><th>communicator</th>\
          <th>rank in it</th><th>windows</th><th>registrations</th>\
-         <th>collectives symmetric / staged</th></tr>\n",
+         <th>collectives symmetric / staged</th><th>HCCL buffers</th></tr>\n",
     );
     for s in ranks {
         for c in &s.stats.communicators {
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td class=\"mono\">{}</td><td>{} of {}</td><td>{}</td><td>{}</td>\
-                 <td>{} / {}</td></tr>",
+                 <td>{} / {}</td><td>{}</td></tr>",
                 s.rank,
                 escape(&c.name),
                 c.rank,
@@ -508,7 +508,8 @@ fn communicators(ranks: &[&Snapshot]) -> String {
                 c.windows,
                 c.registrations,
                 c.symmetric,
-                c.staged
+                c.staged,
+                human(c.hccl_buffer_bytes)
             );
         }
     }
@@ -520,9 +521,10 @@ fn communicators(ranks: &[&Snapshot]) -> String {
 fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
     let mut out = String::from(
         "<section class=\"summary\">\n<h2>Per rank</h2>\n<table>\n<tr><th>rank</th>\
-         <th>op hash</th><th>allocated</th><th>peak</th><th>reserved</th><th>free</th>\
+         <th>op hash</th><th>allocated</th><th>peak</th><th>reserved</th><th>budget</th><th>free</th>\
          <th>largest free</th><th>fragmentation</th><th>pending frees</th><th>windows</th>\
-         <th>allocs / frees / OOMs</th><th>collectives symmetric / staged</th></tr>\n",
+         <th>allocs / frees / OOMs</th><th>collectives symmetric / staged</th>\
+         <th>HCCL buffers</th></tr>\n",
     );
     for s in ranks {
         let st = &s.stats;
@@ -530,12 +532,19 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td class=\"mono\">{:#018x}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{} / {}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{} / {} / {}</td>\
+             <td>{} / {}</td><td>{}</td></tr>",
             s.rank,
             s.op_hash,
             human(st.allocated),
             human(st.peak_allocated),
             human(st.reserved),
+            // 0: a snapshot written before budgets.
+            if st.budget == 0 {
+                "\u{2014}".to_owned()
+            } else {
+                human(st.budget)
+            },
             human(st.reserved.saturating_sub(st.allocated)),
             human(st.largest_free),
             st.fragmentation * 100.0,
@@ -545,7 +554,8 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             st.free_count,
             st.oom_count,
             symmetric,
-            staged
+            staged,
+            human(st.hccl_buffer_bytes())
         );
     }
     out.push_str("</table>\n");
@@ -566,9 +576,13 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             match s.stats.tags.iter().find(|t| t.tag == *tag) {
                 Some(t) => {
                     let b = if t.blocks == 1 { "block" } else { "blocks" };
+                    let budget = match t.budget {
+                        Some(budget) => format!(" of budget {}", human(budget)),
+                        None => String::new(),
+                    };
                     let _ = write!(
                         out,
-                        "<td>{} in {} {b} <span class=\"dim\">(peak {})</span></td>",
+                        "<td>{} in {} {b}{budget} <span class=\"dim\">(peak {})</span></td>",
                         human(t.bytes),
                         t.blocks,
                         human(t.peak_bytes)
