@@ -938,7 +938,7 @@ impl PoolState {
             registrations: self.registrations
                 + self.groups.iter().map(|g| g.registrations).sum::<u64>(),
             pending_frees: self.pending.len(),
-            tags: self.tags.stats(),
+            tags: self.sleep.classify(self.tags.stats()),
             communicators: self.communicators(comm, &collectives),
             sleep: self.sleep.stats(),
             collectives,

@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{PoolShared, PoolState, SymPool};
+use super::{PoolShared, PoolState, SymPool, TagStats};
 use crate::heap::fold_words;
 use crate::runtime::{Comm, PinnedHostBuffer, Stream};
 use crate::{Error, Result};
@@ -191,6 +191,21 @@ impl SleepState {
             last_sleep: self.last_sleep,
             last_wake: self.last_wake,
         }
+    }
+
+    /// `tags` with their bytes in memory classes: resident (on the device now), offloadable
+    /// and discardable (by the plan of the current or last sleep).
+    pub(crate) fn classify(&self, mut tags: Vec<TagStats>) -> Vec<TagStats> {
+        for t in &mut tags {
+            t.resident_bytes = if self.is_asleep() { 0 } else { t.bytes };
+            t.offloadable_bytes = if self.plan.offloads(&t.tag) {
+                t.bytes
+            } else {
+                0
+            };
+            t.discardable_bytes = t.bytes - t.offloadable_bytes;
+        }
+        tags
     }
 
     /// Whether the pool is asleep.

@@ -164,6 +164,18 @@ pub struct TagStats {
     /// if it has one: `bytes` never passes it.
     #[cfg_attr(feature = "serde", serde(default))]
     pub budget: Option<u64>,
+    /// Of `bytes`, those on the device now: all while the pool is awake, none while it
+    /// sleeps. (0 in a snapshot written before it existed.)
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub resident_bytes: u64,
+    /// Of `bytes`, those a sleep keeps in host memory: the tag's blocks, if the plan of the
+    /// current or last [sleep](super::SymPool::sleep) offloads the tag (before the first
+    /// sleep, the default plan: none).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub offloadable_bytes: u64,
+    /// Of `bytes`, those a sleep discards: `bytes - offloadable_bytes`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub discardable_bytes: u64,
 }
 
 impl SymPool {

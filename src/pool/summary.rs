@@ -50,6 +50,22 @@ impl fmt::Display for PoolStats {
                 self.communicators.len()
             )?;
         }
+        let sleep = &self.sleep;
+        if sleep.sleeps > 0 {
+            let ago = |t: Option<std::time::SystemTime>| {
+                t.and_then(|t| t.elapsed().ok())
+                    .map_or("-".to_owned(), |d| format!("{:.1} s ago", d.as_secs_f64()))
+            };
+            writeln!(
+                f,
+                "sleep      {:>12}  {} sleep(s), last {}, last wake {}; {} on the host",
+                if sleep.asleep { "asleep" } else { "awake" },
+                sleep.sleeps,
+                ago(sleep.last_sleep),
+                ago(sleep.last_wake),
+                Bytes(sleep.offloaded_bytes)
+            )?;
+        }
         write!(
             f,
             "calls      {} allocations, {} frees ({} pending), {} out of memory",
@@ -124,8 +140,8 @@ impl SymPool {
         let _ = writeln!(out, "{}\n{rule}", snapshot.stats);
         let _ = writeln!(
             out,
-            "{:<24} {:>8} {:>14} {:>14} {:>14}",
-            "tag", "blocks", "allocated", "peak", "budget"
+            "{:<24} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            "tag", "blocks", "allocated", "peak", "budget", "resident", "offloadable"
         );
         for tag in &snapshot.stats.tags {
             let name = match tag.tag.as_str() {
@@ -136,10 +152,12 @@ impl SymPool {
             let budget = tag.budget.map_or("-".to_owned(), |b| Bytes(b).to_string());
             let _ = writeln!(
                 out,
-                "{name:<24} {:>8} {:>14} {:>14} {budget:>14}",
+                "{name:<24} {:>7} {:>11} {:>11} {budget:>11} {:>11} {:>11}",
                 tag.blocks,
                 Bytes(tag.bytes).to_string(),
-                Bytes(tag.peak_bytes).to_string()
+                Bytes(tag.peak_bytes).to_string(),
+                Bytes(tag.resident_bytes).to_string(),
+                Bytes(tag.offloadable_bytes).to_string()
             );
         }
         let _ = writeln!(

@@ -113,6 +113,10 @@ impl Tags {
                 bytes: c.bytes,
                 peak_bytes: c.peak_bytes,
                 budget: c.budget,
+                // Filled in by the pool, which knows its sleep state.
+                resident_bytes: 0,
+                offloadable_bytes: 0,
+                discardable_bytes: 0,
             })
             .collect()
     }
