@@ -25,10 +25,11 @@
 //!
 //! Residual device memory while asleep (or, for the peer, torn down): the used bytes
 //! (`total - free` of `aclrtGetMemInfo` on the rank's device) minus the same before the pool
-//! and its two communicators existed, as a fraction of the pool's bytes. What HCCL's buffers
-//! of those two communicators take is measured when they are made (the used bytes before
-//! and after `Comm::init` and the split), never assumed. The targets: at most 1 % of the
-//! pool's bytes plus those buffers (shallow), plus nothing (deep).
+//! and its two communicators existed, as a fraction of the pool's bytes. What those two
+//! communicators hold of their own (HCCL's buffers, symheap's agreement scratch) is measured
+//! when the peer makes them (the used bytes after `Comm::init`, the split, `SymPool::new` and
+//! `attach`, less the pool's reserved bytes), never assumed. The targets: at most 1 % of the
+//! pool's bytes plus that (shallow), plus nothing (deep).
 
 use std::time::Instant;
 
@@ -98,8 +99,8 @@ struct Cycle {
     sleep: f64,
     /// Wake (deep: init + wake_on + split + attach), or the peer's whole re-create.
     wake: f64,
-    /// Steps of the wake: `Comm::init`, `wake_on` / `SymPool::new`, split + attach,
-    /// the peer's allocation and upload.
+    /// Steps of the wake: `Comm::init`; `wake_on` (the peer: `SymPool::new` + `attach`);
+    /// split (+ `attach` after a deep wake); the peer's allocation and upload.
     init: f64,
     pool: f64,
     groups: f64,
@@ -110,9 +111,12 @@ struct Cycle {
     /// Used device bytes while asleep, minus those before the pool and its communicators.
     residual: i64,
     /// What the pool's two communicators hold of their own (HCCL's buffers, symheap's
-    /// agreement scratch), measured as they were made.
-    hccl: i64,
+    /// agreement scratch), measured as the peer made them.
+    comms_own: i64,
 }
+
+/// A step of a wake, named, and where a cycle keeps its time.
+type Step = (&'static str, fn(&Cycle) -> f64);
 
 /// A rank's used device bytes.
 fn used(comm: &Comm) -> Result<i64> {
@@ -169,7 +173,7 @@ fn create(boot: &Comm, bytes: u64, host: &[Vec<u8>], cycle: &mut Cycle, base: i6
     cycle.pool = t.elapsed().as_secs_f64();
     // What the two communicators hold of their own: HCCL's buffers, and the one granule of
     // scratch each that symheap's agreements use (made at their first agreement).
-    cycle.hccl = used(boot)? - base - pool.stats().reserved as i64;
+    cycle.comms_own = used(boot)? - base - pool.stats().reserved as i64;
     let t = Instant::now();
     let (_, kv_bytes) = block_sizes(bytes);
     let kv = (0..BLOCKS)
@@ -360,15 +364,17 @@ fn main() -> Result<()> {
             "sleep", "wake", "residual asleep", "% of pool", "target"
         );
         // The communicators' own memory, as the peer's re-creates measured it.
-        let hccl = median(
+        let comms_own = median(
             per_rank
                 .iter()
                 .flatten()
                 .filter(|(m, _)| *m == Mode::Recreate)
-                .map(|(_, c)| c.hccl as f64)
+                .map(|(_, c)| c.comms_own as f64)
                 .collect(),
         ) as i64;
+        // Per mode, the median wake (the peer: its re-create, and the same without upload).
         let mut wakes = Vec::new();
+        let mut bare = 0.0;
         for mode in MODES {
             // Per repetition, the slowest rank; per rank, the largest residual.
             let pick = |f: fn(&Cycle) -> f64| -> f64 {
@@ -393,7 +399,7 @@ fn main() -> Result<()> {
             let wake = pick(|c| c.wake);
             let residual = pick(|c| c.residual as f64) as i64;
             let share = residual as f64 / bytes as f64;
-            let allowed = bytes as i64 / 100 + if mode.deep() { 0 } else { hccl };
+            let allowed = bytes as i64 / 100 + if mode.deep() { 0 } else { comms_own };
             let target = match mode {
                 Mode::Recreate => "-",
                 _ if residual <= allowed => "met",
@@ -408,40 +414,47 @@ fn main() -> Result<()> {
                 share * 100.0,
                 target
             );
-            let parts = [
-                ("init", pick(|c| c.init)),
-                ("wake_on/pool", pick(|c| c.pool)),
-                ("groups", pick(|c| c.groups)),
-                ("alloc", pick(|c| c.alloc)),
-                ("upload", pick(|c| c.upload)),
-            ];
-            let parts: Vec<String> = parts
-                .iter()
-                .filter(|(_, t)| *t > 0.0)
-                .map(|(n, t)| format!("{n} {}", ms(*t)))
-                .collect();
-            println!("{:<22} {}", "", parts.join(", "));
+            let steps: &[Step] = match mode {
+                Mode::ShallowOffload | Mode::ShallowDiscard => &[],
+                Mode::DeepOffload | Mode::DeepDiscard => &[
+                    ("Comm::init", |c| c.init),
+                    ("wake_on", |c| c.pool),
+                    ("split + attach", |c| c.groups),
+                ],
+                Mode::Recreate => &[
+                    ("Comm::init", |c| c.init),
+                    ("split", |c| c.groups),
+                    ("SymPool::new + attach", |c| c.pool),
+                    ("alloc", |c| c.alloc),
+                    ("upload", |c| c.upload),
+                ],
+            };
+            if !steps.is_empty() {
+                let steps: Vec<String> = steps
+                    .iter()
+                    .map(|&(name, f)| format!("{name} {}", ms(pick(f))))
+                    .collect();
+                println!("{:<22} {}", "", steps.join(", "));
+            }
             if mode == Mode::Recreate {
                 println!(
                     "{:<22} world + TP communicators' own memory: {}",
                     "",
-                    mib(hccl)
+                    mib(comms_own)
                 );
-                let bare = pick(|c| c.wake - c.upload);
+                bare = pick(|c| c.wake - c.upload);
                 println!("{:<22} re-create w/o upload: {}", "", ms(bare));
                 println!(
                     "{:<22} the upload again, into touched memory: {}",
                     "",
                     ms(pick(|c| c.warm_upload))
                 );
-                wakes.push((mode, wake, bare));
-            } else {
-                wakes.push((mode, wake, 0.0));
             }
+            wakes.push((mode, wake));
         }
-        let (_, recreate, bare) = wakes[4];
-        println!("re-create / wake (same memory):");
-        for (mode, wake, _) in &wakes[..4] {
+        let (_, recreate) = wakes[4];
+        println!("re-create / wake (same memory; discard against re-create w/o upload):");
+        for (mode, wake) in &wakes[..4] {
             let peer = match mode {
                 Mode::ShallowOffload | Mode::DeepOffload => recreate,
                 _ => bare,
