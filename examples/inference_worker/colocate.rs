@@ -276,12 +276,12 @@ pub fn print(report: &ColocateReport) {
         report.limit
     );
     println!(
-        "  cycle  sleep    used awake  used asleep  freed (bytes)  training took      sleep     \
-         wake  used after wake  residual growth"
+        "  cycle  sleep    used awake  used asleep  freed (bytes)  training took     used \
+         training     sleep     wake  used after wake  residual growth"
     );
     for (i, c) in report.cycles.iter().enumerate() {
         println!(
-            "  {:<5}  {:<7}  {:>10}  {:>11}  {:>13}  {:>9} ({:>3.0}%)  {:>6.1} ms  {:>5.1} ms  {:>15}  {:>13} B",
+            "  {:<5}  {:<7}  {:>10}  {:>11}  {:>13}  {:>9} ({:>3.0}%)  {:>13}  {:>6.1} ms  {:>5.1} ms  {:>15}  {:>13} B",
             i + 1,
             if c.deep { "deep" } else { "shallow" },
             mib(c.awake_used),
@@ -289,6 +289,7 @@ pub fn print(report: &ColocateReport) {
             c.freed,
             mib(c.trained),
             100.0 * c.trained as f64 / c.freed as f64,
+            mib(c.training_used),
             c.sleep.as_secs_f64() * 1e3,
             c.wake.as_secs_f64() * 1e3,
             mib(c.woke_used),
