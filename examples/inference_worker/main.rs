@@ -9,6 +9,7 @@
 //! cargo run --release --example inference_worker              # 4 processes
 //! cargo run --release --example inference_worker -- --threads # 4 threads
 //! cargo run --release --example inference_worker -- --graph   # only the graph-mode step
+//! cargo run --release --example inference_worker -- --colocate # only the RL colocate cycle
 //! cargo run --release --example inference_worker -- --snapshot /tmp/snap
 //! cargo run --release -p symheap-tools --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
 //! ```
@@ -30,16 +31,28 @@
 //! window per tensor (in the communicator the tensor is used in), the naive alternative, and
 //! prints both rates and their ratio.
 //!
-//! Last, the graph mode of a real decode worker ([`graph`]): the step with static shapes,
+//! Then the graph mode of a real decode worker ([`graph`]): the step with static shapes,
 //! compute on one stream and collectives on another, run eagerly and then captured once as an
 //! ACL graph ([`SymPool::capture`]) and replayed each step, both checked against the host
 //! reference; it prints both rates, the host time to enqueue a step and the pool calls per
 //! step (none for a replay). `--graph` runs only this part.
 //!
+//! Last, the RL colocate cycle ([`colocate`]), as verl runs vllm-ascend beside a trainer:
+//! with each device limited to what the worker uses awake plus one granule, the worker
+//! decodes, sleeps ([`SymPool::sleep`]: weights offloaded to host memory, KV cache and
+//! activations discarded), a training phase allocates and writes the device memory the
+//! sleep freed, frees it, and the worker wakes, re-prefills its KV cache and decodes on; the
+//! same allocation tried while awake fails with out-of-memory. Four cycles alternate a
+//! shallow sleep and a deep one (communicators destroyed; woken on a new world with new
+//! groups, [`SymPool::wake_on`]). It prints, per cycle, the device memory in use awake,
+//! asleep and after the wake, the sleep and wake times and the residual growth (asserted 0),
+//! and checks that the tokens equal an uninterrupted run's. `--colocate` runs only this part.
+//!
 //! With `--snapshot DIR` every rank writes `DIR/rank-N.json`, its pool's
 //! [`snapshot`](SymPool::snapshot) during the last decode step (weights, the KV cache, that
 //! step's tensors, tagged), and rank 0 prints the `symheap-map` command that draws them.
 
+pub mod colocate;
 mod graph;
 
 use std::ops::DerefMut;
@@ -396,107 +409,177 @@ struct Decoded {
 /// Runs the decode loop of world rank `rank`, checking every step's logits against
 /// `expected` (the host reference's).
 fn decode<B: Tensors>(backend: &B, rank: usize, expected: &[Vec<Vec<f32>>]) -> Result<Decoded> {
-    let w = Weights::new();
-    let (d, t) = (rank / TP, rank % TP);
-    let mut tokens = first_tokens(d);
-    let mut history = Vec::with_capacity(STEPS);
-    let mut kv = backend.zeros(KV_CHUNK * BATCH * HIDDEN, "kv-cache", Group::Tp)?;
-    let mut snapshot = None;
+    let mut decoder = Decoder::new(backend, rank)?;
     let start = Instant::now();
-    // One token per step is appended to the KV cache, so the step is also its length.
-    for (step, expected) in expected.iter().enumerate() {
-        // Embedding lookup (replicated in the pair), then the dense block, AllReduced.
-        let x: Vec<f32> = tokens
-            .iter()
-            .flat_map(|&tok| w.embed[tok * HIDDEN..][..HIDDEN].iter().copied())
-            .collect();
-        let mut y = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
-        w.dense_part(t, &x, &mut backend.host(&mut y)?);
-        backend.tp_all_reduce(&mut y)?;
-        let ys = backend.host(&mut y)?.to_vec();
-        // Append to the KV cache, growing it by a chunk when full.
-        if (step + 1) * BATCH * HIDDEN > backend.host(&mut kv)?.len() {
-            let len = (step + 1 + KV_CHUNK) * BATCH * HIDDEN;
-            let mut bigger = backend.zeros(len, "kv-cache", Group::Tp)?;
-            let old = backend.host(&mut kv)?.to_vec();
-            backend.host(&mut bigger)?[..old.len()].copy_from_slice(&old);
-            kv = bigger;
-        }
-        backend.host(&mut kv)?[step * BATCH * HIDDEN..][..BATCH * HIDDEN].copy_from_slice(&ys);
-        // MoE dispatch: this rank's rows to their experts' ranks, in row order per rank.
-        let (sent, got) = moe_counts(d, t, rank, step);
-        let mut dispatch = backend.zeros(sent.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
-        let mut at = 0;
-        for e in 0..EP {
-            for b in rows_of(t).filter(|&b| expert_of(d, b, step) == e) {
-                backend.host(&mut dispatch)?[at..][..HIDDEN]
-                    .copy_from_slice(&ys[b * HIDDEN..][..HIDDEN]);
-                at += HIDDEN;
+    decoder.run(backend, expected, expected.len())?;
+    Ok(Decoded {
+        rate: expected.len() as f64 / start.elapsed().as_secs_f64(),
+        tokens: decoder.history,
+        snapshot: decoder.snapshot,
+    })
+}
+
+/// The decode loop's state between steps, so that a worker can stop (to sleep) and go on.
+struct Decoder<B: Tensors> {
+    w: Weights,
+    rank: usize,
+    /// The next step's input tokens.
+    tokens: [usize; BATCH],
+    /// Every step's input tokens so far (what a prefill recomputes the KV cache from).
+    inputs: Vec<[usize; BATCH]>,
+    /// The token sequence of this replica's batch row 0.
+    history: Vec<usize>,
+    kv: B::Tensor,
+    /// The backend's snapshot during the last step, before its synchronisation.
+    snapshot: Option<Snapshot>,
+}
+
+impl<B: Tensors> Decoder<B> {
+    /// Before the first step: the first tokens and an empty KV cache of one chunk.
+    fn new(backend: &B, rank: usize) -> Result<Self> {
+        Ok(Decoder {
+            w: Weights::new(),
+            rank,
+            tokens: first_tokens(rank / TP),
+            inputs: Vec::with_capacity(STEPS),
+            history: Vec::with_capacity(STEPS),
+            kv: backend.zeros(KV_CHUNK * BATCH * HIDDEN, "kv-cache", Group::Tp)?,
+            snapshot: None,
+        })
+    }
+
+    /// Steps done so far.
+    fn step(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// The next `steps` steps (at most to the end of `expected`), each checked against the
+    /// host reference.
+    fn run(&mut self, backend: &B, expected: &[Vec<Vec<f32>>], steps: usize) -> Result<()> {
+        let (rank, w) = (self.rank, &self.w);
+        let (d, t) = (rank / TP, rank % TP);
+        let first = self.step();
+        let last = (first + steps).min(expected.len());
+        let (tokens, kv) = (&mut self.tokens, &mut self.kv);
+        for (step, expected) in expected.iter().enumerate().take(last).skip(first) {
+            self.inputs.push(*tokens);
+            // Embedding lookup (replicated in the pair), then the dense block, AllReduced.
+            let x: Vec<f32> = tokens
+                .iter()
+                .flat_map(|&tok| w.embed[tok * HIDDEN..][..HIDDEN].iter().copied())
+                .collect();
+            let mut y = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
+            w.dense_part(t, &x, &mut backend.host(&mut y)?);
+            backend.tp_all_reduce(&mut y)?;
+            let ys = backend.host(&mut y)?.to_vec();
+            // Append to the KV cache, growing it by a chunk when full.
+            if (step + 1) * BATCH * HIDDEN > backend.host(kv)?.len() {
+                let len = (step + 1 + KV_CHUNK) * BATCH * HIDDEN;
+                let mut bigger = backend.zeros(len, "kv-cache", Group::Tp)?;
+                let old = backend.host(kv)?.to_vec();
+                backend.host(&mut bigger)?[..old.len()].copy_from_slice(&old);
+                *kv = bigger;
             }
-        }
-        let mut received = backend.zeros(got.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
-        backend.ep_all_to_all_v(&dispatch, &sent, &mut received, &got)?;
-        // This rank's expert on what it received; the results go back where they came from.
-        let mut expert_out = backend.zeros(got.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
-        {
-            let rows = backend.host(&mut received)?.to_vec();
-            let n = got.iter().sum::<usize>();
-            w.expert(rank, &rows[..n], &mut backend.host(&mut expert_out)?[..n]);
-        }
-        let mut combined = backend.zeros(sent.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
-        backend.ep_all_to_all_v(&expert_out, &got, &mut combined, &sent)?;
-        // Back in row order, then gathered in the pair.
-        let mut mine = backend.zeros(BATCH / TP * HIDDEN, "activations", Group::Tp)?;
-        {
-            let back = backend.host(&mut combined)?.to_vec();
-            let mut out = backend.host(&mut mine)?;
+            backend.host(kv)?[step * BATCH * HIDDEN..][..BATCH * HIDDEN].copy_from_slice(&ys);
+            // MoE dispatch: this rank's rows to their experts' ranks, in row order per rank.
+            let (sent, got) = moe_counts(d, t, rank, step);
+            let mut dispatch =
+                backend.zeros(sent.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
             let mut at = 0;
             for e in 0..EP {
                 for b in rows_of(t).filter(|&b| expert_of(d, b, step) == e) {
-                    out[(b / TP) * HIDDEN..][..HIDDEN].copy_from_slice(&back[at..][..HIDDEN]);
+                    backend.host(&mut dispatch)?[at..][..HIDDEN]
+                        .copy_from_slice(&ys[b * HIDDEN..][..HIDDEN]);
                     at += HIDDEN;
                 }
             }
+            let mut received = backend.zeros(got.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+            backend.ep_all_to_all_v(&dispatch, &sent, &mut received, &got)?;
+            // This rank's expert on what it received; the results go back where they came from.
+            let mut expert_out =
+                backend.zeros(got.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+            {
+                let rows = backend.host(&mut received)?.to_vec();
+                let n = got.iter().sum::<usize>();
+                w.expert(rank, &rows[..n], &mut backend.host(&mut expert_out)?[..n]);
+            }
+            let mut combined =
+                backend.zeros(sent.iter().sum::<usize>().max(1), "moe", Group::Ep)?;
+            backend.ep_all_to_all_v(&expert_out, &got, &mut combined, &sent)?;
+            // Back in row order, then gathered in the pair.
+            let mut mine = backend.zeros(BATCH / TP * HIDDEN, "activations", Group::Tp)?;
+            {
+                let back = backend.host(&mut combined)?.to_vec();
+                let mut out = backend.host(&mut mine)?;
+                let mut at = 0;
+                for e in 0..EP {
+                    for b in rows_of(t).filter(|&b| expert_of(d, b, step) == e) {
+                        out[(b / TP) * HIDDEN..][..HIDDEN].copy_from_slice(&back[at..][..HIDDEN]);
+                        at += HIDDEN;
+                    }
+                }
+            }
+            let mut z = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
+            backend.tp_all_gather(&mine, &mut z)?;
+            let zs = backend.host(&mut z)?.to_vec();
+            let zb: Vec<f32> = (0..BATCH)
+                .flat_map(|b| zs[gathered_index(b) * HIDDEN..][..HIDDEN].to_vec())
+                .collect();
+            // Column-parallel vocabulary projection; gather the shards and take the argmax.
+            let mut logits = backend.zeros(BATCH * VOCAB / TP, "logits", Group::Tp)?;
+            matmul(
+                &zb,
+                &w.wv[t],
+                &mut backend.host(&mut logits)?,
+                HIDDEN,
+                VOCAB / TP,
+            );
+            let mut all_logits = backend.zeros(BATCH * VOCAB, "logits", Group::Tp)?;
+            backend.tp_all_gather(&logits, &mut all_logits)?;
+            let gathered = backend.host(&mut all_logits)?.to_vec();
+            assert!(
+                gathered == expected[d],
+                "rank {rank}: step {step}'s logits differ from the host reference"
+            );
+            *tokens = argmax_tokens(&gathered);
+            self.history.push(tokens[0]);
+            // The step's tensors are done with: those that took part in a collective wait for
+            // the synchronisation (pending), the others are free at once.
+            drop((
+                y, dispatch, received, expert_out, combined, mine, z, logits, all_logits,
+            ));
+            if step + 1 == STEPS {
+                self.snapshot = backend.snapshot();
+            }
+            backend.end_step()?;
         }
-        let mut z = backend.zeros(BATCH * HIDDEN, "activations", Group::Tp)?;
-        backend.tp_all_gather(&mine, &mut z)?;
-        let zs = backend.host(&mut z)?.to_vec();
-        let zb: Vec<f32> = (0..BATCH)
-            .flat_map(|b| zs[gathered_index(b) * HIDDEN..][..HIDDEN].to_vec())
-            .collect();
-        // Column-parallel vocabulary projection; gather the shards and take the argmax.
-        let mut logits = backend.zeros(BATCH * VOCAB / TP, "logits", Group::Tp)?;
-        matmul(
-            &zb,
-            &w.wv[t],
-            &mut backend.host(&mut logits)?,
-            HIDDEN,
-            VOCAB / TP,
-        );
-        let mut all_logits = backend.zeros(BATCH * VOCAB, "logits", Group::Tp)?;
-        backend.tp_all_gather(&logits, &mut all_logits)?;
-        let gathered = backend.host(&mut all_logits)?.to_vec();
-        assert!(
-            gathered == expected[d],
-            "rank {rank}: step {step}'s logits differ from the host reference"
-        );
-        tokens = argmax_tokens(&gathered);
-        history.push(tokens[0]);
-        // The step's tensors are done with: those that took part in a collective wait for
-        // the synchronisation (pending), the others are free at once.
-        drop((
-            y, dispatch, received, expert_out, combined, mine, z, logits, all_logits,
-        ));
-        if step + 1 == STEPS {
-            snapshot = backend.snapshot();
-        }
-        backend.end_step()?;
+        Ok(())
     }
-    Ok(Decoded {
-        rate: STEPS as f64 / start.elapsed().as_secs_f64(),
-        tokens: history,
-        snapshot,
-    })
+
+    /// The KV cache's contents so far (what the steps appended).
+    fn kv_contents(&mut self, backend: &B) -> Result<Vec<f32>> {
+        let n = self.step() * BATCH * HIDDEN;
+        Ok(backend.host(&mut self.kv)?[..n].to_vec())
+    }
+
+    /// Recomputes the KV cache from every step's input tokens in one batched pass (the dense
+    /// block on all the rows, AllReduced in the pair), as a worker re-prefills its sequences
+    /// after a sleep discarded the cache.
+    fn prefill(&mut self, backend: &B) -> Result<()> {
+        let t = self.rank % TP;
+        let rows = self.step() * BATCH;
+        let x: Vec<f32> = (self.inputs.iter().flatten())
+            .flat_map(|&tok| self.w.embed[tok * HIDDEN..][..HIDDEN].iter().copied())
+            .collect();
+        let mut y = backend.zeros(rows.max(1) * HIDDEN, "activations", Group::Tp)?;
+        self.w
+            .dense_part(t, &x, &mut backend.host(&mut y)?[..rows * HIDDEN]);
+        backend.tp_all_reduce(&mut y)?;
+        let ys = backend.host(&mut y)?[..rows * HIDDEN].to_vec();
+        backend.host(&mut self.kv)?[..rows * HIDDEN].copy_from_slice(&ys);
+        drop(y);
+        backend.end_step()
+    }
 }
 
 /// Elements world rank `rank` (TP rank `t` of replica `d`) sends to each EP rank at `step`,
@@ -517,12 +600,42 @@ fn moe_counts(d: usize, t: usize, rank: usize, step: usize) -> (Vec<usize>, Vec<
     (sent, got)
 }
 
-/// What one rank measured: the dynamic loops (unless `--graph`), and the graph mode.
+/// Which parts of the job to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parts {
+    /// Everything: the dynamic loops, the graph mode, the colocate cycle.
+    All,
+    /// The graph mode alone (`--graph`).
+    Graph,
+    /// The colocate cycle alone (`--colocate`).
+    Colocate,
+}
+
+impl Parts {
+    /// From the command line.
+    fn from_args() -> Parts {
+        let has = |flag: &str| std::env::args().any(|a| a == flag);
+        match (has("--graph"), has("--colocate")) {
+            (true, false) => Parts::Graph,
+            (false, true) => Parts::Colocate,
+            (false, false) => Parts::All,
+            (true, true) => {
+                eprintln!("--graph and --colocate each run one part: give one of them");
+                std::process::exit(2);
+            }
+        }
+    }
+}
+
+/// What one rank measured: the dynamic loops, the graph mode and the colocate cycle, each
+/// where it ran.
 pub struct Report {
-    /// The pooled and window-per-tensor loops (none with `--graph`).
+    /// The pooled and window-per-tensor loops.
     pub dynamic: Option<Dynamic>,
     /// The graph mode.
-    pub graph: graph::GraphReport,
+    pub graph: Option<graph::GraphReport>,
+    /// The RL colocate cycle.
+    pub colocate: Option<colocate::ColocateReport>,
 }
 
 /// What the dynamic loops measured.
@@ -537,34 +650,49 @@ pub struct Dynamic {
     summary: String,
 }
 
-/// One rank's whole job: the pooled loop, then the window-per-tensor loop, then a check that
-/// every rank of a replica computed the same tokens; then the graph mode (only that with
-/// `graph_only`). With `snapshot_dir`, writes the pool's snapshot from the last pooled step
-/// to `rank-N.json` there.
-pub fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>, graph_only: bool) -> Result<Report> {
-    let groups = ParallelGroups::new(comm, TP as u32, EP as u32)?;
-    let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
-    // EP is the world itself, where the pool lives: only the TP pair is attached.
-    pool.attach(groups.tp())?;
+/// One rank's whole job (the parts `parts` names): the pooled loop, then the
+/// window-per-tensor loop, then a check that every rank of a replica computed the same
+/// tokens; then the graph mode; then the colocate cycle, on a pool of its own (its deep
+/// sleeps destroy `comm`, which the caller must not use afterwards). With `snapshot_dir`,
+/// writes the pool's snapshot from the last pooled step to `rank-N.json` there.
+pub fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>, parts: Parts) -> Result<Report> {
     let expected = reference(&Weights::new());
-    let dynamic = match graph_only {
-        true => None,
-        false => Some(dynamic_loops(
-            comm,
-            &groups,
-            &pool,
-            &expected,
-            snapshot_dir,
-        )?),
+    let (mut dynamic, mut graph) = (None, None);
+    if parts != Parts::Colocate {
+        let groups = ParallelGroups::new(comm, TP as u32, EP as u32)?;
+        let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
+        // EP is the world itself, where the pool lives: only the TP pair is attached.
+        pool.attach(groups.tp())?;
+        if parts == Parts::All {
+            dynamic = Some(dynamic_loops(
+                comm,
+                &groups,
+                &pool,
+                &expected,
+                snapshot_dir,
+            )?);
+        }
+        let g = graph::run(&pool, &groups, comm.rank() as usize, &expected)?;
+        if let Some(d) = &dynamic {
+            assert_eq!(d.tokens, g.tokens, "the graph mode decoded other tokens");
+        }
+        graph = Some(g);
+    }
+    let colocate = match parts {
+        Parts::Graph => None,
+        _ => Some(colocate::run(comm, &expected)?),
     };
-    let graph = graph::run(&pool, &groups, comm.rank() as usize, &expected)?;
-    if let Some(d) = &dynamic {
+    if let (Some(d), Some(c)) = (&dynamic, &colocate) {
         assert_eq!(
-            d.tokens, graph.tokens,
-            "the graph mode decoded other tokens"
+            d.tokens, c.tokens,
+            "the colocated worker decoded other tokens than the uninterrupted loop"
         );
     }
-    Ok(Report { dynamic, graph })
+    Ok(Report {
+        dynamic,
+        graph,
+        colocate,
+    })
 }
 
 /// The pooled and the window-per-tensor loops.
@@ -694,7 +822,16 @@ fn print_report(report: &Report) {
     if let Some(r) = &report.dynamic {
         print_dynamic(r);
     }
-    let g = &report.graph;
+    if let Some(g) = &report.graph {
+        print_graph(g);
+    }
+    if let Some(c) = &report.colocate {
+        colocate::print(c);
+    }
+    println!("all checks passed");
+}
+
+fn print_graph(g: &graph::GraphReport) {
     println!(
         "graph mode (static shapes; compute and collectives on two streams joined by events), \
          {STEPS} steps checked against the host reference, rank 0:"
@@ -715,7 +852,6 @@ fn print_report(report: &Report) {
         g.eager_host_us / g.replayed_host_us
     );
     assert_eq!(g.replayed_calls, 0.0, "a replay called the pool");
-    println!("all checks passed");
 }
 
 fn print_dynamic(r: &Dynamic) {
@@ -758,11 +894,11 @@ fn main() -> Result<()> {
          replica, hidden {HIDDEN}"
     );
     let dir = snapshot_dir();
-    let graph_only = std::env::args().any(|a| a == "--graph");
+    let parts = Parts::from_args();
     if std::env::args().any(|a| a == "--threads") {
         // All ranks as threads of this process.
         println!("symheap inference worker: {RANKS} emulated ranks as threads, {shape}");
-        let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref(), graph_only))?;
+        let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref(), parts))?;
         print_report(&reports[0]);
         print_map_command(dir.as_deref());
         return Ok(());
@@ -779,7 +915,7 @@ fn main() -> Result<()> {
     }
     let rt = Runtime::emulated()?;
     let comm = Comm::from_env(&rt, CommConfig::new())?;
-    let report = rank_main(&comm, dir.as_deref(), graph_only)?;
+    let report = rank_main(&comm, dir.as_deref(), parts)?;
     if comm.rank() == 0 {
         print_report(&report);
         print_map_command(dir.as_deref());
