@@ -304,6 +304,10 @@ impl SymPool {
         if let Some(private) = state.private.take() {
             report.released_bytes += private.size();
         }
+        // The agreements' scratch granule too (made again by the wake's first agreement).
+        for c in state.groups.iter().map(|g| &g.comm).chain([&comm]) {
+            c.release_agreement_scratch();
+        }
         if plan.release_communicators && first_error.is_none() {
             // Sub-communicators first, as HCCL destroys them.
             let groups = std::mem::take(&mut state.groups);

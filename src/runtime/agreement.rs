@@ -139,6 +139,17 @@ impl Comm {
             .collect())
     }
 
+    /// Frees the agreements' scratch memory (a sleeping pool gives back all the device memory
+    /// it can); the next agreement makes it again. Local.
+    pub(crate) fn release_agreement_scratch(&self) {
+        let scratch = self
+            .agreement_slot()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(scratch);
+    }
+
     /// The device memory agreements run in: one granule, made at the first agreement and
     /// kept with the communicator.
     fn agreement_scratch(&self) -> Result<Arc<Mapping>> {
