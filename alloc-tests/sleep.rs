@@ -383,3 +383,44 @@ fn a_shallow_sleep_keeps_the_attached_groups_and_registers_every_segment_in_them
     all_equal(&hashes);
     session.assert_clean();
 }
+
+#[test]
+fn the_summary_snapshots_and_heap_map_show_the_sleep_and_the_memory_classes() {
+    let session = EmuSession::start();
+    let snapshots = emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let _w = SymVec::from_host_with(&pool, &[1u8; 4096], AllocDesc::tagged("weights"))?;
+        let _kv = SymVec::from_host_with(&pool, &[1u8; 8192], AllocDesc::tagged("kv"))?;
+        pool.sleep(&SleepPlan::new().offload("weights"))?;
+        let summary = pool.memory_summary();
+        assert!(summary.contains("asleep"), "{summary}");
+        let snapshot = pool.snapshot();
+        let tags = &snapshot.stats.tags;
+        let weights = tags.iter().find(|t| t.tag == "weights").unwrap();
+        let kv = tags.iter().find(|t| t.tag == "kv").unwrap();
+        assert_eq!(
+            (
+                weights.resident_bytes,
+                weights.offloadable_bytes,
+                weights.discardable_bytes
+            ),
+            (0, 4096, 0)
+        );
+        assert_eq!((kv.offloadable_bytes, kv.discardable_bytes), (0, 8192));
+        pool.wake()?;
+        let kv = pool
+            .stats()
+            .tags
+            .into_iter()
+            .find(|t| t.tag == "kv")
+            .unwrap();
+        assert_eq!(kv.resident_bytes, 8192);
+        Ok(snapshot)
+    })
+    .unwrap();
+    let round_trip = symheap::Snapshot::from_json(&snapshots[0].to_json()).unwrap();
+    assert_eq!(round_trip, snapshots[0]);
+    let html = symheap_tools::heap_map::render(&snapshots);
+    assert!(html.contains("<b>asleep</b>") && html.contains("offloadable"));
+    session.assert_clean();
+}

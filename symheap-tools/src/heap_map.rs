@@ -15,7 +15,8 @@
 //!   offset in the other lanes;
 //! - per rank, the pool's accounting (allocated, reserved and the pool budget, peak, largest
 //!   free region, fragmentation, collectives on the symmetric and the staged path, HCCL's own
-//!   staging buffers, ...) and its live bytes per tag, beside the tag's budget if it has one.
+//!   staging buffers, asleep or awake, ...) and its live bytes per tag, beside the tag's
+//!   budget if it has one and the bytes a sleep would offload.
 //!
 //! Widths are not to scale: each stretch between two region boundaries (of any lane) gets a
 //! width that grows with the logarithm of its size, so that a 512-byte block next to a
@@ -524,7 +525,7 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
          <th>op hash</th><th>allocated</th><th>peak</th><th>reserved</th><th>budget</th><th>free</th>\
          <th>largest free</th><th>fragmentation</th><th>pending frees</th><th>windows</th>\
          <th>allocs / frees / OOMs</th><th>collectives symmetric / staged</th>\
-         <th>HCCL buffers</th></tr>\n",
+         <th>HCCL buffers</th><th>sleep</th></tr>\n",
     );
     for s in ranks {
         let st = &s.stats;
@@ -533,7 +534,7 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             out,
             "<tr><td>{}</td><td class=\"mono\">{:#018x}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{} / {} / {}</td>\
-             <td>{} / {}</td><td>{}</td></tr>",
+             <td>{} / {}</td><td>{}</td><td>{}</td></tr>",
             s.rank,
             s.op_hash,
             human(st.allocated),
@@ -555,7 +556,8 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
             st.oom_count,
             symmetric,
             staged,
-            human(st.hccl_buffer_bytes())
+            human(st.hccl_buffer_bytes()),
+            sleep_state(&st.sleep)
         );
     }
     out.push_str("</table>\n");
@@ -580,9 +582,16 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
                         Some(budget) => format!(" of budget {}", human(budget)),
                         None => String::new(),
                     };
+                    // What a sleep keeps on the host (a snapshot written before memory
+                    // classes has none).
+                    let kept = if t.offloadable_bytes > 0 {
+                        format!(", {} offloadable", human(t.offloadable_bytes))
+                    } else {
+                        String::new()
+                    };
                     let _ = write!(
                         out,
-                        "<td>{} in {} {b}{budget} <span class=\"dim\">(peak {})</span></td>",
+                        "<td>{} in {} {b}{budget}{kept} <span class=\"dim\">(peak {})</span></td>",
                         human(t.bytes),
                         t.blocks,
                         human(t.peak_bytes)
@@ -595,6 +604,19 @@ fn summary(ranks: &[&Snapshot], tags: &Tags) -> String {
     }
     out.push_str("</table>\n</section>\n");
     out
+}
+
+/// A rank's sleep state: awake or asleep, with its sleeps so far and the bytes it keeps on
+/// the host.
+fn sleep_state(sleep: &symheap::SleepStats) -> String {
+    match (sleep.asleep, sleep.sleeps) {
+        (false, 0) => "awake".to_owned(),
+        (false, n) => format!("awake ({n} sleeps)"),
+        (true, n) => format!(
+            "<b>asleep</b> ({n} sleeps; {} on the host)",
+            human(sleep.offloaded_bytes)
+        ),
+    }
 }
 
 /// `bytes` in binary units: "0 B", "512 B", "1.5 KiB", "64 MiB".
