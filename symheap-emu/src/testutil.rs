@@ -62,6 +62,37 @@ pub(crate) fn assert_clean() {
     }
 }
 
+/// Free bytes of the calling thread's device, as `aclrtGetMemInfo` reports them.
+#[track_caller]
+pub(crate) fn free_here() -> usize {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers.
+    ok(unsafe {
+        (acl().aclrtGetMemInfo)(
+            crate::sys::aclrtMemAttr::ACL_HBM_MEM_HUGE,
+            &mut free,
+            &mut total,
+        )
+    });
+    free
+}
+
+/// Free bytes of `device`, asked from a thread of its own bound to it.
+pub(crate) fn free_on(device: u32) -> usize {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: plain device binding, undone below.
+            ok(unsafe { (acl().aclrtSetDevice)(device as i32) });
+            let free = free_here();
+            // SAFETY: as above.
+            ok(unsafe { (acl().aclrtResetDevice)(device as i32) });
+            free
+        })
+        .join()
+        .unwrap()
+    })
+}
+
 /// Device memory made the documented way: reserve, allocate physical memory, map.
 pub(crate) struct DevBuf {
     pub(crate) ptr: *mut c_void,

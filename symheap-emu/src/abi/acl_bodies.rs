@@ -476,9 +476,10 @@ pub(super) unsafe fn aclrtMemGetAddressRange(a: args::aclrtMemGetAddressRange) -
 }
 
 /// `aclrtMemRetainAllocationHandle`: the physical allocation behind `virPtr` (any address of
-/// a user mapping or of `aclrtMalloc` memory). It adds no reference: HCCL, its one user here,
-/// never releases the handle it retains (hicann/hcomm `symmetric_memory.cc`,
-/// `GetMemoryInfo`), and the handle stays valid as long as the memory does.
+/// a user mapping or of `aclrtMalloc` memory), with one more handle reference: each retain
+/// needs its own `aclrtFreePhysical` (hicann/runtime
+/// `docs/zh/api_ref/11-04_virtual_memory_management.md`). HCCL retains one per window
+/// registration and gives it back at deregistration (hicann/hcomm `symmetric_memory.cc`).
 ///
 /// # Safety
 /// `aclrtMemRetainAllocationHandle`'s contract: its pointer arguments are null or valid for what it reads or
@@ -488,14 +489,9 @@ pub(super) unsafe fn aclrtMemRetainAllocationHandle(
 ) -> AclResult {
     non_null(a.virPtr, "virPtr")?;
     non_null(a.handle, "handle")?;
-    let Some(alloc) = memory::allocation_at(a.virPtr as usize) else {
-        return param(format!(
-            "{:#x} is not in device memory of this process",
-            a.virPtr as usize
-        ));
-    };
-    let handle = alloc.phys().handle;
-    // SAFETY: the caller's contract; checked non-null above.
+    let handle = memory::retain(a.virPtr as usize)?;
+    // SAFETY: the caller's contract; checked non-null above (so this write cannot fail and
+    // leave the retain without its handle).
     unsafe { put(a.handle, handle.to_c(), "handle") }
 }
 

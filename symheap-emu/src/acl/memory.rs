@@ -9,6 +9,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::sys::{
@@ -34,6 +35,9 @@ pub(crate) struct Physical {
     pub(crate) size: usize,
     /// The device it was allocated on.
     pub(crate) device: u32,
+    /// The memfd's device and inode numbers: what names it in every descriptor of it, so a
+    /// peer's mapping of it (received over a socket) can be traced back to it.
+    id: (u64, u64),
 }
 
 impl Physical {
@@ -109,15 +113,41 @@ struct Reservation {
     mappings: usize,
 }
 
+/// A physical allocation and what references it. Its memory is released (the entry removed,
+/// its bytes no longer counted, the memfd closed) when nothing does: no handle reference, no
+/// user mapping, no window and no peer's import (CANN's rule: hicann/runtime
+/// `docs/zh/api_ref/11-04_virtual_memory_management.md`, `aclrtFreePhysical` and
+/// `aclrtMemRetainAllocationHandle`). `aclrtMalloc` memory goes with `aclrtFree` instead.
 struct PhysEntry {
     phys: Arc<Physical>,
     /// Whether it is the memory of an `aclrtMalloc` allocation (freed with it, not with
     /// `aclrtFreePhysical`).
     malloc: bool,
+    /// Handle references not yet given back with `aclrtFreePhysical`: the allocation's own
+    /// (`aclrtMallocPhysical`; none for `aclrtMalloc` memory, whose own is `aclrtFree`'s) and
+    /// one per `aclrtMemRetainAllocationHandle` (HCCL retains one per registration). The
+    /// handle names the allocation only while this is above 0 (`aclrtMalloc` memory: while
+    /// it lives).
+    handles: u32,
     mappings: usize,
     /// Where the allocation is mapped for each live window registered over it (the window's
-    /// user base): those mappings cannot be unmapped, nor the allocation freed.
+    /// user base): those mappings cannot be unmapped. Each is also the window's mapping of
+    /// the allocation in this rank's own heap.
     windows: Vec<usize>,
+    /// Mappings of it in the symmetric heaps of peers that are threads of this process
+    /// (HCCL's imports: `aclrtMemImportFromShareableHandleV2` + `aclrtMapMem` in each peer).
+    imports: u32,
+}
+
+impl PhysEntry {
+    /// Whether nothing references the allocation any more, so its memory goes.
+    fn unreferenced(&self) -> bool {
+        !self.malloc
+            && self.handles == 0
+            && self.mappings == 0
+            && self.windows.is_empty()
+            && self.imports == 0
+    }
 }
 
 struct State {
@@ -132,6 +162,8 @@ struct State {
     mallocs: BTreeMap<usize, Arc<DeviceAlloc>>,
     /// Physical bytes allocated per device.
     used: [u64; MAX_DEVICES],
+    /// Bytes of HCCL's own buffers per device: the communicators' ([`Charge`]).
+    hccl: [u64; MAX_DEVICES],
 }
 
 static STATE: RankedMutex<State> = RankedMutex::new(
@@ -143,6 +175,7 @@ static STATE: RankedMutex<State> = RankedMutex::new(
         regions: BTreeMap::new(),
         mallocs: BTreeMap::new(),
         used: [0; MAX_DEVICES],
+        hccl: [0; MAX_DEVICES],
     },
 );
 
@@ -178,7 +211,7 @@ impl State {
     fn check_limit(&self, device: u32, size: usize) -> AclResult {
         let size = size as u64;
         let limit = device::memory_limit();
-        let used = self.used[device as usize];
+        let used = self.used[device as usize] + self.hccl[device as usize];
         if used.saturating_add(size) > limit {
             return acl_fail(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -215,7 +248,7 @@ impl State {
         offset: usize,
         handle: PhysicalHandle,
     ) -> AclResult<Arc<Physical>> {
-        let Some(e) = self.physicals.get(&handle) else {
+        let Some(e) = self.live(handle) else {
             return acl_fail(
                 ACL_ERROR_RT_INVALID_HANDLE,
                 format!("{handle:#x} is not a live physical allocation"),
@@ -241,6 +274,24 @@ impl State {
             ));
         }
         Ok(phys)
+    }
+
+    /// The entry of `handle` while the handle names it (see [`PhysEntry::handles`]).
+    fn live(&self, handle: PhysicalHandle) -> Option<&PhysEntry> {
+        self.physicals
+            .get(&handle)
+            .filter(|e| e.malloc || e.handles > 0)
+    }
+
+    /// Removes the entry of `handle` if nothing references it any more (its bytes stop
+    /// counting): the entry, to be dropped (closing the memfd) once the lock is released.
+    fn settle(&mut self, handle: PhysicalHandle) -> Option<PhysEntry> {
+        if !self.physicals.get(&handle)?.unreferenced() {
+            return None;
+        }
+        let e = self.physicals.remove(&handle)?;
+        self.used[e.phys.device as usize] -= e.phys.size as u64;
+        Some(e)
     }
 
     /// Records a new user mapping, counted in its reservation and physical allocation.
@@ -358,26 +409,31 @@ pub(crate) fn malloc_physical(
     let device = location_device(prop)?;
     let mut st = state();
     st.check_limit(device, size)?;
-    let fd = os::memfd(size).or_else(|e| {
-        acl_fail(
-            ACL_ERROR_RT_MEMORY_ALLOCATION,
-            format!("memfd of {size} bytes: {e}"),
-        )
-    })?;
+    let (fd, id) = os::memfd(size)
+        .and_then(|fd| os::file_id(fd.as_fd()).map(|id| (fd, id)))
+        .or_else(|e| {
+            acl_fail(
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!("memfd of {size} bytes: {e}"),
+            )
+        })?;
     let handle = PhysicalHandle::fresh();
     let phys = Arc::new(Physical {
         handle,
         fd,
         size,
         device,
+        id,
     });
     st.physicals.insert(
         handle,
         PhysEntry {
             phys,
             malloc: false,
+            handles: 1,
             mappings: 0,
             windows: Vec::new(),
+            imports: 0,
         },
     );
     st.used[device as usize] += size as u64;
@@ -405,40 +461,115 @@ fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<u32> {
     })
 }
 
-/// `aclrtFreePhysical`.
+/// `aclrtFreePhysical`: gives back one handle reference (the allocation's own, or one
+/// retain). It never fails for memory still mapped or registered: the memory is released when
+/// its last reference goes (see [`PhysEntry`]), and only then stops counting against the
+/// device. A retained handle of `aclrtMalloc` memory is given back the same way; that memory's
+/// own reference is `aclrtFree`'s.
 pub(crate) fn free_physical(handle: PhysicalHandle) -> AclResult {
     let mut st = state();
-    let Some(e) = st.physicals.get(&handle) else {
+    let Some(e) = st
+        .physicals
+        .get_mut(&handle)
+        .filter(|e| e.malloc || e.handles > 0)
+    else {
         return acl_fail(
             ACL_ERROR_RT_INVALID_HANDLE,
             format!("{handle:#x} is not a live physical allocation"),
         );
     };
-    if e.malloc {
+    if e.malloc && e.handles == 0 {
         return param(format!(
             "{handle:#x} is the handle of aclrtMalloc memory: free that with aclrtFree"
         ));
     }
-    if e.mappings > 0 {
-        return param(format!(
-            "physical allocation {handle:#x} is still mapped {} time(s): unmap it first",
-            e.mappings
-        ));
-    }
-    if !e.windows.is_empty() {
-        return param(format!(
-            "physical allocation {handle:#x} is registered in {} symmetric window(s): \
-             deregister first",
-            e.windows.len()
-        ));
-    }
-    let (size, device) = (e.phys.size, e.phys.device);
-    let e = st.physicals.remove(&handle);
-    st.used[device as usize] -= size as u64;
-    drop(st);
-    drop(e);
-    counters::dec(Counter::PhysicalAllocations);
+    e.handles -= 1;
+    release_if_unreferenced(st, handle);
     Ok(())
+}
+
+/// Releases the allocation `handle` if nothing references it any more: its memory goes (the
+/// memfd is closed once the last mapping's reference to it is dropped too) and the live count
+/// drops. Takes the lock's guard so the entry is dropped after the lock is released.
+fn release_if_unreferenced(mut st: RankedGuard<'static, State>, handle: PhysicalHandle) {
+    let gone = st.settle(handle);
+    drop(st);
+    if let Some(e) = gone {
+        drop(e);
+        counters::dec(Counter::PhysicalAllocations);
+    }
+}
+
+/// `aclrtMemRetainAllocationHandle`: the physical allocation mapped at `addr` (any address of
+/// a user mapping or of `aclrtMalloc` memory), with one more handle reference, which
+/// `aclrtFreePhysical` gives back.
+pub(crate) fn retain(addr: usize) -> AclResult<PhysicalHandle> {
+    let mut st = state();
+    let handle = match st.region_at(addr) {
+        Some((
+            _,
+            Region {
+                owner: Owner::User(m),
+                ..
+            },
+        )) => m.phys.handle,
+        Some((
+            _,
+            Region {
+                owner: Owner::Malloc(a),
+                ..
+            },
+        )) => a.phys.handle,
+        _ => return param(format!("{addr:#x} is not in device memory of this process")),
+    };
+    match st.physicals.get_mut(&handle) {
+        Some(e) => {
+            e.handles += 1;
+            Ok(handle)
+        }
+        None => param(format!("{addr:#x} is not in device memory of this process")),
+    }
+}
+
+/// One more handle reference to the allocation `handle` (HCCL's retain at registration, by
+/// the handle it found): false if it is gone.
+pub(crate) fn retain_handle(handle: PhysicalHandle) -> bool {
+    let mut st = state();
+    let Some(e) = st.physicals.get_mut(&handle) else {
+        return false;
+    };
+    e.handles += 1;
+    true
+}
+
+/// Gives back a reference taken with [`retain_handle`] (HCCL's `aclrtFreePhysical` at
+/// deregistration).
+pub(crate) fn release_handle(handle: PhysicalHandle) {
+    let mut st = state();
+    if let Some(e) = st.physicals.get_mut(&handle) {
+        e.handles = e.handles.saturating_sub(1);
+    }
+    release_if_unreferenced(st, handle);
+}
+
+/// Records a peer's mapping of the memfd `fd` in this process (a window's import): when it
+/// is a physical allocation of this process (the peer is a thread rank), it stays allocated
+/// and counted until [`release_import`]. Its handle, if so.
+pub(crate) fn import(fd: BorrowedFd<'_>) -> Option<PhysicalHandle> {
+    let id = os::file_id(fd).ok()?;
+    let mut st = state();
+    let e = st.physicals.values_mut().find(|e| e.phys.id == id)?;
+    e.imports += 1;
+    Some(e.phys.handle)
+}
+
+/// Undoes [`import`].
+pub(crate) fn release_import(handle: PhysicalHandle) {
+    let mut st = state();
+    if let Some(e) = st.physicals.get_mut(&handle) {
+        e.imports = e.imports.saturating_sub(1);
+    }
+    release_if_unreferenced(st, handle);
 }
 
 /// `aclrtMapMem`.
@@ -532,7 +663,8 @@ pub(crate) fn unmap(addr: usize) -> AclResult {
     if let Some(e) = st.physicals.get_mut(&mapping.phys.handle) {
         e.mappings -= 1;
     }
-    drop(st);
+    // A freed allocation's memory goes with its last mapping.
+    release_if_unreferenced(st, mapping.phys.handle);
     counters::dec(Counter::Mappings);
     Ok(())
 }
@@ -540,8 +672,64 @@ pub(crate) fn unmap(addr: usize) -> AclResult {
 /// `aclrtGetMemInfo` for `device`: `(free, total)` bytes.
 pub(crate) fn mem_info(device: u32) -> (u64, u64) {
     let limit = device::memory_limit();
-    let used = state().used[device as usize];
+    let st = state();
+    let used = st.used[device as usize] + st.hccl[device as usize];
     (limit.saturating_sub(used), limit)
+}
+
+/// Bytes of a device's memory that HCCL holds for a communicator while it lives (its CCL
+/// buffers): counted against the device's memory (in `aclrtGetMemInfo` and its limit), given
+/// back by [`Charge::release`] or when dropped.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    device: u32,
+    bytes: u64,
+    live: AtomicBool,
+}
+
+/// Takes `size` bytes of `device`'s memory for HCCL's buffers, counted as `aclrtMalloc`
+/// counts them (HCCL allocates them with `aclrtMallocWithCfg`): `ACL_ERROR_RT_MEMORY_ALLOCATION`
+/// if they do not fit the device's memory. (Not held against the host's RAM as allocations
+/// are: the emulator's buffers are memfd pages touched only as the staged path uses them.)
+pub(crate) fn charge(device: u32, size: usize) -> AclResult<Charge> {
+    let Some(bytes) = malloc_counted(size) else {
+        return invalid(format!("size {size} is too large"));
+    };
+    let bytes = bytes as u64;
+    let mut st = state();
+    let limit = device::memory_limit();
+    let used = st.used[device as usize] + st.hccl[device as usize];
+    if used.saturating_add(bytes) > limit {
+        return acl_fail(
+            ACL_ERROR_RT_MEMORY_ALLOCATION,
+            format!(
+                "device {device} out of memory: HCCL's buffers need {bytes} bytes, {} of {limit} \
+                 free (emu::set_device_memory_limit)",
+                limit.saturating_sub(used)
+            ),
+        );
+    }
+    st.hccl[device as usize] += bytes;
+    Ok(Charge {
+        device,
+        bytes,
+        live: AtomicBool::new(true),
+    })
+}
+
+impl Charge {
+    /// Gives the bytes back to the device (once; later calls do nothing).
+    pub(crate) fn release(&self) {
+        if self.live.swap(false, Ordering::AcqRel) {
+            state().hccl[self.device as usize] -= self.bytes;
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// Whether `addr` is in device address space (a user reservation or a symmetric heap),
@@ -594,6 +782,7 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
         msg: format!("device memory of {size} bytes: {e}"),
     };
     let fd = os::memfd(len).map_err(fail)?;
+    let id = os::file_id(fd.as_fd()).map_err(fail)?;
     let space = os::map_shared(fd.as_fd(), len).map_err(fail)?;
     let base = space.addr();
     let phys = Arc::new(Physical {
@@ -601,14 +790,17 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
         fd,
         size: len,
         device,
+        id,
     });
     st.physicals.insert(
         phys.handle,
         PhysEntry {
             phys: phys.clone(),
             malloc: true,
+            handles: 0,
             mappings: 0,
             windows: Vec::new(),
+            imports: 0,
         },
     );
     let alloc = Arc::new(DeviceAlloc {
@@ -779,8 +971,9 @@ pub(crate) fn remove_window_region(base: usize) {
     }
 }
 
-/// Records a live window over physical allocation `handle`, mapped at `base`: blocks freeing
-/// the allocation and unmapping that mapping.
+/// Records a live window over physical allocation `handle`, mapped at `base`: blocks
+/// unmapping that mapping, and keeps the allocation (the window's mapping of it in its own
+/// rank's heap) until [`detach_window`].
 pub(crate) fn attach_window(handle: PhysicalHandle, base: usize) {
     if let Some(e) = state().physicals.get_mut(&handle) {
         e.windows.push(base);
@@ -789,11 +982,13 @@ pub(crate) fn attach_window(handle: PhysicalHandle, base: usize) {
 
 /// Undoes [`attach_window`].
 pub(crate) fn detach_window(handle: PhysicalHandle, base: usize) {
-    if let Some(e) = state().physicals.get_mut(&handle)
+    let mut st = state();
+    if let Some(e) = st.physicals.get_mut(&handle)
         && let Some(i) = e.windows.iter().position(|&b| b == base)
     {
         e.windows.swap_remove(i);
     }
+    release_if_unreferenced(st, handle);
 }
 
 #[cfg(test)]
@@ -1001,7 +1196,6 @@ mod tests {
             ok(map(at(3 * G), G, G, ph, 0));
             assert_eq!(counters().mappings, 2);
 
-            assert_eq!((a.aclrtFreePhysical)(ph), PARAM, "free while mapped");
             assert_eq!(
                 (a.aclrtReleaseMemAddress)(va),
                 PARAM,
@@ -1014,6 +1208,73 @@ mod tests {
             ok((a.aclrtUnmapMem)(at(3 * G)));
             ok((a.aclrtFreePhysical)(ph));
             ok((a.aclrtReleaseMemAddress)(va));
+        }
+        assert_clean();
+    }
+
+    /// Each `aclrtMemRetainAllocationHandle` is a handle reference of its own that needs its
+    /// own `aclrtFreePhysical`; freeing memory that is still mapped succeeds, and the memory
+    /// goes (and stops counting in `aclrtGetMemInfo`) with its last mapping.
+    #[test]
+    fn retains_and_mappings_keep_an_allocation_until_the_last_goes() {
+        let _g = test_lock();
+        let a = acl();
+        // SAFETY: plain device binding.
+        unsafe { ok((a.aclrtSetDevice)(5)) };
+        let before = free_bytes();
+        let (code, va) = reserve(6 * G, 0);
+        ok(code);
+        let (code, ph) = malloc(2 * G, &aclrtPhysicalMemProp::device_huge(5));
+        ok(code);
+        assert_eq!(before - free_bytes(), 2 * G);
+        let at = |off: usize| va.wrapping_byte_add(off);
+        let retain = a.aclrtMemRetainAllocationHandle.unwrap();
+        let data = [7u8; 64];
+        let mut back = [0u8; 64];
+        // SAFETY: the emulator validates every argument; host buffers are valid for 64 bytes.
+        unsafe {
+            // The same allocation mapped twice.
+            ok((a.aclrtMapMem)(at(0), 2 * G, 0, ph, 0));
+            ok((a.aclrtMapMem)(at(2 * G), 2 * G, 0, ph, 0));
+            let (mut h1, mut h2) = (null_mut(), null_mut());
+            ok(retain(at(4096), &mut h1));
+            ok(retain(at(2 * G), &mut h2));
+            assert_eq!((h1, h2), (ph, ph));
+            assert_eq!(retain(at(4 * G), &mut h1), PARAM, "not mapped");
+            // Three references: the allocation's own and two retains.
+            ok((a.aclrtFreePhysical)(ph));
+            ok((a.aclrtFreePhysical)(ph));
+            ok((a.aclrtMapMem)(at(4 * G), 2 * G, 0, ph, 0));
+            ok((a.aclrtUnmapMem)(at(4 * G)));
+            ok((a.aclrtFreePhysical)(ph));
+            // No handle reference is left: the handle names nothing any more ...
+            assert_eq!((a.aclrtFreePhysical)(ph), ACL_ERROR_RT_INVALID_HANDLE);
+            assert_eq!(
+                (a.aclrtMapMem)(at(4 * G), 2 * G, 0, ph, 0),
+                ACL_ERROR_RT_INVALID_HANDLE
+            );
+            // ... but the memory stays, counted, while it is mapped.
+            assert_eq!(counters().physical_allocations, 1);
+            assert_eq!(before - free_bytes(), 2 * G);
+            let kind = aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE;
+            ok((a.aclrtMemcpy)(at(G), 64, data.as_ptr().cast(), 64, kind));
+            ok((a.aclrtUnmapMem)(at(0)));
+            assert_eq!(before - free_bytes(), 2 * G, "one mapping is left");
+            let kind = aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST;
+            ok((a.aclrtMemcpy)(
+                back.as_mut_ptr().cast(),
+                64,
+                at(3 * G),
+                64,
+                kind,
+            ));
+            assert_eq!(back, data);
+            // The last unmap releases it.
+            ok((a.aclrtUnmapMem)(at(2 * G)));
+            assert_eq!(free_bytes(), before);
+            assert_eq!(counters().physical_allocations, 0);
+            ok((a.aclrtReleaseMemAddress)(va));
+            ok((a.aclrtResetDevice)(5));
         }
         assert_clean();
     }

@@ -17,7 +17,8 @@ pub(crate) const MEMFD_NAME: &CStr = c"symheap-emu-physical";
 pub struct Counters {
     /// Live address reservations (`aclrtReserveMemAddress` not yet released).
     pub reservations: u64,
-    /// Live physical allocations (`aclrtMallocPhysical` not yet freed).
+    /// Live physical allocations (`aclrtMallocPhysical` not yet released: an allocation
+    /// freed while still mapped, retained or registered lives until its last reference goes).
     pub physical_allocations: u64,
     /// Live user mappings (`aclrtMapMem` not yet unmapped); symmetric-heap mappings made by
     /// window registration are not counted here.

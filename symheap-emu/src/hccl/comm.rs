@@ -10,7 +10,7 @@ use crate::sys::{
     HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_COMM_DEFAULT_U32, HcclCommConfig, HcclResult, HcclRootInfo,
 };
 
-use crate::acl::device;
+use crate::acl::{device, memory};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
 use crate::base::handle::{CommHandle, StreamHandle};
@@ -56,6 +56,9 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 const MIN_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// The staging ("HCCL buffer") size when the config leaves it unset, in MiB.
 const DEFAULT_BUFFER_MB: u32 = 200;
+/// HCCL's expansion buffer, allocated with the CCL buffers (hicann/hcomm
+/// `ccl_buffer_manager.h`, `EXP_BUFFER_SIZE`).
+pub(crate) const EXP_BUFFER_BYTES: usize = 1 << 20;
 /// Marks a root info blob as the emulator's.
 const ROOT_MAGIC: &[u8; 16] = b"symheap-emu-root";
 
@@ -112,6 +115,9 @@ pub(crate) struct Comm {
     pub(crate) windows: RankedMutex<Vec<Arc<Window>>>,
     /// The first collective failure not yet read by `HcclGetCommAsyncError`.
     async_error: AtomicI32,
+    /// HCCL's buffers on this rank's device (CCL in + out + expansion), counted against the
+    /// device's memory until `HcclCommDestroy`.
+    buffers: memory::Charge,
     /// Point-to-point messages queued so far, per pair.
     pub(crate) messages: RankedMutex<Messages>,
     /// The zero-copy memory ranges set on this communicator (`HcclCommSetMemoryRange`).
@@ -420,6 +426,18 @@ pub(crate) fn form(
         msg: format!("cannot make the {buffer_mb} MiB staging buffer: {e}"),
     };
     let buffer = buffer_mb as usize * (1 << 20);
+    // HCCL's CCL buffers come out of the device's memory: one allocation of the input and the
+    // output buffer, `hcclBufferSize` each, and the expansion buffer (hicann/hcomm
+    // `ccl_buffer_manager.cc`, `CreateCommCCLbuffer`), on the device of the thread that makes
+    // the communicator. A sub-communicator has buffers of its own (its own `hcclComm`).
+    let device = device::current().map_err(|e| Fail {
+        code: HcclResult::HCCL_E_RUNTIME,
+        msg: e.msg,
+    })?;
+    let buffers = memory::charge(device, 2 * buffer + EXP_BUFFER_BYTES).map_err(|e| Fail {
+        code: HcclResult::HCCL_E_OOM,
+        msg: format!("HCCL's buffers (hcclBufferSize {buffer_mb} MiB): {}", e.msg),
+    })?;
     // The staging buffer, then the point-to-point area of the same size.
     let staging = os::memfd(2 * buffer).map_err(memory_error)?;
     let timeout = connect_timeout(settings.timeout)?;
@@ -460,6 +478,7 @@ pub(crate) fn form(
             heap: RankedMutex::new(ranks::COMM_HEAP, None),
             windows: RankedMutex::new(ranks::COMM_WINDOWS, Vec::new()),
             async_error: AtomicI32::new(0),
+            buffers,
             messages: RankedMutex::new(
                 ranks::COMM_MESSAGES,
                 Messages {
@@ -721,6 +740,8 @@ pub(crate) fn destroy(handle: CommHandle) -> HcclRes {
     }
     // Dropped outside the lock: dropping a window unmaps it.
     drop(windows);
+    // HCCL frees its buffers with the communicator, whatever queued work still holds.
+    comm.buffers.release();
     counters::dec(Counter::Comms);
     Ok(())
 }

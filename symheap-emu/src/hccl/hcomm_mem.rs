@@ -4,7 +4,10 @@
 //! `aclrtReserveMemAddress` + `aclrtMallocPhysical` (`ACL_HBM_MEM_HUGE`, pinned, on the
 //! current device) + `aclrtMapMem`, the size rounded up to the granularity, undone in order
 //! when a step fails; and back: `aclrtMemRetainAllocationHandle`, `aclrtUnmapMem`,
-//! `aclrtFreePhysical`, `aclrtReleaseMemAddress`.
+//! `aclrtFreePhysical`, `aclrtReleaseMemAddress`. (Without the retain: CANN's `MemFree`
+//! retains and frees once, which under the runtime's documented reference counting would
+//! leave `aclrtMallocPhysical`'s reference and never free the memory; the emulator frees it,
+//! as `HcommMemFree.md` says.)
 
 use crate::GRANULARITY;
 use crate::acl::{device, memory};

@@ -223,6 +223,10 @@ pub(crate) fn register(
         .inspect_err(|_| prep.undo())?;
     let window = match prep {
         Prep::Existing(w) => {
+            // Each registration retains the allocation, as HCCL's `GetMemoryInfo` does.
+            if !memory::retain_handle(w.phys) {
+                return para(format!("physical allocation {:#x} is gone", w.phys));
+            }
             w.refs.fetch_add(1, Ordering::Relaxed);
             w
         }
@@ -358,7 +362,9 @@ pub(crate) fn deregister(comm: &Comm, seq: u64, handle: WindowHandle) -> HcclRes
         lock(&comm.windows).retain(|x| x.handle() != handle);
         forget_window(&w);
     } else {
+        // HCCL frees this registration's retain (`DeregisterSymmetricMem`, refCount above 1).
         w.refs.fetch_sub(1, Ordering::Relaxed);
+        memory::release_handle(w.phys);
     }
     // With `last`, this is the final reference: the window unmaps itself here.
     drop(w);

@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::sys::HcclResult;
@@ -132,14 +132,23 @@ pub(crate) struct Window {
     pub(crate) user_base: usize,
     /// The `aclrtDrvMemHandle` of the allocation.
     pub(crate) phys: PhysicalHandle,
-    /// Registrations of this allocation on this rank not yet deregistered.
+    /// Registrations of this allocation on this rank not yet deregistered. Each holds a
+    /// handle reference to the allocation, as HCCL's retain does (hicann/hcomm
+    /// `symmetric_memory.cc`: `GetMemoryInfo` retains, `DeregisterSymmetricMem` frees): one
+    /// is given back per deregistration, the rest when the window goes.
     pub(crate) refs: AtomicU32,
+    /// The peers' allocations this window maps that are allocations of this process (peers
+    /// that are thread ranks): HCCL's imports, each keeping its allocation until the window
+    /// goes.
+    imports: Vec<PhysicalHandle>,
 }
 
 impl Window {
     /// Makes the window over `phys` (mapped at `user_base` on this rank) in `slot` of `heap`,
     /// registered as collective host call `id`, and maps every rank's allocation (`peers`, in
-    /// rank order) into this rank's heap.
+    /// rank order) into this rank's heap. The window holds one handle reference to `phys` (its
+    /// first registration's retain) and one import of each peer's allocation that lives in
+    /// this process.
     pub(crate) fn create<'a>(
         heap: Arc<SymHeap>,
         slot: usize,
@@ -149,6 +158,19 @@ impl Window {
         peers: impl IntoIterator<Item = Option<BorrowedFd<'a>>>,
     ) -> HcclRes<Arc<Window>> {
         let size = phys.size;
+        let peers: Vec<Option<BorrowedFd<'a>>> = peers.into_iter().collect();
+        if !memory::retain_handle(phys.handle) {
+            return hccl_fail(
+                HcclResult::HCCL_E_PARA,
+                format!("physical allocation {:#x} is gone", phys.handle),
+            );
+        }
+        let imports = peers
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r as u32 != heap.rank)
+            .filter_map(|(_, fd)| fd.and_then(memory::import))
+            .collect();
         let desc = Box::new(WindowDesc {
             magic: DESC_MAGIC,
             heap_base: heap.addr(0, 0, 0) as u64,
@@ -171,6 +193,7 @@ impl Window {
             user_base,
             phys: phys.handle,
             refs: AtomicU32::new(1),
+            imports,
         });
         for (r, peer) in peers.into_iter().enumerate() {
             let Some(peer) = peer else {
@@ -217,6 +240,14 @@ impl Drop for Window {
             self.heap.free(self.slot);
         }
         memory::detach_window(self.phys, self.user_base);
+        for &peer in &self.imports {
+            memory::release_import(peer);
+        }
+        // The retains of the registrations left (one after a last deregistration; all of
+        // them when the communicator is destroyed).
+        for _ in 0..self.refs.load(Ordering::Relaxed) {
+            memory::release_handle(self.phys);
+        }
         counters::dec(Counter::Windows);
     }
 }
@@ -260,8 +291,8 @@ mod tests {
     use super::WindowDesc;
     use crate::sys::*;
     use crate::testutil::{
-        DevBuf, Rank, acl, assert_clean, deregister, hccl, hok, ok, recent, register, run_ranks,
-        test_config,
+        DevBuf, Rank, acl, assert_clean, deregister, free_here, free_on, hccl, hok, ok, recent,
+        register, run_ranks, test_config,
     };
     use crate::{GRANULARITY as G, test_lock, testing::counters};
 
@@ -447,10 +478,17 @@ mod tests {
                 hok(code);
                 assert_eq!(again, win);
                 assert_eq!(counters().windows, 2 * n as u64);
-                // While registered, the physical memory cannot be freed.
-                // SAFETY: a live handle.
-                let code = unsafe { (acl().aclrtFreePhysical)(buf.phys) };
-                assert_eq!(code, ACL_ERROR_RT_PARAM_INVALID);
+                // A retain while registered is a reference of its own, given back by
+                // aclrtFreePhysical.
+                let mut h = null_mut();
+                // SAFETY: a valid out-pointer; the handle is given back at once.
+                unsafe {
+                    ok((acl().aclrtMemRetainAllocationHandle.unwrap())(
+                        buf.ptr, &mut h,
+                    ));
+                    assert_eq!(h, buf.phys);
+                    ok((acl().aclrtFreePhysical)(h));
+                }
                 deregister(again);
                 assert_eq!(get(r, buf.ptr, 8), Ok((win, 0)), "still registered once");
                 deregister(win);
@@ -610,6 +648,8 @@ mod tests {
                     &mut handle,
                 ));
                 assert_eq!((base, size), (p, 2 * G));
+                // The retain is given back with aclrtFreePhysical; the memory itself is not.
+                ok((a.aclrtFreePhysical)(handle));
                 assert_eq!((a.aclrtFreePhysical)(handle), ACL_ERROR_RT_PARAM_INVALID);
                 assert!(
                     recent().contains("free that with aclrtFree"),
@@ -714,6 +754,207 @@ mod tests {
             assert!(recent().contains("one-rank"));
             deregister(win);
             buf.free();
+        });
+        assert_clean();
+    }
+
+    /// The inode of the file (a memfd) mapped at `addr`, from `/proc/self/maps`.
+    fn inode_mapped_at(addr: usize) -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (lo, hi) = f[0].split_once('-')?;
+                let (lo, hi) = (
+                    usize::from_str_radix(lo, 16).ok()?,
+                    usize::from_str_radix(hi, 16).ok()?,
+                );
+                (lo <= addr && addr < hi).then(|| f[4].parse().unwrap())
+            })
+            .expect("mapped")
+    }
+
+    /// How many descriptors and mappings of the file with inode `ino` this process holds.
+    fn held(ino: u64) -> (usize, usize) {
+        use std::os::unix::fs::MetadataExt;
+        let fds = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::metadata(e.ok()?.path()).ok())
+            .filter(|m| m.ino() == ino)
+            .count();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let name = crate::base::counters::MEMFD_NAME.to_str().unwrap();
+        let mapped = maps
+            .lines()
+            .filter(|l| l.contains(name) && l.split_whitespace().nth(4) == Some(&*ino.to_string()))
+            .count();
+        (fds, mapped)
+    }
+
+    /// HCCL retains the allocation at each registration and frees the retain at each
+    /// deregistration: registering, deregistering, unmapping and freeing gives back every
+    /// byte, in the documented order and when the allocation is freed while still registered
+    /// (the free is deferred: the memory counts until its last mapping goes).
+    #[test]
+    fn register_deregister_unmap_free_returns_every_byte() {
+        let _g = test_lock();
+        let barrier = Barrier::new(2);
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let before = free_here();
+            let buf = DevBuf::new(r.rank, 2 * G);
+            let win = register(r, &buf);
+            let again = register(r, &buf);
+            // SAFETY: handles from above; each call gives back or drops one reference.
+            unsafe {
+                ok((a.aclrtFreePhysical)(buf.phys));
+                assert_eq!(before - free_here(), 2 * G, "registered and mapped");
+                deregister(again);
+                deregister(win);
+                barrier.wait();
+                assert_eq!(before - free_here(), 2 * G, "still mapped");
+                assert_eq!(
+                    (a.aclrtFreePhysical)(buf.phys),
+                    ACL_ERROR_RT_INVALID_HANDLE,
+                    "every handle reference was given back"
+                );
+                ok((a.aclrtUnmapMem)(buf.ptr));
+                assert_eq!(free_here(), before);
+                ok((a.aclrtReleaseMemAddress)(buf.ptr));
+            }
+            // The documented order: deregister, unmap, free.
+            let buf = DevBuf::new(r.rank, G);
+            let win = register(r, &buf);
+            assert_eq!(before - free_here(), G);
+            deregister(win);
+            // The peer's window imports this allocation until the peer's deregistration
+            // (which may still be running) drops it.
+            barrier.wait();
+            buf.free();
+            assert_eq!(free_here(), before);
+        });
+        assert_clean();
+    }
+
+    /// A window maps (HCCL: imports) every peer's allocation until it goes: an allocation
+    /// whose owner deregistered it (here by destroying its communicator), unmapped and freed
+    /// it still counts on the owner's device while a peer's window maps it, and goes with
+    /// that window, memfd and all.
+    #[test]
+    fn a_peers_window_keeps_an_allocation_until_it_goes() {
+        let _g = test_lock();
+        let (a, h) = (acl(), hccl());
+        let mut root = HcclRootInfo::default();
+        // SAFETY: valid out-pointer.
+        hok(unsafe { (h.HcclGetRootInfo)(&mut root) });
+        let config = test_config();
+        let before = [free_on(0), free_on(1)];
+        let step = Barrier::new(2);
+        std::thread::scope(|s| {
+            for rank in 0..2u32 {
+                let (root, config, step, before) = (&root, &config, &step, &before);
+                s.spawn(move || {
+                    let mut comm = null_mut();
+                    // SAFETY: valid pointers.
+                    unsafe {
+                        ok((a.aclrtSetDevice)(rank as i32));
+                        hok((h.HcclCommInitRootInfoConfig)(
+                            2, root, rank, config, &mut comm,
+                        ));
+                    }
+                    let r = Rank {
+                        rank,
+                        n: 2,
+                        comm,
+                        stream: null_mut(),
+                    };
+                    let buf = DevBuf::new(rank, G);
+                    register(&r, &buf);
+                    step.wait();
+                    if rank == 0 {
+                        // SAFETY: the live communicator and the buffer's handles, each
+                        // released once.
+                        unsafe {
+                            hok((h.HcclCommDestroy)(comm));
+                            ok((a.aclrtUnmapMem)(buf.ptr));
+                            ok((a.aclrtFreePhysical)(buf.phys));
+                            ok((a.aclrtReleaseMemAddress)(buf.ptr));
+                        }
+                        assert_eq!(before[0] - free_here(), G, "rank 1's window maps it");
+                        step.wait();
+                        step.wait();
+                        assert_eq!(free_here(), before[0]);
+                    } else {
+                        step.wait();
+                        // SAFETY: the live communicator; its window goes with it.
+                        hok(unsafe { (h.HcclCommDestroy)(comm) });
+                        buf.free();
+                        step.wait();
+                    }
+                    // SAFETY: the device bound above.
+                    ok(unsafe { (a.aclrtResetDevice)(rank as i32) });
+                });
+            }
+        });
+        assert_eq!([free_on(0), free_on(1)], before);
+        assert_clean();
+    }
+
+    /// The pool's sleep and wake, many times over: the address reservation is kept, and
+    /// each cycle allocates physical memory, maps it at the same address, registers it,
+    /// deregisters, unmaps and frees it. Once freed, no descriptor or mapping of the
+    /// allocation's memfd is left in the process (its pages go back to the OS), and every
+    /// cycle ends where the first began: the same free device memory and live objects.
+    #[test]
+    fn sleep_and_wake_at_the_same_address_leave_nothing_behind() {
+        let _g = test_lock();
+        let barrier = Barrier::new(2);
+        run_ranks(2, &test_config(), |r| {
+            let a = acl();
+            let prop = aclrtPhysicalMemProp::device_huge(r.rank);
+            let mut va = null_mut();
+            // SAFETY: a valid out-pointer; released below.
+            ok(unsafe { (a.aclrtReserveMemAddress)(&mut va, 2 * G, 0, null_mut(), 0) });
+            let before = free_here();
+            barrier.wait();
+            let start = counters().live();
+            barrier.wait();
+            for cycle in 0..16u32 {
+                let mut phys = null_mut();
+                // SAFETY: valid pointers; everything made here is released in the cycle.
+                unsafe {
+                    ok((a.aclrtMallocPhysical)(&mut phys, 2 * G, &prop, 0));
+                    ok((a.aclrtMapMem)(va, 2 * G, 0, phys, 0));
+                }
+                let ino = inode_mapped_at(va as usize);
+                let buf = DevBuf {
+                    ptr: va,
+                    size: 2 * G,
+                    phys,
+                };
+                let win = register(r, &buf);
+                buf.write(G, &[cycle, r.rank]);
+                assert_eq!(before - free_here(), 2 * G);
+                barrier.wait();
+                // One descriptor (the allocation's); mapped by the user, in this rank's heap
+                // and in the peer's.
+                let (fds, maps) = held(ino);
+                assert_eq!(fds, 1, "cycle {cycle}");
+                assert!(maps >= 3, "cycle {cycle}: {maps} mappings");
+                deregister(win);
+                // SAFETY: the mapping and handle made above.
+                unsafe {
+                    ok((a.aclrtUnmapMem)(va));
+                    ok((a.aclrtFreePhysical)(phys));
+                }
+                barrier.wait();
+                assert_eq!(held(ino), (0, 0), "cycle {cycle}");
+                assert_eq!(free_here(), before, "cycle {cycle}");
+                assert_eq!(counters().live(), start, "cycle {cycle}");
+                barrier.wait();
+            }
+            // SAFETY: the reservation made above, with nothing mapped.
+            ok(unsafe { (a.aclrtReleaseMemAddress)(va) });
         });
         assert_clean();
     }

@@ -158,13 +158,24 @@ pub(crate) fn pidfd(pid: u32) -> io::Result<Option<OwnedFd>> {
 /// The size in bytes of the file (a memfd) `fd` names. (Without a copy of the descriptor,
 /// which a process at its descriptor limit could not make.)
 pub(crate) fn file_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    fstat(fd).map(|st| st.st_size as u64)
+}
+
+/// What names the file (a memfd) `fd` refers to, whichever descriptor or process holds it:
+/// its device and inode numbers.
+pub(crate) fn file_id(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    fstat(fd).map(|st| (st.st_dev, st.st_ino))
+}
+
+/// `fstat` of `fd`.
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     // SAFETY: stat is plain old data; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes the struct given, for a valid descriptor.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(st.st_size as u64)
+    Ok(st)
 }
 
 /// Maps the first `len` bytes of `fd` read/write and shared, where the kernel chooses.

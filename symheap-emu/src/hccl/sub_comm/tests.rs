@@ -4,7 +4,10 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 
 use crate::sys::*;
-use crate::testutil::{DevBuf, Rank, assert_clean, hccl, hok, ok, recent, run_ranks, test_config};
+use crate::testutil::{
+    DevBuf, Rank, acl, assert_clean, free_here, free_on, hccl, hok, ok, recent, run_ranks,
+    test_config,
+};
 use crate::{GRANULARITY as G, test_lock};
 
 const PARA: HcclResult = HcclResult::HCCL_E_PARA;
@@ -338,5 +341,52 @@ fn two_groups_run_side_by_side_on_two_streams_of_each_rank() {
         tp_buf.free();
         dp_buf.free();
     });
+    assert_clean();
+}
+
+/// Every communicator, sub-communicators too, takes HCCL's buffers from its device's memory
+/// until it is destroyed: one allocation of the input and output CCL buffers
+/// (`hcclBufferSize` MiB each, 200 by default) and the 1 MiB expansion buffer, counted as
+/// `aclrtMalloc` counts (rounded up to 32 bytes, plus 32). Too little device memory fails
+/// init with `HCCL_E_OOM`.
+#[test]
+fn every_communicator_takes_hccls_buffers_from_its_device() {
+    let _g = test_lock();
+    const MB: usize = 1 << 20;
+    let took = |mb: usize| 2 * mb * MB + MB + 32;
+    let before = [free_on(0), free_on(1)];
+    let mut cfg = test_config();
+    cfg.hcclBufferSize = 8;
+    run_ranks(2, &cfg, |r| {
+        let mine = before[r.rank as usize];
+        assert_eq!(mine - free_here(), took(8));
+        let mut sub_cfg = test_config();
+        sub_cfg.hcclBufferSize = 4;
+        let sub = join(r, &[0, 1], 7, &sub_cfg);
+        assert_eq!(mine - free_here(), took(8) + took(4));
+        destroy(sub);
+        assert_eq!(mine - free_here(), took(8));
+    });
+    assert_eq!([free_on(0), free_on(1)], before);
+    run_ranks(1, &test_config(), |_| {
+        assert_eq!(before[0] - free_here(), took(200), "the default size");
+    });
+    assert_eq!(free_on(0), before[0]);
+
+    // Not enough device memory for the buffers.
+    crate::testing::set_device_memory_limit(took(200) as u64 - 32);
+    let (a, h) = (acl(), hccl());
+    let (mut root, mut comm) = (HcclRootInfo::default(), null_mut());
+    let config = test_config();
+    // SAFETY: valid pointers; the device is unbound below.
+    unsafe {
+        hok((h.HcclGetRootInfo)(&mut root));
+        ok((a.aclrtSetDevice)(0));
+        let code = (h.HcclCommInitRootInfoConfig)(1, &root, 0, &config, &mut comm);
+        assert_eq!(code, HcclResult::HCCL_E_OOM, "{}", recent());
+        assert!(recent().contains("hcclBufferSize 200 MiB"), "{}", recent());
+        ok((a.aclrtResetDevice)(0));
+    }
+    crate::testing::set_device_memory_limit(0);
     assert_clean();
 }
