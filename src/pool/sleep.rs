@@ -304,6 +304,13 @@ impl SymPool {
         if let Some(private) = state.private.take() {
             report.released_bytes += private.size();
         }
+        // A peer's window maps this rank's memory until the peer deregisters it too: once
+        // every rank is past its deregistrations, every rank's memory is back.
+        let released = first_error.take().map_or(Ok(()), Err);
+        let what = "sleep (deregister and free every segment)";
+        if let Err(e) = comm.agree(what, released) {
+            first_error = Some(e);
+        }
         // The agreements' scratch granule too (made again by the wake's first agreement).
         for c in state.groups.iter().map(|g| &g.comm).chain([&comm]) {
             c.release_agreement_scratch();
