@@ -221,7 +221,7 @@ fn budgeted_snapshots() -> Vec<Snapshot> {
         for part in [
             "of budget 8.00 MiB",
             "hccl bufs",
-            "48.00 MiB",
+            "50.00 MiB",
             "budget",
             "2.00 MiB",
         ] {
@@ -248,18 +248,29 @@ fn budgeted_snapshots() -> Vec<Snapshot> {
 }
 
 /// Stats, the summary and snapshots show the pool budget, each tag's budget beside its live
-/// bytes, and each communicator's HCCL buffers (`2 x hcclBufferSize` MiB, 200 MiB each by
+/// bytes, and each communicator's HCCL buffers (`2 x hcclBufferSize` MiB + 1 MiB, 200 MiB each by
 /// default); snapshots still round-trip through JSON, and ones written before these fields
 /// still load.
 #[test]
 fn stats_summary_and_snapshots_show_budgets_and_hccl_buffers() {
     let session = EmuSession::start();
-    assert_eq!(CommConfig::new().buffer_bytes(), 400 << 20);
+    assert_eq!(CommConfig::new().buffer_bytes(), 401 << 20);
     let default = emu::launch(1, |comm| {
+        // What the stats say HCCL holds is what the device lost when the communicator came.
+        let (free_before, _) = comm.runtime().mem_info()?;
+        let config = CommConfig::new().buffer_size_mb(8);
+        let group = comm.split(&[0], 1, &config)?;
+        let (free_after, _) = comm.runtime().mem_info()?;
+        assert_eq!(
+            free_before - free_after,
+            config.buffer_bytes() + 32,
+            "32 bytes of padding"
+        );
+        drop(group);
         Ok(SymPool::new(comm, PoolConfig::new(2 << 20))?.stats())
     })
     .unwrap();
-    assert_eq!(default[0].communicators[0].hccl_buffer_bytes, 400 << 20);
+    assert_eq!(default[0].communicators[0].hccl_buffer_bytes, 401 << 20);
     assert_eq!(
         default[0].budget,
         2 << 20,
@@ -275,8 +286,8 @@ fn stats_summary_and_snapshots_show_budgets_and_hccl_buffers() {
             .iter()
             .map(|c| c.hccl_buffer_bytes)
             .collect();
-        assert_eq!(comms, [32 << 20, 16 << 20]);
-        assert_eq!(st.hccl_buffer_bytes(), 48 << 20);
+        assert_eq!(comms, [33 << 20, 17 << 20]);
+        assert_eq!(st.hccl_buffer_bytes(), 50 << 20);
         let kv = st.tags.iter().find(|t| t.tag == "kv-cache").unwrap();
         assert_eq!((kv.bytes, kv.budget), (1 << 20, Some(2 << 20)));
         let act = st.tags.iter().find(|t| t.tag == "activations").unwrap();

@@ -267,7 +267,7 @@ impl SymPool {
         let start = Instant::now();
         let shared = self.shared();
         let _span = tracing::info_span!("symheap.sleep", rank = shared.comm().rank()).entered();
-        // No host view or copy is under way while the memory goes (see `HostGate`).
+        // No host view or copy is under way while the memory goes (see `PoolShared::gate`).
         let _gate = shared.gate.write().unwrap_or_else(|e| e.into_inner());
         let mut state = shared.lock();
         let comm = shared.comm();
@@ -404,8 +404,9 @@ impl SymPool {
         let shared = self.shared();
         let _span = tracing::info_span!("symheap.wake", rank = comm.rank()).entered();
         let mut state = shared.lock();
-        shared.check_usable()?;
-        let local = shared.check_can_wake(&state, comm);
+        let local = shared
+            .check_usable()
+            .and_then(|()| shared.check_can_wake(&state, comm));
         comm.agree(
             "wake (every rank asleep, on a communicator of the same ranks)",
             local,
@@ -414,6 +415,10 @@ impl SymPool {
         if rebind {
             state.groups.clear();
             state.names.truncate(1);
+            // The pool's communicator is live again, whether or not this wake succeeds.
+            if let Some(asleep) = state.sleep.asleep.as_mut() {
+                asleep.released = false;
+            }
             *shared.comm.write().unwrap_or_else(|e| e.into_inner()) = comm.clone();
         }
         let groups: Vec<Comm> = state.groups.iter().map(|g| g.comm.clone()).collect();

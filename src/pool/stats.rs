@@ -92,9 +92,9 @@ pub struct CommStats {
     pub symmetric: u64,
     /// Collectives on it that staged.
     pub staged: u64,
-    /// The device memory HCCL holds for the communicator's own staging buffers, outside the
-    /// pool: `2 x hcclBufferSize` MiB (the collective staging buffer and the point-to-point
-    /// one), from the [`CommConfig`](crate::CommConfig) it was made with
+    /// The device memory HCCL holds for the communicator's own buffers, outside the pool:
+    /// `2 x hcclBufferSize` MiB (the input and output CCL buffers) and the 1 MiB expansion
+    /// buffer, from the [`CommConfig`](crate::CommConfig) it was made with
     /// ([`CommConfig::buffer_bytes`](crate::CommConfig::buffer_bytes)), as `ncclCommMemStats`
     /// reports a communicator's buffers. (0 when read from a snapshot written before it
     /// existed.)

@@ -52,6 +52,9 @@ impl RootInfo {
 
 /// HCCL's staging buffer size in MiB where the config leaves `hcclBufferSize` unset.
 const DEFAULT_BUFFER_MB: u32 = 200;
+/// HCCL's expansion buffer, allocated with the CCL buffers (hicann/hcomm
+/// `ccl_buffer_manager.h`, `EXP_BUFFER_SIZE`).
+const EXPANSION_BUFFER_BYTES: u64 = 1 << 20;
 
 /// Communicator settings: a safe builder over `HcclCommConfig` (version 11), starting from the
 /// library defaults (`HcclCommConfigInit`).
@@ -98,7 +101,7 @@ impl CommConfig {
     ///
     /// assert_eq!(CommConfig::new().buffer_mb(), 200);
     /// assert_eq!(CommConfig::new().buffer_size_mb(64).buffer_mb(), 64);
-    /// assert_eq!(CommConfig::new().buffer_size_mb(64).buffer_bytes(), 2 * (64 << 20));
+    /// assert_eq!(CommConfig::new().buffer_size_mb(64).buffer_bytes(), (2 * 64 + 1) << 20);
     /// ```
     pub fn buffer_mb(&self) -> u32 {
         match self.raw.hcclBufferSize {
@@ -108,10 +111,11 @@ impl CommConfig {
     }
 
     /// The device memory HCCL holds for a communicator made with this config, for its own
-    /// buffers: two staging buffers (collectives, point to point) of
-    /// [`buffer_mb`](Self::buffer_mb) MiB each.
+    /// buffers: the input and output CCL buffers of [`buffer_mb`](Self::buffer_mb) MiB each
+    /// and the 1 MiB expansion buffer, one allocation (hicann/hcomm `ccl_buffer_manager.cc`,
+    /// `CreateCommCCLbuffer`). The runtime counts 32 bytes of padding on top.
     pub fn buffer_bytes(&self) -> u64 {
-        2 * (u64::from(self.buffer_mb()) << 20)
+        2 * (u64::from(self.buffer_mb()) << 20) + EXPANSION_BUFFER_BYTES
     }
 
     /// Per-rank stride of the symmetric heap in GiB (`hcclSymWinMaxMemSizePerRank`, default
@@ -398,7 +402,7 @@ impl Comm {
     }
 
     /// Destroys the communicator now (`HcclCommDestroy`), whatever handles on it remain, so
-    /// that HCCL's own memory (its buffers, `2 × hcclBufferSize` per communicator) comes
+    /// that HCCL's own memory (its buffers, `2 × hcclBufferSize` + 1 MiB per communicator) comes
     /// back: a deep sleep of a pool ([`SleepPlan::release_communicators`]). Every handle stays
     /// a valid value; a collective on it then fails with [`Error::InvalidArgument`] saying
     /// so, and other calls get HCCL's error for a null communicator. Release a
