@@ -296,7 +296,7 @@ fn stats_summary_and_snapshots_show_budgets_and_hccl_buffers() {
         assert_eq!(weights.budget, None);
         let shown = st.to_string();
         assert!(shown.contains("of budget 8.00 MiB"), "{shown}");
-        assert!(shown.contains("16.00 MiB HCCL buffers"), "{shown}");
+        assert!(shown.contains("17.00 MiB HCCL buffers"), "{shown}");
 
         let json = s.to_json();
         assert_eq!(&Snapshot::from_json(&json).unwrap(), s, "{json}");
@@ -340,8 +340,8 @@ fn the_heap_map_shows_budgets_and_hccl_buffers() {
         "1 MiB in 1 block of budget 2 MiB",
         "0 B in 0 blocks of budget 1 MiB",
         "<th>HCCL buffers</th>",
-        "<td>48 MiB</td>",
-        "<td>16 MiB</td>",
+        "<td>50 MiB</td>",
+        "<td>17 MiB</td>",
     ] {
         assert!(html.contains(part), "{part:?} not in the page");
     }
