@@ -422,6 +422,55 @@ fn a_rank_killed_in_a_registration_fails_its_peers_within_2_seconds() {
     killed_rank("rank_killed_in_a_registration", 2);
 }
 
+/// One rank of a pool that sleeps shallow and deep as processes: every byte the pool took
+/// comes back to the device while it sleeps (the peers' imports of it gone too), the
+/// communicators' as well in a deep sleep, and the weights come back on wake.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_a_sleeping_pool() {
+    let _ = placement();
+    let (rt, comm) = join();
+    let free = || rt.mem_info().unwrap().0;
+    let before_pool = free();
+    // The communicator's own bytes, measured on a twin made from a fresh root info.
+    let root = comm.fresh_root_info().unwrap();
+    let with = free();
+    let twin = Comm::init(
+        &rt,
+        comm.rank_count(),
+        &root,
+        comm.rank(),
+        &CommConfig::new(),
+    );
+    let comm_bytes = with - free();
+    drop(twin.unwrap());
+    let before_comm = before_pool + comm_bytes;
+    let (pool, weights) = sleepy_pool(&comm);
+    pool.sleep(&SleepPlan::new().offload("weights")).unwrap();
+    assert_eq!(free(), before_pool, "rank {}: a shallow sleep", comm.rank());
+    pool.wake().unwrap();
+    assert_eq!(weights.to_host().unwrap(), vec![1; 64]);
+    let root = comm.fresh_root_info().unwrap();
+    let plan = SleepPlan::new().offload("weights").release_communicators();
+    pool.sleep(&plan).unwrap();
+    assert_eq!(free(), before_comm, "rank {}: a deep sleep", comm.rank());
+    let world = Comm::init(
+        &rt,
+        comm.rank_count(),
+        &root,
+        comm.rank(),
+        &CommConfig::new(),
+    );
+    pool.wake_on(&world.unwrap()).unwrap();
+    assert_eq!(weights.to_host().unwrap(), vec![1; 64]);
+    pool.verify_symmetric().unwrap();
+}
+
+#[test]
+fn a_pool_sleeps_and_wakes_as_3_processes_and_gives_back_every_byte() {
+    assert_success(&rank_job(3, "rank_of_a_sleeping_pool").run().unwrap());
+}
+
 /// A pool whose `weights` a sleep offloads.
 fn sleepy_pool(comm: &Comm) -> (SymPool, SymVec<u8>) {
     let pool = SymPool::new(comm, PoolConfig::new(4 << 20)).unwrap();
