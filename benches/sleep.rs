@@ -35,8 +35,8 @@
 use std::time::Instant;
 
 use symheap::{
-    AllocDesc, Comm, CommConfig, PoolConfig, Result, SleepPlan, Stream, SymBlock, SymPool, SymVec,
-    emu,
+    AllocDesc, Comm, CommConfig, PoolConfig, Result, RootInfo, SleepPlan, Stream, SymBlock,
+    SymPool, SymVec, emu,
 };
 
 /// Pool bytes per rank, and ranks.
@@ -134,6 +134,18 @@ struct Live {
     kv: Vec<SymBlock>,
 }
 
+/// A new world of `boot`'s ranks, from `root`.
+fn new_world(boot: &Comm, root: &RootInfo) -> Result<Comm> {
+    let config = CommConfig::new();
+    Comm::init(
+        boot.runtime(),
+        boot.rank_count(),
+        root,
+        boot.rank(),
+        &config,
+    )
+}
+
 /// This rank's TP pair of `world`.
 fn split_tp(world: &Comm) -> Result<Comm> {
     let r = world.rank();
@@ -157,13 +169,7 @@ fn create(boot: &Comm, bytes: u64, host: &[Vec<u8>], cycle: &mut Cycle, base: i6
     let sync = Stream::new(rt)?;
     barrier(boot, &sync)?;
     let t = Instant::now();
-    let world = Comm::init(
-        rt,
-        boot.rank_count(),
-        &root,
-        boot.rank(),
-        &CommConfig::new(),
-    )?;
+    let world = new_world(boot, &root)?;
     cycle.init = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let tp = split_tp(&world)?;
@@ -266,14 +272,7 @@ fn cycle(
     barrier(boot, &sync)?;
     let t = Instant::now();
     if let Some(root) = root {
-        let rt = boot.runtime();
-        let world = Comm::init(
-            rt,
-            boot.rank_count(),
-            &root,
-            boot.rank(),
-            &CommConfig::new(),
-        )?;
+        let world = new_world(boot, &root)?;
         c.init = t.elapsed().as_secs_f64();
         let t = Instant::now();
         l.pool.wake_on(&world)?;

@@ -206,22 +206,28 @@ impl State {
         (r.end > addr).then_some((start, r))
     }
 
-    /// Fails unless `size` more bytes fit `device`'s memory limit, and the host's RAM: all
-    /// devices' memory together, and what the host has available now.
-    fn check_limit(&self, device: u32, size: usize) -> AclResult {
-        let size = size as u64;
+    /// Fails unless `bytes` more fit `device`'s memory limit; `asked` says what asked.
+    fn check_device(&self, device: u32, bytes: u64, asked: &str) -> AclResult {
         let limit = device::memory_limit();
         let used = self.used[device as usize] + self.hccl[device as usize];
-        if used.saturating_add(size) > limit {
+        if used.saturating_add(bytes) > limit {
             return acl_fail(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 format!(
-                    "device {device} out of memory: asked for {size} bytes, {} of {limit} free \
+                    "device {device} out of memory: {asked}, {} of {limit} free \
                      (emu::set_device_memory_limit)",
                     limit.saturating_sub(used)
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// Fails unless `size` more bytes fit `device`'s memory limit, and the host's RAM: all
+    /// devices' memory together, and what the host has available now.
+    fn check_limit(&self, device: u32, size: usize) -> AclResult {
+        let size = size as u64;
+        self.check_device(device, size, &format!("asked for {size} bytes"))?;
         let ram = device::host_ram();
         let all: u64 = self.used.iter().sum();
         let available = os::meminfo("MemAvailable").unwrap_or(ram);
@@ -697,18 +703,7 @@ pub(crate) fn charge(device: u32, size: usize) -> AclResult<Charge> {
     };
     let bytes = bytes as u64;
     let mut st = state();
-    let limit = device::memory_limit();
-    let used = st.used[device as usize] + st.hccl[device as usize];
-    if used.saturating_add(bytes) > limit {
-        return acl_fail(
-            ACL_ERROR_RT_MEMORY_ALLOCATION,
-            format!(
-                "device {device} out of memory: HCCL's buffers need {bytes} bytes, {} of {limit} \
-                 free (emu::set_device_memory_limit)",
-                limit.saturating_sub(used)
-            ),
-        );
-    }
+    st.check_device(device, bytes, &format!("HCCL's buffers need {bytes} bytes"))?;
     st.hccl[device as usize] += bytes;
     Ok(Charge {
         device,
