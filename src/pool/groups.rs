@@ -155,8 +155,8 @@ impl SymPool {
         }
     }
 
-    /// The communicator this handle's collectives run on: the pool's own, or the group of
-    /// [`on_group`](Self::on_group).
+    /// A handle on the communicator this handle's collectives run on: the pool's own, or the
+    /// group of [`on_group`](Self::on_group).
     pub fn group(&self) -> Comm {
         self.target().comm
     }

@@ -363,7 +363,8 @@ impl SymPool {
         }
     }
 
-    /// The communicator.
+    /// A handle on the pool's communicator (a rebind, [`wake_on`](Self::wake_on), replaces
+    /// it).
     pub fn comm(&self) -> Comm {
         self.shared.comm()
     }
