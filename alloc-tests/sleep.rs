@@ -424,3 +424,34 @@ fn the_summary_snapshots_and_heap_map_show_the_sleep_and_the_memory_classes() {
     assert!(html.contains("<b>asleep</b>") && html.contains("offloadable"));
     session.assert_clean();
 }
+
+#[test]
+fn the_allocator_adapter_keeps_a_pool_awake_while_its_allocations_live() {
+    let session = EmuSession::start();
+    emu::launch(1, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let adapter = pool.allocator()?;
+        let mut v = symheap::allocator_api2::vec::Vec::new_in(adapter.clone());
+        v.extend_from_slice(&[1u32, 2, 3]);
+        let refused = pool.sleep(&SleepPlan::new()).unwrap_err().to_string();
+        assert!(refused.contains("SymPool::allocator"), "{refused}");
+        drop(v);
+        let private = pool.stats().private_reserved;
+        assert!(private > 0);
+        let report = pool.sleep(&SleepPlan::new())?;
+        assert_eq!(report.released_bytes, (4 << 20) + private);
+        assert_eq!(pool.stats().private_reserved, 0, "released");
+        let mut asleep = symheap::allocator_api2::vec::Vec::<u8, _>::new_in(adapter.clone());
+        assert!(
+            asleep.try_reserve(16).is_err(),
+            "no allocation while asleep"
+        );
+        pool.wake()?;
+        let mut v = symheap::allocator_api2::vec::Vec::new_in(adapter);
+        v.extend_from_slice(&[4u32, 5]);
+        assert_eq!(v.iter().sum::<u32>(), 9);
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}

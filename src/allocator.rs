@@ -24,7 +24,10 @@ use crate::{Error, Result};
 /// moves a [`SymVec`](crate::SymVec)'s offset. When the region is full, `allocate` fails
 /// with `AllocError`, and logs why as a `tracing` warning (for an out-of-memory, with the
 /// setting to raise, [`PoolConfig::private_capacity`](crate::PoolConfig::private_capacity),
-/// and its value).
+/// and its value). Its allocations are plain pointers that a sleep could not take away: the
+/// pool refuses to [sleep](SymPool::sleep) while any is live, releases the region when it
+/// sleeps without, and maps it again at the next allocation after the wake (while the pool
+/// sleeps, `allocate` fails).
 ///
 /// # Examples
 /// ```
