@@ -15,9 +15,9 @@
 //! the host reference, so the tokens are those of an uninterrupted run. The device memory in
 //! use after each wake must equal that before the sleep: residual growth 0.
 //!
-//! What a shallow sleep keeps on the device is the communicators' own memory (on the
-//! emulator, the world's scratch for its agreements, and HCCL's buffers where they are
-//! counted); a deep sleep gives that back too, and the new world takes it again on wake.
+//! What a shallow sleep keeps on the device is the communicators' own memory, HCCL's buffers
+//! (`2 x hcclBufferSize + 1 MiB` each); a deep sleep gives that back too, and the new world
+//! and its groups take it again on wake.
 
 use std::time::{Duration, Instant};
 
