@@ -73,19 +73,13 @@ pub(super) struct Segment {
 impl Segment {
     /// Reserves, backs, maps and registers `size` bytes (a multiple of the device granularity
     /// and of `block_granularity`) at an address aligned to `alignment` (the larger of the two
-    /// granularities: a block aligned within the window is then aligned in memory too), then
-    /// enqueues one warm-up collective on the new window: HCCL defers part of the registration
-    /// work to the first collective that uses it. Collective. On failure, everything done so
-    /// far is undone by the handles' `Drop`.
+    /// granularities: a block aligned within the window is then aligned in memory too), in
+    /// `comm` and each of `groups`, and enqueues the warm-ups ([`register_everywhere`]).
+    /// Collective.
     ///
     /// The caller waits for the warm-up with the segment already in its pool, so that if the
     /// wait fails (the warm-up may still be queued) the mapping is not unmapped under it: the
     /// pool is poisoned and its `Drop` waits again before releasing the segment.
-    ///
-    /// Every registration is agreed, in the world and in the groups: one that fails on some
-    /// ranks leaves their peers waiting in theirs until the exec timeout, and the agreement
-    /// makes every rank give up alike. If an agreement itself breaks off (a peer came later
-    /// than the timeout), the failure is not agreed ([`Unmade::agreed`]).
     pub(super) fn create(
         comm: &Comm,
         groups: &[Comm],
@@ -103,53 +97,18 @@ impl Segment {
             .into());
         }
         let heap = Heap::new(size, block_granularity).map_err(Error::from)?;
-        let rt = comm.runtime();
-        // No rank registers unless every rank has its memory (see `Comm::agree`).
-        let mapping = Mapping::allocate_aligned(rt, size, alignment, comm.device());
-        let what = "allocate their memory for a new segment";
-        let mapping = agreed(comm.try_agree(what, mapping), |_| Vec::new())?;
-        let window = Window::register(comm, &Arc::new(mapping));
-        let what = "register a new segment";
-        let window = agreed(comm.try_agree(what, window), |w| vec![w])?;
-        let base = window.ptr();
-        let mut segment = Segment {
+        let mapping = Mapping::allocate_aligned(comm.runtime(), size, alignment, comm.device());
+        let (window, attached) = register_everywhere(comm, groups, stream, mapping)?;
+        let segment = Segment {
             heap,
             infos: Vec::new(),
-            base,
+            base: window.ptr(),
             handle: Arc::new(WindowCell::new(window.handle())),
             size,
-            attached: Vec::new(),
+            attached,
             range: Arc::clone(window.mapping().range()),
             window: Some(window),
         };
-        // Every registration is agreed before any warm-up is queued: a failure then drops
-        // (deregisters) windows that no queued work uses.
-        if !groups.is_empty() {
-            let attempts = groups.iter().map(|g| segment.register_in(g)).collect();
-            let what = "register a new segment in every attached group";
-            match agree_on_all(comm, what, attempts) {
-                Ok(attached) => segment.attached = attached,
-                Err(unmade) => {
-                    if !unmade.agreed {
-                        segment.leave_to_destroy();
-                    }
-                    return Err(unmade);
-                }
-            }
-        }
-        // Groups are no larger than the world: their warm-ups fit where the world's does. A
-        // warm-up that cannot be queued leaves the ranks at different steps: the windows go
-        // to `HcclCommDestroy`.
-        let queued = std::iter::once(comm)
-            .chain(groups)
-            .try_for_each(|c| warm_up(c, base, stream));
-        if let Err(error) = queued {
-            segment.leave_to_destroy();
-            return Err(Unmade {
-                error,
-                agreed: false,
-            });
-        }
         Ok(segment)
     }
 
@@ -201,50 +160,80 @@ impl Segment {
     }
 
     /// Maps new physical memory at the segment's addresses and registers it in `comm` and
-    /// each of `groups`, at the same offsets, with new handles; then enqueues the warm-up
-    /// collectives on `stream` (the caller waits for them before it restores contents: the
-    /// warm-up writes the segment's first bytes). Collective over `comm`, agreed as
-    /// [`create`](Self::create) is. On failure nothing stays mapped or registered unless the
-    /// failure is not agreed ([`Unmade::agreed`]).
+    /// each of `groups`, at the same offsets, with new handles, as [`create`](Self::create)
+    /// does ([`register_everywhere`]); the caller waits for the warm-ups before it restores
+    /// contents (a warm-up writes the segment's first bytes). Collective over `comm`.
     pub(super) fn remap(
         &mut self,
         comm: &Comm,
         groups: &[Comm],
         stream: &Stream,
     ) -> Result<(), Unmade> {
-        let rt = comm.runtime();
-        let mapped = PhysicalMemory::allocate(rt, self.size, comm.device())
+        let mapped = PhysicalMemory::allocate(comm.runtime(), self.size, comm.device())
             .and_then(|physical| Mapping::new(&self.range, 0, &Arc::new(physical)));
-        let what = "map new memory at a sleeping segment's addresses";
-        let mapping = agreed(comm.try_agree(what, mapped), |_| Vec::new())?;
-        let window = Window::register(comm, &Arc::new(mapping));
-        let what = "register a waking segment";
-        let window = agreed(comm.try_agree(what, window), |w| vec![w])?;
+        let (window, attached) = register_everywhere(comm, groups, stream, mapped)?;
+        self.handle.set(window.handle());
+        self.window = Some(window);
+        self.attached = attached;
+        Ok(())
+    }
+}
+
+/// Registers `mapped` (a segment's memory, or this rank's error making it) in `comm` and in
+/// each of `groups`, then enqueues one warm-up collective on each window: HCCL defers part
+/// of a registration's work to the first collective that uses it. Returns the windows, the
+/// world's and the groups' in order. Collective over `comm`.
+///
+/// Every step is agreed, in the world and in the groups: one that fails on some ranks leaves
+/// their peers waiting in theirs until the exec timeout, and the agreement makes every rank
+/// give up alike (no rank registers unless every rank has its memory, see `Comm::agree`);
+/// what was done is undone by the handles' `Drop`. If an agreement itself breaks off (a peer
+/// came later than the timeout), or a warm-up cannot be queued, the failure is not agreed
+/// ([`Unmade::agreed`]): the ranks are at different steps, and the windows go to
+/// `HcclCommDestroy`.
+fn register_everywhere(
+    comm: &Comm,
+    groups: &[Comm],
+    stream: &Stream,
+    mapped: Result<Mapping>,
+) -> Result<(Window, Vec<Window>), Unmade> {
+    let what = "allocate and map their memory for a segment";
+    let mapping = agreed(comm.try_agree(what, mapped), |_| Vec::new())?;
+    let window = Window::register(comm, &Arc::new(mapping));
+    let window = agreed(comm.try_agree("register a segment", window), |w| vec![w])?;
+    // Every registration is agreed before any warm-up is queued: a failure then drops
+    // (deregisters) windows that no queued work uses.
+    let mut attached = Vec::new();
+    if !groups.is_empty() {
         let attempts = groups
             .iter()
             .map(|g| Window::register(g, window.mapping()))
             .collect();
-        let what = "register a waking segment in every attached group";
-        let attached = match agree_on_all(comm, what, attempts) {
-            Ok(attached) => attached,
+        let what = "register a segment in every attached group";
+        match agree_on_all(comm, what, attempts) {
+            Ok(windows) => attached = windows,
             Err(unmade) => {
                 if !unmade.agreed {
                     window.leave_to_destroy();
                 }
                 return Err(unmade);
             }
-        };
-        self.handle.set(window.handle());
-        self.window = Some(window);
-        self.attached = attached;
-        std::iter::once(comm)
-            .chain(groups)
-            .try_for_each(|c| warm_up(c, self.base, stream))
-            .map_err(|error| Unmade {
-                error,
-                agreed: false,
-            })
+        }
     }
+    // Groups are no larger than the world: their warm-ups fit where the world's does.
+    let base = window.ptr();
+    let queued = std::iter::once(comm)
+        .chain(groups)
+        .try_for_each(|c| warm_up(c, base, stream));
+    if let Err(error) = queued {
+        attached.into_iter().for_each(Window::leave_to_destroy);
+        window.leave_to_destroy();
+        return Err(Unmade {
+            error,
+            agreed: false,
+        });
+    }
+    Ok((window, attached))
 }
 
 /// Every rank's registrations, agreed over `comm` once each was attempted (one that fails
