@@ -644,25 +644,29 @@ impl PoolShared {
     pub(crate) fn ensure_private_region(&self) -> Result<()> {
         let mut state = self.lock();
         self.check_awake("SymPool::allocator")?;
-        if state.private.is_none() {
-            state.private = Some(self.make_private_region()?);
-        }
-        Ok(())
+        self.private_region(&mut state).map(drop)
     }
 
-    /// Maps a new private region for the adapter.
-    fn make_private_region(&self) -> Result<PrivateRegion> {
-        let size = round_up(
-            self.config.private_capacity_bytes(),
-            self.device_granularity,
-        )?;
-        PrivateRegion::create(
-            self.runtime(),
-            self.device(),
-            size,
-            self.config.granularity_bytes(),
-            self.device_granularity,
-        )
+    /// The adapter's private region, mapped now if it is not (the first
+    /// [`SymPool::allocator`] call maps it, and a sleep releases it).
+    fn private_region<'s>(&self, state: &'s mut PoolState) -> Result<&'s mut PrivateRegion> {
+        let private = match state.private.take() {
+            Some(private) => private,
+            None => {
+                let size = round_up(
+                    self.config.private_capacity_bytes(),
+                    self.device_granularity,
+                )?;
+                PrivateRegion::create(
+                    self.runtime(),
+                    self.device(),
+                    size,
+                    self.config.granularity_bytes(),
+                    self.device_granularity,
+                )?
+            }
+        };
+        Ok(state.private.insert(private))
     }
 
     /// A block of the private region for the `allocator-api2` adapter: its address and the
@@ -676,12 +680,7 @@ impl PoolShared {
         }
         let mut state = self.lock();
         self.check_awake("allocation by SymPool::allocator")?;
-        if state.private.is_none() {
-            // Released by a sleep since `SymPool::allocator` mapped it: mapped again.
-            state.private = Some(self.make_private_region()?);
-        }
-        let private = state.private.as_mut().expect("just made");
-        private.alloc(size, align)
+        self.private_region(&mut state)?.alloc(size, align)
     }
 
     /// Frees a block of the `allocator-api2` adapter by address, at once: no queued work of

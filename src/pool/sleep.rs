@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{PoolShared, PoolState, SymPool, TagStats};
 use crate::heap::fold_words;
+use crate::raw::DevicePtr;
 use crate::runtime::{Comm, PinnedHostBuffer, Stream};
 use crate::{Error, Result};
 
@@ -167,8 +168,8 @@ pub(crate) struct SleepState {
     pub(crate) sleeps: u64,
 }
 
+/// What a sleep keeps (its plan is [`SleepState::plan`]).
 struct Asleep {
-    plan: SleepPlan,
     offloaded: Vec<Offloaded>,
     /// Whether the communicators were released (only `wake_on` can wake it).
     released: bool,
@@ -215,12 +216,7 @@ impl SleepState {
 
     /// Host bytes holding offloaded blocks.
     pub(crate) fn offloaded_bytes(&self) -> u64 {
-        self.asleep.as_ref().map_or(0, |a| {
-            a.offloaded
-                .iter()
-                .map(|o| o.data.as_slice().len() as u64)
-                .sum()
-        })
+        self.asleep.as_ref().map_or(0, |a| held_bytes(&a.offloaded))
     }
 }
 
@@ -281,10 +277,7 @@ impl SymPool {
         shared.asleep.store(true, Ordering::Release);
         let mut report = SleepReport {
             released_bytes: 0,
-            offloaded_bytes: offloaded
-                .iter()
-                .map(|o| o.data.as_slice().len() as u64)
-                .sum(),
+            offloaded_bytes: held_bytes(&offloaded),
             offloaded_blocks: offloaded.len(),
             discarded_bytes: 0,
             windows_deregistered: 0,
@@ -330,7 +323,6 @@ impl SymPool {
         }
         state.record_collective(fold_words([SLEEP_WORD, plan.hash()]));
         state.sleep.asleep = Some(Asleep {
-            plan: plan.clone(),
             offloaded,
             released: report.communicators_released > 0,
         });
@@ -453,7 +445,7 @@ impl SymPool {
         // The warm-ups write the segments' first bytes: they run before any restore.
         shared.wait_or_poison([&shared.stream])?;
         let asleep = state.sleep.asleep.take().expect("checked asleep");
-        let restored = restore(shared, &state, &asleep);
+        let restored = restore(shared, &state, &asleep.offloaded);
         state.record_collective(WAKE_WORD);
         state.sleep.last_wake = Some(SystemTime::now());
         shared.asleep.store(false, Ordering::Release);
@@ -569,70 +561,97 @@ impl PoolShared {
             .recorded_streams
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        recorded.retain(|s| s.upgrade().is_some());
-        if !recorded
-            .iter()
-            .filter_map(|s| s.upgrade())
-            .any(|s| s.same_as(stream))
-        {
+        // Forgets destroyed streams on the way.
+        let mut known = false;
+        recorded.retain(|s| match s.upgrade() {
+            Some(live) => {
+                known |= live.same_as(stream);
+                true
+            }
+            None => false,
+        });
+        if !known {
             recorded.push(stream.downgrade());
         }
     }
+}
+
+/// The host bytes that `offloaded` holds.
+fn held_bytes(offloaded: &[Offloaded]) -> u64 {
+    offloaded
+        .iter()
+        .map(|o| o.data.as_slice().len() as u64)
+        .sum()
+}
+
+/// A live block of the pool, and whether `plan` offloads it.
+struct LiveBlock {
+    segment: usize,
+    offset: u64,
+    ptr: DevicePtr,
+    len: usize,
+    offloaded: bool,
+}
+
+/// Every live block of the pool, in segment and offset order.
+fn live_blocks(state: &PoolState, plan: &SleepPlan) -> Result<Vec<LiveBlock>> {
+    let mut blocks = Vec::new();
+    for (key, segment) in state.segments.iter() {
+        for region in segment.heap.regions().into_iter().filter(|r| r.live) {
+            let tag = state.tags.name(segment.infos[region.key as usize].tag);
+            blocks.push(LiveBlock {
+                segment: key,
+                offset: region.offset,
+                ptr: segment.base.byte_add(region.offset),
+                len: usize::try_from(region.size)
+                    .map_err(|_| Error::invalid("a block larger than the address space"))?,
+                offloaded: plan.offloads(tag),
+            });
+        }
+    }
+    Ok(blocks)
 }
 
 /// Copies the live blocks of the tags `plan` offloads to page-locked host memory.
 fn offload(shared: &PoolShared, state: &PoolState, plan: &SleepPlan) -> Result<Vec<Offloaded>> {
     let raw = shared.runtime().raw();
     let mut offloaded = Vec::new();
-    for (key, segment) in state.segments.iter() {
-        for region in segment.heap.regions().into_iter().filter(|r| r.live) {
-            let tag = state.tags.name(segment.infos[region.key as usize].tag);
-            if !plan.offloads(tag) {
-                continue;
-            }
-            let len = usize::try_from(region.size)
-                .map_err(|_| Error::invalid("a block larger than the address space"))?;
-            let mut data = PinnedHostBuffer::new(shared.runtime(), len)?;
-            // SAFETY: a live block of the pool's mapped memory; every stream with pool work
-            // was waited for and the state lock keeps new work out.
-            unsafe {
-                raw.copy_to_host(data.as_mut_slice(), segment.base.byte_add(region.offset))?;
-            }
-            offloaded.push(Offloaded {
-                segment: key,
-                offset: region.offset,
-                data,
-            });
-        }
+    for block in live_blocks(state, plan)?
+        .into_iter()
+        .filter(|b| b.offloaded)
+    {
+        let mut data = PinnedHostBuffer::new(shared.runtime(), block.len)?;
+        // SAFETY: a live block of the pool's mapped memory; every stream with pool work was
+        // waited for and the state lock keeps new work out.
+        unsafe { raw.copy_to_host(data.as_mut_slice(), block.ptr)? };
+        offloaded.push(Offloaded {
+            segment: block.segment,
+            offset: block.offset,
+            data,
+        });
     }
     Ok(offloaded)
 }
 
-/// Copies the offloaded blocks back (and zeroes the discarded ones if the plan says so);
-/// returns the bytes restored.
-fn restore(shared: &PoolShared, state: &PoolState, asleep: &Asleep) -> Result<u64> {
+/// Copies the `offloaded` blocks back (and zeroes the discarded ones if the sleep's plan
+/// says so); returns the bytes restored.
+fn restore(shared: &PoolShared, state: &PoolState, offloaded: &[Offloaded]) -> Result<u64> {
     let raw = shared.runtime().raw();
-    let mut restored = 0;
-    for o in &asleep.offloaded {
+    for o in offloaded {
         let base = state.segments[o.segment].base;
         // SAFETY: the block's memory is mapped again and idle (the warm-ups were waited for),
         // and the state lock keeps new work out.
         unsafe { raw.copy_to_device(base.byte_add(o.offset), o.data.as_slice())? };
-        restored += o.data.as_slice().len() as u64;
     }
-    if asleep.plan.zero_discarded {
-        for (_, segment) in state.segments.iter() {
-            for region in segment.heap.regions().into_iter().filter(|r| r.live) {
-                let tag = state.tags.name(segment.infos[region.key as usize].tag);
-                if asleep.plan.offloads(tag) {
-                    continue;
-                }
-                let len = usize::try_from(region.size)
-                    .map_err(|_| Error::invalid("a block larger than the address space"))?;
-                // SAFETY: as above.
-                unsafe { raw.memset(segment.base.byte_add(region.offset), 0, len)? };
-            }
+    let plan = &state.sleep.plan;
+    if plan.zero_discarded {
+        for block in live_blocks(state, plan)?
+            .into_iter()
+            .filter(|b| !b.offloaded)
+        {
+            // SAFETY: as above.
+            unsafe { raw.memset(block.ptr, 0, block.len)? };
         }
     }
-    Ok(restored)
+    Ok(held_bytes(offloaded))
 }
