@@ -7,7 +7,7 @@ use super::collective_order::CollectiveOrder;
 use super::{Mapping, calls};
 use super::{Runtime, Stream};
 use crate::sys::{
-    HCCL_COMM_DEFAULT_U32, HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
+    HCCL_EXP_BUFFER_BYTES, HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
 };
 use crate::{Error, Result};
 
@@ -49,12 +49,6 @@ impl RootInfo {
         }))
     }
 }
-
-/// HCCL's staging buffer size in MiB where the config leaves `hcclBufferSize` unset.
-const DEFAULT_BUFFER_MB: u32 = 200;
-/// HCCL's expansion buffer, allocated with the CCL buffers (hicann/hcomm
-/// `ccl_buffer_manager.h`, `EXP_BUFFER_SIZE`).
-const EXPANSION_BUFFER_BYTES: u64 = 1 << 20;
 
 /// Communicator settings: a safe builder over `HcclCommConfig` (version 11), starting from the
 /// library defaults (`HcclCommConfigInit`).
@@ -104,10 +98,7 @@ impl CommConfig {
     /// assert_eq!(CommConfig::new().buffer_size_mb(64).buffer_bytes(), (2 * 64 + 1) << 20);
     /// ```
     pub fn buffer_mb(&self) -> u32 {
-        match self.raw.hcclBufferSize {
-            0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
-            mb => mb,
-        }
+        self.raw.buffer_mb()
     }
 
     /// The device memory HCCL holds for a communicator made with this config, for its own
@@ -115,7 +106,7 @@ impl CommConfig {
     /// and the 1 MiB expansion buffer, one allocation (hicann/hcomm `ccl_buffer_manager.cc`,
     /// `CreateCommCCLbuffer`). The runtime counts 32 bytes of padding on top.
     pub fn buffer_bytes(&self) -> u64 {
-        2 * (u64::from(self.buffer_mb()) << 20) + EXPANSION_BUFFER_BYTES
+        2 * (u64::from(self.buffer_mb()) << 20) + HCCL_EXP_BUFFER_BYTES as u64
     }
 
     /// Per-rank stride of the symmetric heap in GiB (`hcclSymWinMaxMemSizePerRank`, default

@@ -475,6 +475,11 @@ pub const HCCL_COMM_CONFIG_MAGIC_WORD: u32 = 0xf0f0_f0f0;
 pub const HCCL_COMM_CONFIG_VERSION: u32 = 11;
 /// "Not set" for the unsigned fields of [`HcclCommConfig`].
 pub const HCCL_COMM_DEFAULT_U32: u32 = 0xffff_ffff;
+/// HCCL's CCL buffer size in MiB where `hcclBufferSize` is not set.
+pub const HCCL_DEFAULT_BUFFER_MB: u32 = 200;
+/// HCCL's expansion buffer, allocated with the input and output CCL buffers (hicann/hcomm
+/// `ccl_buffer_manager.h`, `EXP_BUFFER_SIZE`).
+pub const HCCL_EXP_BUFFER_BYTES: usize = 1 << 20;
 
 /// `HcclCommConfig`, version 11 (2248 bytes).
 #[repr(C)]
@@ -554,6 +559,15 @@ impl HcclCommConfig {
             hcclQos: HCCL_COMM_DEFAULT_U32,
             hcclSymWinMaxMemSizePerRank: 16,
             hcclChannelSqDepth: HCCL_COMM_DEFAULT_U32,
+        }
+    }
+
+    /// The CCL buffer size in MiB: `hcclBufferSize`, or [`HCCL_DEFAULT_BUFFER_MB`] where it is
+    /// not set (0 or [`HCCL_COMM_DEFAULT_U32`]).
+    pub fn buffer_mb(&self) -> u32 {
+        match self.hcclBufferSize {
+            0 | HCCL_COMM_DEFAULT_U32 => HCCL_DEFAULT_BUFFER_MB,
+            mb => mb,
         }
     }
 

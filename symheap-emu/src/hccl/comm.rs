@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::sys::{
-    HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_COMM_DEFAULT_U32, HcclCommConfig, HcclResult, HcclRootInfo,
+    HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_EXP_BUFFER_BYTES, HcclCommConfig, HcclResult, HcclRootInfo,
 };
 
 use crate::acl::{device, memory};
@@ -54,11 +54,6 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// The shortest time init waits for the other ranks to join: rank threads may start late on a
 /// loaded machine, whatever the exec timeout.
 const MIN_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// The staging ("HCCL buffer") size when the config leaves it unset, in MiB.
-const DEFAULT_BUFFER_MB: u32 = 200;
-/// HCCL's expansion buffer, allocated with the CCL buffers (hicann/hcomm
-/// `ccl_buffer_manager.h`, `EXP_BUFFER_SIZE`).
-pub(crate) const EXP_BUFFER_BYTES: usize = 1 << 20;
 /// Marks a root info blob as the emulator's.
 const ROOT_MAGIC: &[u8; 16] = b"symheap-emu-root";
 
@@ -330,10 +325,7 @@ const SYM_HEAP_CAP_ENV: &str = "SYMHEAP_EMU_SYM_HEAP_GIB";
 
 /// What `config` asks for, on a communicator of `n` ranks.
 pub(crate) fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
-    let buffer_mb = match config.hcclBufferSize {
-        0 | HCCL_COMM_DEFAULT_U32 => DEFAULT_BUFFER_MB,
-        mb => mb,
-    };
+    let buffer_mb = config.buffer_mb();
     let cap = std::env::var(SYM_HEAP_CAP_ENV)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -434,7 +426,7 @@ pub(crate) fn form(
         code: HcclResult::HCCL_E_RUNTIME,
         msg: e.msg,
     })?;
-    let buffers = memory::charge(device, 2 * buffer + EXP_BUFFER_BYTES).map_err(|e| Fail {
+    let buffers = memory::charge(device, 2 * buffer + HCCL_EXP_BUFFER_BYTES).map_err(|e| Fail {
         code: HcclResult::HCCL_E_OOM,
         msg: format!("HCCL's buffers (hcclBufferSize {buffer_mb} MiB): {}", e.msg),
     })?;
