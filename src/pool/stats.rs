@@ -7,7 +7,7 @@ pub use super::sleep::SleepStats;
 ///
 /// Non-exhaustive, so that a field can be added without breaking callers: read its fields;
 /// only the pool builds one. A field added later carries `#[serde(default)]`, so that
-/// snapshots written before it still load (the pool's sleep state, for one, belongs here).
+/// snapshots written before it still load.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
@@ -146,8 +146,7 @@ impl PoolStats {
 
 /// The live allocations that carry one tag.
 ///
-/// Non-exhaustive: the pool's memory classes (resident, offloadable and discardable bytes)
-/// join it as fields with `#[serde(default)]`, beside `bytes`.
+/// Non-exhaustive, as [`PoolStats`] is, and its later fields carry `#[serde(default)]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]

@@ -33,8 +33,8 @@ pub(super) struct Tags {
     counts: Vec<(&'static str, TagCount)>,
 }
 
-/// What the pool counts of one tag. Per-tag memory classes (resident, offloadable and
-/// discardable bytes) belong here when the pool learns them, each reported in [`TagStats`].
+/// What the pool counts of one tag (its memory classes are derived from its bytes and the
+/// sleep state when stats are read: `SleepState::classify`).
 #[derive(Clone, Copy, Default)]
 struct TagCount {
     blocks: u64,

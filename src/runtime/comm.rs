@@ -415,13 +415,8 @@ impl Comm {
         // Deregistered by the destroy: their memory may go now.
         let orphans =
             std::mem::take(&mut *self.inner.orphans.lock().unwrap_or_else(|e| e.into_inner()));
-        let scratch = self
-            .inner
-            .agreement
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        drop((orphans, scratch));
+        drop(orphans);
+        self.release_agreement_scratch();
         Ok(())
     }
 
