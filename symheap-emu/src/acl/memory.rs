@@ -510,30 +510,10 @@ fn release_if_unreferenced(mut st: RankedGuard<'static, State>, handle: Physical
 /// a user mapping or of `aclrtMalloc` memory), with one more handle reference, which
 /// `aclrtFreePhysical` gives back.
 pub(crate) fn retain(addr: usize) -> AclResult<PhysicalHandle> {
-    let mut st = state();
-    let handle = match st.region_at(addr) {
-        Some((
-            _,
-            Region {
-                owner: Owner::User(m),
-                ..
-            },
-        )) => m.phys.handle,
-        Some((
-            _,
-            Region {
-                owner: Owner::Malloc(a),
-                ..
-            },
-        )) => a.phys.handle,
-        _ => return param(format!("{addr:#x} is not in device memory of this process")),
-    };
-    match st.physicals.get_mut(&handle) {
-        Some(e) => {
-            e.handles += 1;
-            Ok(handle)
-        }
-        None => param(format!("{addr:#x} is not in device memory of this process")),
+    // An allocation freed between the two looks is not there, as if freed before.
+    match allocation_at(addr).map(|a| a.phys().handle) {
+        Some(handle) if retain_handle(handle) => Ok(handle),
+        _ => param(format!("{addr:#x} is not in device memory of this process")),
     }
 }
 
