@@ -142,8 +142,7 @@ const SCENARIOS: &[Scenario] = &[
             let result = pool
                 .sleep(&plan)
                 .and_then(|_| pool.wake())
-                .and_then(|_| same("offloaded", weights.to_host()?, vec![3; 64]))
-                .and_then(|()| sum_in_place(&pool));
+                .and_then(|_| woke_whole(&pool, &weights));
             slept_checked(&pool, result)
         },
     },
@@ -160,8 +159,7 @@ const SCENARIOS: &[Scenario] = &[
                     let world = Comm::init(comm.runtime(), 1, &root, 0, &config)?;
                     pool.wake_on(&world)
                 })
-                .and_then(|_| same("offloaded", weights.to_host()?, vec![3; 64]))
-                .and_then(|()| sum_in_place(&pool));
+                .and_then(|_| woke_whole(&pool, &weights));
             slept_checked(&pool, result)
         },
     },
@@ -224,6 +222,12 @@ fn checked(pool: &SymPool, result: Result<()>) -> Result<()> {
 fn weights(pool: &SymPool) -> Result<(SymVec<u32>, SleepPlan)> {
     let weights = SymVec::from_host_with(pool, &[3u32; 64], AllocDesc::tagged("weights"))?;
     Ok((weights, SleepPlan::new().offload("weights")))
+}
+
+/// After a wake: the offloaded weights are back, and a collective works.
+fn woke_whole(pool: &SymPool, weights: &SymVec<u32>) -> Result<()> {
+    same("offloaded", weights.to_host()?, vec![3; 64])?;
+    sum_in_place(pool)
 }
 
 /// [`checked`], where a pool may also end asleep (a sleep or a wake that failed), saying so.
