@@ -24,13 +24,15 @@ const CRATES: [&str; 6] = [
 
 /// The main crate's top-level modules, from the bottom up: each may use only those before it
 /// (the README's "What is inside" states this order).
-const LAYERS: [&str; 12] = [
+const LAYERS: [&str; 14] = [
     "error",
     "path_rules",
     "runtime",
     "raw",
     "pool",
     "host_view",
+    "buffer",
+    "storage",
     "sym_vec",
     "sym_slice",
     "sym_box",

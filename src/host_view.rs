@@ -4,7 +4,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::pool::HostViewToken;
+use crate::pool::{HostViewToken, SymBlock};
+use crate::runtime::Element;
+use crate::{Error, Result};
 
 /// A host view of a [`SymVec`](crate::SymVec)'s elements ([`SymVec::host`](crate::SymVec::host)):
 /// derefs to `&[T]`. While it lives, [`SymPool::sleep`](crate::SymPool::sleep) refuses.
@@ -20,22 +22,53 @@ pub struct HostViewMut<'a, T> {
     _token: HostViewToken,
 }
 
-impl<'a, T> HostView<'a, T> {
-    pub(crate) fn new(elements: &'a [T], token: HostViewToken) -> Self {
-        HostView {
+impl<'a, T: Element> HostView<'a, T> {
+    /// A view of `len` elements from element `start` of `block`, which the caller has
+    /// checked lie inside it, once no queued work uses it.
+    pub(crate) fn open(block: &'a SymBlock, start: usize, len: usize) -> Result<Self> {
+        let token = open_token(block)?;
+        let ptr = block.device_ptr().byte_add((start * size_of::<T>()) as u64);
+        // SAFETY: host-addressable device memory of `len` elements inside the block, which
+        // the borrow keeps alive; every bit pattern is a valid `T` and the block is aligned
+        // for it. No queued work uses it, work that writes it is refused while the token
+        // lives, and the pool cannot sleep (unmap it) meanwhile.
+        let elements = unsafe { std::slice::from_raw_parts(ptr.as_raw().cast(), len) };
+        Ok(HostView {
             elements,
             _token: token,
-        }
+        })
     }
 }
 
-impl<'a, T> HostViewMut<'a, T> {
-    pub(crate) fn new(elements: &'a mut [T], token: HostViewToken) -> Self {
-        HostViewMut {
+impl<'a, T: Element> HostViewMut<'a, T> {
+    /// As [`HostView::open`], for a caller that holds the block's only borrow (`&mut` of
+    /// its owner).
+    pub(crate) fn open(block: &'a SymBlock, start: usize, len: usize) -> Result<Self> {
+        let token = open_token(block)?;
+        let ptr = block.device_ptr().byte_add((start * size_of::<T>()) as u64);
+        // SAFETY: as for `HostView::open`, and the caller's exclusive borrow of the owner
+        // excludes every other view and use.
+        let elements = unsafe { std::slice::from_raw_parts_mut(ptr.as_raw().cast(), len) };
+        Ok(HostViewMut {
             elements,
             _token: token,
-        }
+        })
     }
+}
+
+/// A host view needs host-addressable memory that no graph may write behind its back (a
+/// replay takes no borrow of the buffers it writes).
+fn open_token(block: &SymBlock) -> Result<HostViewToken> {
+    if !block.pool().runtime().is_host_addressable() {
+        return Err(Error::NotHostAddressable);
+    }
+    if block.is_held() {
+        return Err(Error::invalid(
+            "a host view of a buffer a live SymGraph uses: its replays may write it at any \
+             time; use to_host / copy_from_host",
+        ));
+    }
+    block.open_host_view()
 }
 
 impl<T> Deref for HostView<'_, T> {

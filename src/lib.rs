@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod allocator;
+mod buffer;
 #[cfg(feature = "emulator")]
 pub mod emu;
 mod error;
@@ -10,6 +11,7 @@ mod path_rules;
 mod pool;
 pub mod raw;
 mod runtime;
+mod storage;
 mod sym_box;
 mod sym_slice;
 mod sym_vec;
@@ -27,7 +29,12 @@ pub use allocator::SymAllocator;
 /// re-export (`symheap::allocator_api2::vec::Vec`) rather than a separate dependency, whose
 /// version might differ.
 pub use allocator_api2;
+pub use buffer::{Buffer, BufferMut};
 pub use error::{Budget, Error, OutOfMemory, OverBudget, Result};
+/// The `half` crate, whose `f16` and `bf16` are element types of the pool: use this
+/// re-export (`symheap::half::bf16`) rather than a separate dependency, whose version might
+/// differ.
+pub use half;
 pub use host_view::{HostView, HostViewMut};
 pub use ops::packed_displacements;
 pub use pool::{
@@ -38,8 +45,9 @@ pub use pool::{
 pub use runtime::{
     Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, RootInfo, Runtime, Stream,
 };
+pub use storage::{StorageView, SymStorage};
 pub use sym_box::SymBox;
-pub use sym_slice::{Buffer, BufferMut, SymSlice, SymSliceMut};
+pub use sym_slice::{SymSlice, SymSliceMut};
 pub use sym_vec::SymVec;
 /// The shared vocabulary (the `symheap-types` crate): which operation, reduction and element
 /// type, which path a collective takes and why it stages.

@@ -5,49 +5,11 @@
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
+use crate::buffer::{Buffer, BufferMut};
 use crate::pool::SymBlock;
-use crate::raw::DevicePtr;
 use crate::runtime::Element;
+use crate::storage::read_elements;
 use crate::{Error, Result, SymVec};
-
-/// Pooled device memory of `T`s that a collective may read: a [`SymVec`] or a view of one.
-/// Sealed: implemented by this crate's buffers only.
-pub trait Buffer<T: Element>: sealed::Sealed {
-    /// The pool block holding the elements.
-    fn alloc(&self) -> &SymBlock;
-    /// The first element's index in the block's [`SymVec`].
-    fn start(&self) -> usize;
-    /// How many elements.
-    fn len(&self) -> usize;
-    /// Whether it holds no element.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The first element's device address.
-    fn device_ptr(&self) -> DevicePtr {
-        self.alloc()
-            .device_ptr()
-            .byte_add((self.start() * size_of::<T>()) as u64)
-    }
-}
-
-/// A [`Buffer`] a collective may also write: a `&mut` [`SymVec`] or a [`SymSliceMut`].
-pub trait BufferMut<T: Element>: Buffer<T> {}
-
-mod sealed {
-    pub trait Sealed {}
-    impl<T: crate::Element> Sealed for crate::SymVec<T> {}
-    impl<T: crate::Element> Sealed for super::SymSlice<'_, T> {}
-    impl<T: crate::Element> Sealed for super::SymSliceMut<'_, T> {}
-}
-
-/// Where a buffer is, in terms equal on every rank, for the op hash: its block's location,
-/// then its first byte in the block and its length in bytes.
-pub(crate) fn location<T: Element>(b: &(impl Buffer<T> + ?Sized)) -> [u64; 4] {
-    let [segment, offset] = b.alloc().location();
-    let es = size_of::<T>() as u64;
-    [segment, offset, b.start() as u64 * es, b.len() as u64 * es]
-}
 
 impl<T: Element> Buffer<T> for SymVec<T> {
     fn alloc(&self) -> &SymBlock {
@@ -214,7 +176,7 @@ impl<T: Element> SymSlice<'_, T> {
     /// # Errors
     /// As for [`SymVec::to_host`].
     pub fn to_host(&self) -> Result<Vec<T>> {
-        read(self.alloc(), self.device_ptr(), self.len)
+        read_elements(self.alloc(), self.start, self.len)
     }
 }
 
@@ -234,22 +196,6 @@ impl<T: Element> SymSliceMut<'_, T> {
     /// # Errors
     /// As for [`SymVec::to_host`].
     pub fn to_host(&self) -> Result<Vec<T>> {
-        read(self.block, self.device_ptr(), self.len)
+        read_elements(self.block, self.start, self.len)
     }
-}
-
-/// `len` elements at `ptr`, in `block`, once no queued work uses the block.
-fn read<T: Element>(block: &SymBlock, ptr: DevicePtr, len: usize) -> Result<Vec<T>> {
-    let es = size_of::<T>();
-    let mut bytes = vec![0u8; len * es];
-    let rt = block.pool().runtime();
-    // SAFETY: `[ptr, +len elements)` lies in the block (bounds were checked when the view was
-    // made), which is idle.
-    block.access_idle(|| unsafe { rt.raw().copy_to_host(&mut bytes, ptr) })?;
-    let elements = bytes.chunks_exact(es).map(|c| {
-        // SAFETY: `c` is `size_of::<T>()` bytes, and any bit pattern is a valid `T` (the
-        // `Element` contract); the read is unaligned.
-        unsafe { c.as_ptr().cast::<T>().read_unaligned() }
-    });
-    Ok(elements.collect())
 }

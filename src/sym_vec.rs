@@ -6,6 +6,7 @@ use crate::host_view::{HostView, HostViewMut};
 use crate::pool::{AllocDesc, SymBlock, SymPool};
 use crate::raw::{DevicePtr, WindowHandle};
 use crate::runtime::{Element, Stream};
+use crate::storage::{block_from_host, zeroed_block};
 use crate::{Error, Result};
 
 /// A fixed-length array of `T` in a [`SymPool`]'s window: a tensor's storage, ready for the
@@ -70,26 +71,7 @@ impl<T: Element> SymVec<T> {
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("SymVec of {len} elements overflows")))?;
-        let alloc = pool.alloc_with(bytes.max(1) as u64, align_of::<T>() as u64, desc)?;
-        // A block allocated during a capture is the graph's from the start.
-        if alloc.may_be_in_use() || alloc.is_held() {
-            // Reused memory that queued work may still use: zeroed in stream order, after it
-            // (during a capture, on the capture's stream handle: in the graph, so each replay
-            // zeroes it again).
-            let stream = pool.target().stream;
-            // SAFETY: the block is this vector's, at least `bytes` long; host access waits
-            // for the stream, on which it is marked used.
-            unsafe { stream.raw().memset_async(alloc.device_ptr(), 0, bytes)? };
-            alloc.mark_used_on(stream);
-        } else {
-            // SAFETY: the block is this vector's, idle and at least `bytes` long.
-            unsafe {
-                pool.comm()
-                    .runtime()
-                    .raw()
-                    .memset(alloc.device_ptr(), 0, bytes)?
-            };
-        }
+        let alloc = zeroed_block(pool, bytes, align_of::<T>(), desc)?;
         Ok(SymVec {
             alloc,
             len,
@@ -110,18 +92,7 @@ impl<T: Element> SymVec<T> {
     /// # Errors
     /// As for [`zeroed`](Self::zeroed).
     pub fn from_host_with(pool: &SymPool, data: &[T], desc: AllocDesc) -> Result<Self> {
-        let bytes = size_of_val(data);
-        let alloc = pool.alloc_with(bytes.max(1) as u64, align_of::<T>() as u64, desc)?;
-        // Reused memory may still be used by queued work: wait for it first.
-        alloc.access_idle(|| {
-            // SAFETY: the block is this vector's, idle and at least `bytes` long.
-            unsafe {
-                pool.comm()
-                    .runtime()
-                    .raw()
-                    .copy_to_device(alloc.device_ptr(), T::slice_as_bytes(data))
-            }
-        })?;
+        let alloc = block_from_host(pool, T::slice_as_bytes(data), align_of::<T>(), desc)?;
         Ok(SymVec {
             alloc,
             len: data.len(),
@@ -210,14 +181,7 @@ impl<T: Element> SymVec<T> {
     /// # Errors
     /// [`Error::NotHostAddressable`] on real devices; [`Error::Asleep`]; the runtime's error.
     pub fn host(&self) -> Result<HostView<'_, T>> {
-        self.check_host_addressable()?;
-        let token = self.alloc.open_host_view()?;
-        // SAFETY: host-addressable device memory of `len` initialised elements; no queued
-        // work uses it, new work that writes it needs `&mut self`, and the pool cannot sleep
-        // (unmap it) while the token lives.
-        let elements =
-            unsafe { std::slice::from_raw_parts(self.device_ptr().as_raw().cast(), self.len) };
-        Ok(HostView::new(elements, token))
+        HostView::open(&self.alloc, 0, self.len)
     }
 
     /// A mutable host view of the contents, after waiting for queued work. Only where device
@@ -226,27 +190,7 @@ impl<T: Element> SymVec<T> {
     /// # Errors
     /// [`Error::NotHostAddressable`] on real devices; [`Error::Asleep`]; the runtime's error.
     pub fn host_mut(&mut self) -> Result<HostViewMut<'_, T>> {
-        self.check_host_addressable()?;
-        let token = self.alloc.open_host_view()?;
-        // SAFETY: as for `host`, and `&mut self` excludes every other use.
-        let elements =
-            unsafe { std::slice::from_raw_parts_mut(self.device_ptr().as_raw().cast(), self.len) };
-        Ok(HostViewMut::new(elements, token))
-    }
-
-    /// A host view needs host-addressable memory that no graph may write behind its back
-    /// (a replay takes no borrow of the buffers it writes).
-    fn check_host_addressable(&self) -> Result<()> {
-        if !self.alloc.pool().runtime().is_host_addressable() {
-            return Err(Error::NotHostAddressable);
-        }
-        if self.alloc.is_held() {
-            return Err(Error::invalid(
-                "a host view of a buffer a live SymGraph uses: its replays may write it at any \
-                 time; use to_host / copy_from_host",
-            ));
-        }
-        Ok(())
+        HostViewMut::open(&self.alloc, 0, self.len)
     }
 
     /// The number of elements.

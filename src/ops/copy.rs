@@ -1,6 +1,7 @@
 //! Device-to-device copies between pooled buffers, in stream order.
 
-use crate::{Buffer, BufferMut, Element, Error, Result, SymPool, SymVec};
+use crate::buffer::{Buffer, BufferMut, Span};
+use crate::{Element, Error, Result, SymPool, SymStorage, SymVec};
 
 impl SymPool {
     /// Copies `src` into `dst` (whole vectors or [views](SymVec::slice)) on the device
@@ -33,9 +34,10 @@ impl SymPool {
         src: &impl Buffer<T>,
         dst: &mut impl BufferMut<T>,
     ) -> Result<()> {
+        let (src, dst) = (Span::read(src)?, Span::write(dst)?);
         if src.len() != dst.len() {
             return Err(Error::invalid(format!(
-                "copy: {} elements into a SymVec of {}",
+                "copy: {} elements into a buffer of {}",
                 src.len(),
                 dst.len()
             )));
@@ -64,6 +66,7 @@ impl SymPool {
             ));
         }
         self.shared().check_in_capture(&state, stream, "copy")?;
+        dst.alloc().check_no_host_view("copy")?;
         // SAFETY: both blocks are live, at least `bytes` long, distinct (`&` and `&mut`), and
         // stay allocated until the stream has run the copy: their frees wait for it in stream
         // order or, on another stream, behind an event.
@@ -91,5 +94,44 @@ impl<T: Element> SymVec<T> {
     pub fn copy_from(&mut self, src: &SymVec<T>) -> Result<()> {
         let pool = SymPool::of(self.alloc().pool());
         pool.copy(src, self)
+    }
+}
+
+impl SymStorage {
+    /// Resizes to `bytes` by reallocation, as tensor libraries resize storage: a new block
+    /// from the same pool (with the same tag), the first `min(old, new)` bytes copied on the
+    /// device in stream order on the pool's stream, the rest unspecified (as for
+    /// [`uninit`](Self::uninit)), and the old block freed (reused in stream order). A pool
+    /// allocation and free: every rank resizes alike. The storage must not be shared (`&mut`):
+    /// views of the old block would dangle.
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{PoolConfig, SymPool, SymStorage, emu};
+    ///
+    /// emu::launch(1, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let mut s = SymStorage::from_host(&pool, &[1u32, 2])?;
+    ///     s.resize(16)?;
+    ///     assert_eq!(s.len(), 16);
+    ///     assert_eq!(s.to_host::<u32>()?[..2], [1, 2]);
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), symheap::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The pool's allocation errors (the storage is then unchanged); as for
+    /// [`SymPool::copy`].
+    pub fn resize(&mut self, bytes: usize) -> Result<()> {
+        let pool = SymPool::of(self.alloc().pool());
+        let mut resized = SymStorage::uninit_with(&pool, bytes, self.desc())?;
+        let keep = bytes.min(self.len());
+        pool.copy(
+            &self.view::<u8>(0, keep)?,
+            &mut resized.view::<u8>(0, keep)?,
+        )?;
+        std::mem::swap(self, &mut resized);
+        Ok(())
     }
 }

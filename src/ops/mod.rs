@@ -15,10 +15,10 @@ mod v_collectives;
 
 pub use v_collectives::packed_displacements;
 
+use crate::buffer::{Buffer, BufferMut, Span};
 use crate::heap::fold_words;
 use crate::pool::{PoolShared, PoolState, Target, predict};
 use crate::runtime::{Comm, Element, Stream};
-use crate::sym_slice::{Buffer, BufferMut, location};
 use crate::{Collective, CollectivePath, DataType, Error, ReduceOp, Result, SymBlock, SymPool};
 
 /// What every rank's call of a collective must agree on, and so what the op hash records:
@@ -34,10 +34,9 @@ pub(crate) struct Call<'a> {
     pub(crate) op: Option<ReduceOp>,
     /// Further words every rank passes alike: a root, counts and displacements.
     pub(crate) args: &'a [u64],
-    /// Each buffer's [`location`].
-    pub(crate) buffers: &'a [[u64; 4]],
-    /// The blocks the buffers are in, marked used by the queued work.
-    pub(crate) blocks: &'a [&'a SymBlock],
+    /// The buffers: their locations enter the hash, their blocks are marked used by the
+    /// queued work, and those written must have no host view.
+    pub(crate) spans: &'a [Span<'a>],
 }
 
 impl Call<'_> {
@@ -53,7 +52,7 @@ impl Call<'_> {
         let args = [self.args.len() as u64]
             .into_iter()
             .chain(self.args.iter().copied());
-        let buffers = self.buffers.iter().flatten().copied();
+        let buffers = self.spans.iter().flat_map(Span::location);
         fold_words(head.into_iter().chain(args).chain(buffers))
     }
 }
@@ -70,6 +69,7 @@ impl SymPool {
         output: &mut impl BufferMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("all_reduce", &[input.alloc(), output.alloc()])?;
         check_len("all_reduce", "output", output.len(), input.len())?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
@@ -79,8 +79,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: both buffers are live pool blocks of `count` elements; the borrows keep
@@ -101,6 +100,7 @@ impl SymPool {
         data: &mut impl BufferMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
+        let data = Span::write(data)?;
         self.check_owned("all_reduce_in_place", &[data.alloc()])?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
         let call = Call {
@@ -109,8 +109,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
-            buffers: &[location(data)],
-            blocks: &[data.alloc()],
+            spans: &[data],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; HCCL allows send == recv.
@@ -131,6 +130,7 @@ impl SymPool {
         input: &impl Buffer<T>,
         output: &mut impl BufferMut<T>,
     ) -> Result<()> {
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("all_gather", &[input.alloc(), output.alloc()])?;
         check_len(
             "all_gather",
@@ -145,8 +145,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: None,
             args: &[],
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the output holds ranks * count elements.
@@ -168,6 +167,7 @@ impl SymPool {
         output: &mut impl BufferMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("reduce_scatter", &[input.alloc(), output.alloc()])?;
         check_len(
             "reduce_scatter",
@@ -182,8 +182,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[],
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; the input holds ranks * count elements.
@@ -204,6 +203,7 @@ impl SymPool {
         input: &impl Buffer<T>,
         output: &mut impl BufferMut<T>,
     ) -> Result<()> {
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("all_to_all", &[input.alloc(), output.alloc()])?;
         check_len("all_to_all", "output", output.len(), input.len())?;
         if input.len() % self.ranks() != 0 {
@@ -221,8 +221,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: None,
             args: &[],
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; both hold ranks blocks of `count` elements.
@@ -254,6 +253,7 @@ impl SymPool {
     /// [`Error::InvalidArgument`] if `root` is not a rank or the buffer is from another pool;
     /// [`Error::Asymmetric`] in strict mode when ranks' histories differ; the library's error.
     pub fn broadcast<T: Element>(&self, data: &mut impl BufferMut<T>, root: u32) -> Result<()> {
+        let data = Span::write(data)?;
         self.check_owned("broadcast", &[data.alloc()])?;
         self.check_rank("broadcast", "root", root)?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
@@ -263,8 +263,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: None,
             args: &[u64::from(root)],
-            buffers: &[location(data)],
-            blocks: &[data.alloc()],
+            spans: &[data],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`; one buffer of `count` elements.
@@ -306,6 +305,7 @@ impl SymPool {
         op: ReduceOp,
         root: u32,
     ) -> Result<()> {
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("reduce", &[input.alloc(), output.alloc()])?;
         check_len("reduce", "output", output.len(), input.len())?;
         self.check_rank("reduce", "root", root)?;
@@ -317,8 +317,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: Some(op),
             args: &[u64::from(root)],
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_reduce`.
@@ -410,12 +409,7 @@ impl PoolShared {
             );
         }
         self.run_locked(
-            &mut state,
-            target,
-            call.kind,
-            call.count,
-            call.blocks,
-            enqueue,
+            &mut state, target, call.kind, call.count, call.spans, enqueue,
         )
     }
 
@@ -428,7 +422,7 @@ impl PoolShared {
         target: Target<'_>,
         kind: Collective,
         count: u64,
-        buffer: &SymBlock,
+        buffer: Span<'_>,
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         let mut state = self.lock();
@@ -440,14 +434,16 @@ impl PoolShared {
         self.run_locked(&mut state, target, kind, Some(count), &[buffer], enqueue)
     }
 
-    /// Enqueues with the state lock held (`state` proves it) and marks the buffers used.
+    /// Enqueues with the state lock held (`state` proves it) and marks the buffers used. A
+    /// buffer it writes must have no host view: one opened later waits for this work, and
+    /// taking both under the lock orders them.
     fn run_locked(
         &self,
         state: &mut PoolState,
         target: Target<'_>,
         kind: Collective,
         count: Option<u64>,
-        buffers: &[&SymBlock],
+        spans: &[Span<'_>],
         enqueue: impl FnOnce(&Comm, &Stream) -> Result<()>,
     ) -> Result<()> {
         tracing::debug!(
@@ -457,9 +453,12 @@ impl PoolShared {
             "symheap: collective"
         );
         self.check_in_capture(state, target.stream, kind.c_name())?;
+        for span in spans.iter().filter(|s| s.is_written()) {
+            span.alloc().check_no_host_view(kind.c_name())?;
+        }
         enqueue(&target.comm, target.stream)?;
         self.note_collective_stream(state, target.stream);
-        for alloc in buffers {
+        for alloc in spans.iter().map(Span::alloc) {
             alloc.mark_used_on(target.stream);
             if let Some(hold) = state.capture_hold() {
                 alloc.hold_for(hold);

@@ -8,8 +8,8 @@
 //! any C call, refuse to run on a poisoned pool, and mark the buffer as used on their stream,
 //! so that its reuse and host access are ordered after the transfer.
 
+use crate::buffer::{Buffer, BufferMut, Span};
 use crate::runtime::Element;
-use crate::sym_slice::{Buffer, BufferMut};
 use crate::{Collective, Error, Result, SymPool};
 
 impl SymPool {
@@ -55,6 +55,7 @@ impl SymPool {
     /// another pool; [`Error::Unsupported`] if the library lacks `HcclSend`; the library's
     /// error.
     pub fn send<T: Element>(&self, data: &impl Buffer<T>, peer: u32) -> Result<()> {
+        let data = Span::read(data)?;
         self.check_peer("send", data.alloc(), peer)?;
         crate::raw::calls::require::HcclSend(self.shared.runtime())?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
@@ -62,7 +63,7 @@ impl SymPool {
             self.target(),
             Collective::Send,
             count,
-            data.alloc(),
+            data,
             |comm, stream| {
                 // SAFETY: a live pool block of `count` elements; the borrow keeps it alive,
                 // and the pool defers its reuse until the stream has run.
@@ -83,6 +84,7 @@ impl SymPool {
     /// another pool; [`Error::Unsupported`] if the library lacks `HcclRecv`; the library's
     /// error.
     pub fn recv<T: Element>(&self, data: &mut impl BufferMut<T>, peer: u32) -> Result<()> {
+        let data = Span::write(data)?;
         self.check_peer("recv", data.alloc(), peer)?;
         crate::raw::calls::require::HcclRecv(self.shared.runtime())?;
         let (ptr, count) = (data.device_ptr(), data.len() as u64);
@@ -90,7 +92,7 @@ impl SymPool {
             self.target(),
             Collective::Recv,
             count,
-            data.alloc(),
+            data,
             |comm, stream| {
                 // SAFETY: as for `send`; the `&mut` borrow excludes every other use.
                 unsafe {

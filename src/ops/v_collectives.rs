@@ -24,8 +24,8 @@
 //!   the arrays; it does not, to keep one check (an AllGather of one word) per collective.
 
 use super::Call;
+use crate::buffer::{Buffer, BufferMut, Span};
 use crate::runtime::Element;
-use crate::sym_slice::{Buffer, BufferMut, location};
 use crate::{Collective, Error, Result, SymPool};
 
 /// The displacements that pack regions of `counts` elements one after another from element
@@ -177,6 +177,7 @@ impl SymPool {
         recv_displs: &[usize],
     ) -> Result<()> {
         const WHAT: &str = "all_to_all_v";
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned(WHAT, &[input.alloc(), output.alloc()])?;
         let ranks = self.ranks();
         let send = Regions {
@@ -208,8 +209,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: None,
             args: &[],
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: every region lies inside its pool block (checked above); the borrows
@@ -269,6 +269,7 @@ impl SymPool {
         recv_displs: &[usize],
     ) -> Result<()> {
         const WHAT: &str = "all_gather_v";
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned(WHAT, &[input.alloc(), output.alloc()])?;
         let recv = Regions {
             side: "receive",
@@ -295,8 +296,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: None,
             args: &args,
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the input holds `count` elements.
@@ -350,6 +350,7 @@ impl SymPool {
         op: crate::ReduceOp,
     ) -> Result<()> {
         const WHAT: &str = "reduce_scatter_v";
+        let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned(WHAT, &[input.alloc(), output.alloc()])?;
         let send = Regions {
             side: "send",
@@ -376,8 +377,7 @@ impl SymPool {
             dtype: T::DATA_TYPE,
             op: Some(op),
             args: &args,
-            buffers: &[location(input), location(output)],
-            blocks: &[input.alloc(), output.alloc()],
+            spans: &[input, output],
         };
         self.shared.enqueue(self.target(), call, |comm, stream| {
             // SAFETY: as for `all_to_all_v`; the output holds `count` elements.

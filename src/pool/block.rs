@@ -1,6 +1,6 @@
 //! [`SymBlock`]: one block of a pool, with its window and offset.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::graph_hold::GraphHold;
@@ -29,6 +29,8 @@ pub struct SymBlock {
     streams: Mutex<Vec<Stream>>,
     /// Graphs whose captured work uses this memory ([`SymPool::capture`](super::SymPool::capture)).
     holds: Mutex<Vec<Arc<GraphHold>>>,
+    /// Live host views of this memory: work that writes it is refused meanwhile.
+    host_views: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for SymBlock {
@@ -52,6 +54,7 @@ impl SymBlock {
             used_epoch: AtomicU64::new(NEVER_USED),
             streams: Mutex::new(Vec::new()),
             holds: Mutex::new(Vec::new()),
+            host_views: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -196,11 +199,36 @@ impl SymBlock {
 
     /// Waits as [`wait_idle`](Self::wait_idle) does and counts a host view of the memory
     /// until the returned token drops: a sleep refuses while any is alive.
+    ///
+    /// The view is counted on the block before the wait, under the state lock: work that
+    /// writes the block and was queued before is waited for, and work queued after is
+    /// refused ([`check_no_host_view`](Self::check_no_host_view), under the same lock).
     pub(crate) fn open_host_view(&self) -> crate::Result<HostViewToken> {
         let _gate = self.pool.gate.read().unwrap_or_else(|e| e.into_inner());
+        let token = {
+            let _state = self.pool.lock();
+            self.pool.host_views.fetch_add(1, Ordering::AcqRel);
+            self.host_views.fetch_add(1, Ordering::AcqRel);
+            HostViewToken {
+                pool: Arc::clone(&self.pool),
+                block: Arc::clone(&self.host_views),
+            }
+        };
         self.wait_idle()?;
-        self.pool.host_views.fetch_add(1, Ordering::AcqRel);
-        Ok(HostViewToken(Arc::clone(&self.pool)))
+        Ok(token)
+    }
+
+    /// Refuses work that writes this memory while a host view of it lives (the view would
+    /// see the memory change under a Rust reference). Called with the state lock held.
+    pub(crate) fn check_no_host_view(&self, what: &str) -> crate::Result<()> {
+        match self.host_views.load(Ordering::Acquire) {
+            0 => Ok(()),
+            n => Err(crate::Error::invalid(format!(
+                "{what} would write memory (window offset {:#x}) that {n} live host view(s) \
+                 read: drop the HostView first",
+                self.offset()
+            ))),
+        }
     }
 
     /// Whether this allocation belongs to `pool`.
@@ -213,12 +241,16 @@ impl SymBlock {
     }
 }
 
-/// A live host view of pooled memory, counted by its pool until dropped.
-pub(crate) struct HostViewToken(Arc<PoolShared>);
+/// A live host view of pooled memory, counted by its pool and its block until dropped.
+pub(crate) struct HostViewToken {
+    pool: Arc<PoolShared>,
+    block: Arc<AtomicUsize>,
+}
 
 impl Drop for HostViewToken {
     fn drop(&mut self) {
-        self.0.host_views.fetch_sub(1, Ordering::AcqRel);
+        self.block.fetch_sub(1, Ordering::AcqRel);
+        self.pool.host_views.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
