@@ -23,6 +23,7 @@ mod processes;
 mod runtime;
 mod sleep;
 mod soak;
+mod storage;
 mod streams;
 mod support;
 mod views;
