@@ -52,6 +52,19 @@ pub(crate) fn compile_for_cann(
     flags: &[&str],
     source: &Path,
 ) -> PathBuf {
+    compile_for_cann_with(dir_name, compiler, flags, source, &[])
+}
+
+/// [`compile_for_cann`], also linked with each shared library of `libraries` (`libNAME.so`
+/// files): linked to by name beside the program, given to the linker after the program's
+/// source as `-lNAME`, found there at run time.
+pub(crate) fn compile_for_cann_with(
+    dir_name: &str,
+    compiler: &str,
+    flags: &[&str],
+    source: &Path,
+    libraries: &[PathBuf],
+) -> PathBuf {
     let library = build_emulator_cdylib();
     let dir = library.parent().unwrap().join(dir_name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -59,6 +72,20 @@ pub(crate) fn compile_for_cann(
         let link = dir.join(lib);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&library, &link).unwrap();
+    }
+    let mut extra = Vec::new();
+    for lib in libraries {
+        let file = lib.file_name().unwrap();
+        let link = dir.join(file);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lib, &link).unwrap();
+        let name = file.to_str().unwrap();
+        let name = name
+            .strip_prefix("lib")
+            .unwrap()
+            .strip_suffix(".so")
+            .unwrap();
+        extra.push(format!("-l{name}"));
     }
     let program = dir.join(source.file_stem().unwrap());
     let output = Command::new(compiler)
@@ -68,6 +95,7 @@ pub(crate) fn compile_for_cann(
         .arg(source)
         .arg("-L")
         .arg(&dir)
+        .args(&extra)
         .args(["-lhccl", "-lascendcl"])
         .arg(format!("-Wl,-rpath,{}", dir.display()))
         .output()

@@ -16,6 +16,7 @@ mod inference_worker;
 mod inspect;
 mod module_order;
 mod moe;
+mod npu_allocator;
 mod paths;
 mod pool;
 mod pool_vector;

@@ -13,13 +13,14 @@ mod module_graph;
 use module_graph::{Graph, Module, cycles, describe, graph, name, siblings};
 
 /// Every crate's `src`, relative to the workspace root.
-const CRATES: [&str; 6] = [
+const CRATES: [&str; 7] = [
     "src",
     "symheap-types/src",
     "symheap-heap/src",
     "symheap-sys/src",
     "symheap-emu/src",
     "symheap-tools/src",
+    "symheap-npu/src",
 ];
 
 /// The main crate's top-level modules, from the bottom up: each may use only those before it
