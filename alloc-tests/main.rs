@@ -5,6 +5,7 @@ mod cann_install;
 mod collectives;
 mod cpp_program;
 mod dlopen;
+mod dlpack;
 mod fail_fast;
 mod faults;
 mod graphs;

@@ -25,7 +25,7 @@ const CRATES: [&str; 7] = [
 
 /// The main crate's top-level modules, from the bottom up: each may use only those before it
 /// (the README's "What is inside" states this order).
-const LAYERS: [&str; 14] = [
+const LAYERS: [&str; 15] = [
     "error",
     "path_rules",
     "runtime",
@@ -39,6 +39,7 @@ const LAYERS: [&str; 14] = [
     "sym_box",
     "allocator",
     "ops",
+    "dlpack",
     "emu",
 ];
 

@@ -57,8 +57,9 @@ impl<'a, T: Element> HostViewMut<'a, T> {
 }
 
 /// A host view needs host-addressable memory that no graph may write behind its back (a
-/// replay takes no borrow of the buffers it writes).
-fn open_token(block: &SymBlock) -> Result<HostViewToken> {
+/// replay takes no borrow of the buffers it writes). Also what a DLPack export to the host
+/// holds (`dlpack`).
+pub(crate) fn open_token(block: &SymBlock) -> Result<HostViewToken> {
     if !block.pool().runtime().is_host_addressable() {
         return Err(Error::NotHostAddressable);
     }

@@ -2,6 +2,7 @@
 
 mod allocator;
 mod buffer;
+pub mod dlpack;
 #[cfg(feature = "emulator")]
 pub mod emu;
 mod error;

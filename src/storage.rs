@@ -105,6 +105,13 @@ impl SymStorage {
         })
     }
 
+    /// The first `bytes` bytes of `alloc` (a [`SymVec`](crate::SymVec)'s block, untyped),
+    /// untagged.
+    pub(crate) fn from_block(alloc: SymBlock, bytes: usize) -> Self {
+        let desc = AllocDesc::default();
+        SymStorage { alloc, bytes, desc }
+    }
+
     /// The size in bytes.
     pub fn len(&self) -> usize {
         self.bytes

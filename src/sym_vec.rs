@@ -6,7 +6,7 @@ use crate::host_view::{HostView, HostViewMut};
 use crate::pool::{AllocDesc, SymBlock, SymPool};
 use crate::raw::{DevicePtr, WindowHandle};
 use crate::runtime::{Element, Stream};
-use crate::storage::{block_from_host, zeroed_block};
+use crate::storage::{SymStorage, block_from_host, zeroed_block};
 use crate::{Error, Result};
 
 /// A fixed-length array of `T` in a [`SymPool`]'s window: a tensor's storage, ready for the
@@ -227,5 +227,28 @@ impl<T: Element> SymVec<T> {
     /// The underlying allocation.
     pub fn alloc(&self) -> &SymBlock {
         &self.alloc
+    }
+}
+
+/// The vector's elements as untyped storage (its block, no copy), for a tensor library or a
+/// [DLPack](crate::dlpack) export. The storage is untagged: a later
+/// [`resize`](SymStorage::resize) allocates without the vector's tag.
+///
+/// # Examples
+/// ```
+/// use symheap::{PoolConfig, SymPool, SymStorage, SymVec, emu};
+///
+/// emu::launch(1, |comm| {
+///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+///     let storage = SymStorage::from(SymVec::from_host(&pool, &[1u16, 2, 3])?);
+///     assert_eq!(storage.len(), 6);
+///     assert_eq!(storage.to_host::<u16>()?, [1, 2, 3]);
+///     Ok(())
+/// })?;
+/// # Ok::<(), symheap::Error>(())
+/// ```
+impl<T: Element> From<SymVec<T>> for SymStorage {
+    fn from(vec: SymVec<T>) -> SymStorage {
+        SymStorage::from_block(vec.alloc, vec.len * size_of::<T>())
     }
 }
