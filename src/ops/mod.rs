@@ -413,6 +413,7 @@ impl PoolShared {
             group => fold_words([call.hash(), group as u64]),
         };
         state.record_collective(hash);
+        state.log_collective(call.kind, call.count);
         if self.config.is_strict_symmetry() {
             self.verify_locked(&mut state)?;
         }
