@@ -53,6 +53,8 @@ fn the_install_layout_builds_and_runs_a_c_and_a_cpp_program_unchanged_as_4_proce
             "c++ -std=c++17",
             root.join("alloc-tests/cpp/hccl_surface.cpp"),
         ),
+        // The README's root-info protocol for C and C++ programs.
+        ("c++ -std=c++17", root.join("examples/c/main.cc")),
     ];
     for (compiler, source) in programs {
         let program = prefix.join(source.file_stem().unwrap());
@@ -80,4 +82,48 @@ fn the_install_layout_builds_and_runs_a_c_and_a_cpp_program_unchanged_as_4_proce
             crate::processes::failed(&outcome)
         );
     }
+}
+
+/// One rank of a job whose runtime comes from `raw::load` after `set_env.sh`: the emulator's
+/// C library through `$ASCEND_HOME_PATH/lib64`, as a `default-features = false` build loads it.
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_raw_load() {
+    use symheap::{Comm, CommConfig, Error, PoolConfig, ReduceOp, SymPool, SymVec};
+    // SAFETY: the emulator's C library, installed by install.sh (the CANN prototypes).
+    let rt = unsafe { symheap::raw::load() }.unwrap();
+    assert!(matches!(rt.backend(), symheap::raw::Backend::Loaded { .. }));
+    assert!(!rt.is_host_addressable());
+    let comm = Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(60)).unwrap();
+    let pool = SymPool::new(&comm, PoolConfig::new(4 << 20)).unwrap();
+    assert!(matches!(pool.allocator(), Err(Error::NotHostAddressable)));
+    let mut v = SymVec::from_host(&pool, &[1.0f32; 64]).unwrap();
+    pool.all_reduce_in_place(&mut v, ReduceOp::Sum).unwrap();
+    assert_eq!(v.to_host().unwrap(), vec![comm.rank_count() as f32; 64]);
+}
+
+#[test]
+fn raw_load_after_set_env_finds_the_emulators_library() {
+    let library = crate::dlopen::build_emulator_cdylib();
+    let prefix = library.parent().unwrap().join("cann-prefix-load");
+    let _ = std::fs::remove_dir_all(&prefix);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let installer = root.join("alloc-tests/emu-cdylib/install.sh");
+    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library]);
+    assert!(ok, "install.sh failed:\n{text}");
+    let exe = std::env::current_exe().unwrap();
+    let outcome = Job::new(2, "bash")
+        .args([
+            "-c",
+            r#"source "$1/set_env.sh" && exec "$2" "$3" --exact --ignored"#,
+            "bash",
+        ])
+        .arg(&prefix)
+        .arg(&exe)
+        .arg("cann_install::rank_of_raw_load")
+        .grace(Duration::from_secs(20))
+        .capture_output()
+        .run()
+        .unwrap();
+    assert!(outcome.success(), "{}", crate::processes::failed(&outcome));
 }

@@ -4,13 +4,26 @@
 use std::time::{Duration, Instant};
 
 use symheap::{
-    Comm, CommConfig, Error, ParallelGroups, PoolConfig, ReduceOp, Stream, SymPool, SymVec, emu,
+    Comm, CommConfig, Error, GroupSizes, ParallelGroups, PoolConfig, ReduceOp, Stream, SymPool,
+    SymVec, emu,
 };
 
 use crate::collectives::every_wrapper;
 use crate::harness::{DeviceBuf, EmuSession};
 use crate::processes::{failed, placement, rank_job_in};
 use crate::support::rng::Rng;
+
+/// A world of 4 as TP pairs, DP pairs and one EP group of all 4.
+const GRID: GroupSizes = GroupSizes {
+    tp: 2,
+    dp: 2,
+    ep: 4,
+};
+
+/// How `InvalidArgument` with `why` displays.
+fn bad_sizes(why: &str) -> String {
+    Error::InvalidArgument(format!("ParallelGroups: {why}")).to_string()
+}
 
 fn invalid(r: symheap::Result<Comm>) -> String {
     match r {
@@ -34,9 +47,69 @@ fn split_refuses_bad_rank_lists_and_sub_communicators_and_groups_check_their_siz
         assert_eq!((alone.rank(), alone.rank_count()), (0, 1));
         assert!(alone.parent().unwrap().same_as(world));
         assert!(invalid(alone.split(&[0], 1, &c)).contains("only a global"));
-        for (tp, ep) in [(3, 3), (2, 1), (0, 4), (4, 2)] {
-            let e = ParallelGroups::new(world, tp, ep).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument(_)), "{tp} x {ep}: {e}");
+        // Each rule, alone broken, names the sizes and the rule.
+        let sizes = |tp, dp, ep| GroupSizes { tp, dp, ep };
+        for (bad, rule) in [
+            (sizes(0, 4, 4), "tp is 0; every size must be at least 1"),
+            (sizes(4, 0, 4), "dp is 0; every size must be at least 1"),
+            (sizes(2, 2, 0), "ep is 0; every size must be at least 1"),
+            (
+                sizes(2, 4, 4),
+                "tp x dp = 2 x 4 = 8 is not the world's 4 ranks",
+            ),
+            (
+                sizes(3, 1, 3),
+                "tp x dp = 3 x 1 = 3 is not the world's 4 ranks",
+            ),
+            (
+                sizes(4, 2, 4),
+                "tp x dp = 4 x 2 = 8 is not the world's 4 ranks",
+            ),
+            (
+                sizes(2, 2, 1),
+                "tp = 2 does not divide ep = 1 (an EP group holds whole TP groups)",
+            ),
+            (
+                sizes(2, 2, 3),
+                "tp = 2 does not divide ep = 3 (an EP group holds whole TP groups)",
+            ),
+            (sizes(1, 4, 3), "ep = 3 does not divide the world's 4 ranks"),
+            (sizes(2, 2, 8), "ep = 8 does not divide the world's 4 ranks"),
+        ] {
+            let GroupSizes { tp, dp, ep } = bad;
+            let named = format!("tp = {tp}, dp = {dp}, ep = {ep} on a world of 4 ranks: {rule}");
+            assert_eq!(bad.check(4).unwrap_err().to_string(), bad_sizes(&named));
+            match ParallelGroups::new(world, bad) {
+                Err(Error::InvalidArgument(why)) => assert!(why.ends_with(&named), "{why}"),
+                other => panic!("{bad:?}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+        // A rank count that overflows u32 when multiplied is no product of 4.
+        let huge = sizes(1 << 16, 1 << 16, 1 << 16);
+        assert!(
+            huge.check(4)
+                .unwrap_err()
+                .to_string()
+                .contains("= 4294967296 is not")
+        );
+        // Every layout of 4 that fits: the group sizes come out as asked.
+        let stream = Stream::new(world.runtime())?;
+        for ok in [
+            sizes(1, 4, 1),
+            sizes(1, 4, 4),
+            sizes(2, 2, 2),
+            sizes(2, 2, 4),
+            sizes(4, 1, 4),
+        ] {
+            let groups = ParallelGroups::new(world, ok)?;
+            assert_eq!(groups.sizes(), ok);
+            let counts = [groups.tp(), groups.dp(), groups.ep()].map(|g| g.rank_count());
+            assert_eq!(counts, [ok.tp, ok.dp, ok.ep], "{ok:?}");
+            // Group ids depend on the group's place, not the layout: the next layout reuses
+            // them for other members, so every rank's groups go before any rank splits anew.
+            drop(groups);
+            world.barrier(&stream)?;
+            world.synchronize(&stream)?;
         }
         Ok(())
     })
@@ -58,7 +131,7 @@ fn every_collective_on(group: &Comm) -> symheap::Result<()> {
 
 /// A world of 4 as TP pairs, DP pairs and the world: every collective on each group.
 fn every_group(world: &Comm) -> symheap::Result<()> {
-    let groups = ParallelGroups::new(world, 2, 4)?;
+    let groups = ParallelGroups::new(world, GRID)?;
     let r = world.rank();
     assert_eq!(groups.tp().global_ranks(), [r & !1, r | 1]);
     assert_eq!(groups.dp().global_ranks(), [r & 1, (r & 1) + 2]);
@@ -103,7 +176,7 @@ fn pick<'a>(rng: &mut Rng, views: &'a [SymPool; 3]) -> &'a SymPool {
 /// a random group (the same choice on every rank: one seed), synchronizes. Every 64th
 /// collective's values are checked. Returns the placement digest and the op hash.
 fn attached_program(world: &Comm, steps: usize) -> symheap::Result<(u64, u64, symheap::PoolStats)> {
-    let groups = ParallelGroups::new(world, 2, 4)?;
+    let groups = ParallelGroups::new(world, GRID)?;
     let pool = SymPool::new(world, PoolConfig::new(2 << 20).max_capacity(16 << 20))?;
     pool.attach(groups.tp())?;
     let e = pool.attach(groups.tp()).unwrap_err();
@@ -280,7 +353,7 @@ fn rank_of_killed_tp_peer() {
     let _ = placement();
     let rt = symheap::Runtime::emulated().unwrap();
     let world = Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(60)).unwrap();
-    let groups = ParallelGroups::new(&world, 2, 4).unwrap();
+    let groups = ParallelGroups::new(&world, GRID).unwrap();
     let tp = groups.tp();
     let stream = Stream::new(&rt).unwrap();
     let buf = DeviceBuf::new(tp, 1, true).unwrap();
@@ -351,7 +424,7 @@ fn failed_growth(
 ) -> (Comm, SymPool, SymPool, SymVec<f32>, Error, Duration) {
     let rt = symheap::Runtime::emulated().unwrap();
     let world = Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(2)).unwrap();
-    let groups = ParallelGroups::new(&world, 2, 4).unwrap();
+    let groups = ParallelGroups::new(&world, GRID).unwrap();
     let pool = SymPool::new(&world, PoolConfig::new(2 << 20).max_capacity(8 << 20)).unwrap();
     pool.attach(groups.tp()).unwrap();
     let tp = pool.on_group(groups.tp()).unwrap();

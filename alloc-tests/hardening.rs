@@ -1339,7 +1339,14 @@ fn rank_beside_a_squatter() -> symheap::Result<()> {
     let rank = placement();
     let rt = Runtime::emulated()?;
     let world = Comm::from_env(&rt, round_three_config())?;
-    let groups = symheap::ParallelGroups::new(&world, 2, 4)?;
+    let groups = symheap::ParallelGroups::new(
+        &world,
+        symheap::GroupSizes {
+            tp: 2,
+            dp: 2,
+            ep: 4,
+        },
+    )?;
     let pool = SymPool::new(&world, PoolConfig::new(4 << 20))?;
     for group in groups.sub_groups() {
         pool.attach(group)?;

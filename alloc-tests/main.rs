@@ -4,6 +4,7 @@ mod budgets;
 mod cann_install;
 mod collectives;
 mod cpp_program;
+mod divergence;
 mod dlopen;
 mod dlpack;
 mod fail_fast;

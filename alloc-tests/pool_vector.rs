@@ -793,3 +793,55 @@ fn a_mismatched_all_to_all_v_pair_fails_every_rank_and_poisons_the_pools() {
     }
     session.assert_clean();
 }
+
+/// A wrong length is blamed on the buffer that has it: for a reduce-scatter the input (whose
+/// length divides by the ranks) sets the output's length, and an input that does not divide
+/// is the input's fault; an all-gather's input sets its output's; an all-to-all's input must
+/// divide by the ranks.
+#[test]
+fn a_wrong_length_blames_the_buffer_that_has_it() {
+    let session = EmuSession::start();
+    emu::launch(2, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let eight = SymVec::<f32>::zeroed(&pool, 8)?;
+        let seven = SymVec::<f32>::zeroed(&pool, 7)?;
+        let mut three = SymVec::<f32>::zeroed(&pool, 3)?;
+        let mut sixteen = SymVec::<f32>::zeroed(&pool, 16)?;
+        let mut seven_out = SymVec::<f32>::zeroed(&pool, 7)?;
+        let message = |r: symheap::Result<()>| match r {
+            Err(symheap::Error::InvalidArgument(why)) => why,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        };
+        let sum = ReduceOp::Sum;
+        // 8 elements over 2 ranks: the output must hold 4; it has 3.
+        let why = message(pool.reduce_scatter(&eight, &mut three, sum));
+        assert_eq!(
+            why,
+            "reduce_scatter: output has 3 elements, expected 4 (the input's 8 over 2 ranks)"
+        );
+        // 7 elements do not divide over 2 ranks, whatever the output.
+        let why = message(pool.reduce_scatter(&seven, &mut three, sum));
+        assert_eq!(
+            why,
+            "reduce_scatter: input has 7 elements, not a multiple of the 2 ranks"
+        );
+        let why = message(pool.all_gather(&eight, &mut seven_out));
+        assert_eq!(
+            why,
+            "all_gather: output has 7 elements, expected 16 (2 ranks x the input's 8)"
+        );
+        let why = message(pool.all_to_all(&seven, &mut seven_out));
+        assert_eq!(
+            why,
+            "all_to_all: input has 7 elements, not a multiple of the 2 ranks"
+        );
+        let why = message(pool.all_to_all(&eight, &mut sixteen));
+        assert_eq!(
+            why,
+            "all_to_all: output has 16 elements, expected 8 (the input's)"
+        );
+        Ok(())
+    })
+    .unwrap();
+    session.assert_clean();
+}

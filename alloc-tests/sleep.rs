@@ -1,11 +1,18 @@
 //! Sleep and wake ([`SymPool::sleep`], [`SymPool::wake`], [`SymPool::wake_on`]).
 
 use symheap::{
-    AllocDesc, Comm, CommConfig, Error, ParallelGroups, PoolConfig, ReduceOp, SleepPlan, Stream,
-    SymPool, SymVec, emu,
+    AllocDesc, Comm, CommConfig, Error, GroupSizes, ParallelGroups, PoolConfig, ReduceOp,
+    SleepPlan, Stream, SymPool, SymVec, emu,
 };
 
 use crate::harness::EmuSession;
+
+/// A world of 4 as TP pairs, DP pairs and one EP group of all 4.
+const GRID: GroupSizes = GroupSizes {
+    tp: 2,
+    dp: 2,
+    ep: 4,
+};
 
 /// Every rank's answer must be the same.
 fn all_equal<T: PartialEq + std::fmt::Debug>(values: &[T]) {
@@ -167,7 +174,7 @@ fn a_deep_sleep_releases_the_communicators_and_wakes_on_a_new_world() {
     let session = EmuSession::start();
     let hashes = emu::launch(4, |comm| {
         let rt = comm.runtime().clone();
-        let groups = ParallelGroups::new(comm, 2, 4)?;
+        let groups = ParallelGroups::new(comm, GRID)?;
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         pool.attach(groups.tp())?;
         let rank = comm.rank() as f32;
@@ -193,7 +200,7 @@ fn a_deep_sleep_releases_the_communicators_and_wakes_on_a_new_world() {
         assert_eq!(w.offset(), offset);
         assert_eq!(w.to_host()?, vec![rank; 256]);
         assert!(pool.comm().same_as(&world));
-        let groups = ParallelGroups::new(&world, 2, 4)?;
+        let groups = ParallelGroups::new(&world, GRID)?;
         pool.attach(groups.tp())?;
         let tp = pool.on_group(groups.tp())?;
         tp.all_reduce_in_place(&mut w, ReduceOp::Sum)?;
@@ -344,7 +351,7 @@ fn ranks_that_slept_with_different_plans_are_caught_by_verify_symmetric() {
 fn a_shallow_sleep_keeps_the_attached_groups_and_registers_every_segment_in_them_again() {
     let session = EmuSession::start();
     let hashes = emu::launch(4, |comm| {
-        let groups = ParallelGroups::new(comm, 2, 4)?;
+        let groups = ParallelGroups::new(comm, GRID)?;
         let config = PoolConfig::new(2 << 20).max_capacity(8 << 20);
         let pool = SymPool::new(comm, config)?;
         pool.attach(groups.tp())?;

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use symheap::{
-    Comm, ParallelGroups, PoolConfig, PoolStats, ReduceOp, Result, SymPool, SymVec, emu,
+    Comm, GroupSizes, ParallelGroups, PoolConfig, PoolStats, ReduceOp, Result, SymPool, SymVec, emu,
 };
 
 #[path = "../symheap-heap/tests/support/rng.rs"]
@@ -121,7 +121,14 @@ fn main() -> Result<()> {
     );
     println!("{STEPS} steps per round, {ROUNDS} rounds in alternation; rank 0's numbers");
     let rounds = emu::launch(4, |world| {
-        let groups = ParallelGroups::new(world, 2, 4)?;
+        let groups = ParallelGroups::new(
+            world,
+            GroupSizes {
+                tp: 2,
+                dp: 2,
+                ep: 4,
+            },
+        )?;
         let mut out = Vec::new();
         for _ in 0..ROUNDS {
             let a = run(&shared(world, &groups)?)?;

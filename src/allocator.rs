@@ -12,9 +12,20 @@ use crate::{Error, Result};
 /// A `Clone` handle that allocates from a [`SymPool`], for
 /// `allocator_api2::vec::Vec<T, SymAllocator>` and friends.
 ///
-/// Offered only where device memory is host-addressable (the emulator), because the
-/// `Allocator` contract hands out pointers the host dereferences. Blocks are freed at once on
-/// `deallocate` (no stream tracking: don't use them in collectives).
+/// # Limits
+/// - **Host-addressable device memory only.** The `Allocator` contract hands out pointers the
+///   host dereferences, so [`SymPool::allocator`] returns [`Error::NotHostAddressable`] (and
+///   maps nothing) unless [`Runtime::is_host_addressable`](crate::Runtime::is_host_addressable):
+///   true for the built-in emulator ([`Runtime::emulated`](crate::Runtime::emulated),
+///   `emu::launch`), false for every runtime that [`raw::load`](crate::raw::load) or
+///   [`raw::load_from`](crate::raw::load_from) opens, real NPUs and the emulator's C library
+///   alike. On an NPU there is no adapter.
+/// - **Not for collectives.** Its memory is a rank-private region outside every symmetric
+///   window (below), at offsets that differ between ranks, and blocks are freed at once on
+///   `deallocate`, with no stream tracking. Don't pass it to HCCL or use it as a collective
+///   buffer: take collective buffers from the pool itself, as [`SymVec`](crate::SymVec),
+///   [`SymBox`](crate::SymBox) or [`SymPool::alloc`] blocks, whose offsets are symmetric and
+///   whose reuse is stream-ordered.
 ///
 /// Containers grow when their data says so, which may differ between ranks, so the adapter
 /// allocates from a rank-private region of device memory outside every window
@@ -52,9 +63,16 @@ impl SymPool {
     /// An `allocator-api2` allocator over this pool's rank-private region, which the first
     /// call maps (a local step: ranks may call it at different points of their programs).
     ///
+    /// Only where device memory is host-addressable: the built-in emulator, not a runtime
+    /// from [`raw::load`](crate::raw::load) (real NPUs, or the emulator's C library). Its
+    /// memory lies outside the symmetric windows and must not be used in collectives: use
+    /// [`SymVec`](crate::SymVec) / [`SymPool::alloc`] for those. See [`SymAllocator`]'s
+    /// *Limits*.
+    ///
     /// # Errors
-    /// [`Error::NotHostAddressable`] where device memory cannot be dereferenced by the host;
-    /// the runtime's error if mapping the region fails.
+    /// [`Error::NotHostAddressable`], before anything is mapped, unless
+    /// [`Runtime::is_host_addressable`](crate::Runtime::is_host_addressable); the runtime's
+    /// error if mapping the region fails.
     pub fn allocator(&self) -> Result<SymAllocator> {
         if !self.shared().runtime().is_host_addressable() {
             return Err(Error::NotHostAddressable);

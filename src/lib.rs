@@ -43,6 +43,7 @@ pub use pool::{
     SleepReport, SleepStats, Snapshot, SymBlock, SymGraph, SymPool, TagStats, WakeReport,
     WindowMap,
 };
+pub use runtime::GroupSizes;
 pub use runtime::{
     Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, RootInfo, Runtime, Stream,
 };

@@ -28,7 +28,7 @@ use symheap::{
     SymPool, SymVec, emu,
 };
 
-use super::{BATCH, Decoder, EP, Pooled, STEPS, TP, Weights, argmax_tokens};
+use super::{BATCH, Decoder, Pooled, SIZES, STEPS, TP, Weights, argmax_tokens};
 
 /// Sleep and wake cycles; odd ones (the 2nd, 4th) are deep.
 pub const CYCLES: usize = 4;
@@ -96,7 +96,7 @@ fn agree_max(pool: &SymPool, value: u64) -> Result<u64> {
 
 /// The worker's groups, and the pool with its collectives on them: made anew on each world.
 fn groups_of(world: &Comm, pool: &SymPool) -> Result<(ParallelGroups, Pooled)> {
-    let groups = ParallelGroups::new(world, TP as u32, EP as u32)?;
+    let groups = ParallelGroups::new(world, SIZES)?;
     pool.attach(groups.tp())?;
     let backend = Pooled {
         tp: pool.on_group(groups.tp())?,

@@ -63,7 +63,7 @@ use symheap::raw::Window;
 use symheap::{
     AllocDesc, CommConfig, Element, PoolConfig, Result, Runtime, Snapshot, SymPool, SymVec, emu,
 };
-use symheap::{Comm, ParallelGroups, ReduceOp, Stream, packed_displacements};
+use symheap::{Comm, GroupSizes, ParallelGroups, ReduceOp, Stream, packed_displacements};
 use symheap_tools::launcher::{self, Job};
 
 const RANKS: u32 = 4;
@@ -72,6 +72,12 @@ const TP: usize = 2;
 const EP: usize = 4;
 /// Data-parallel replicas: one per TP pair.
 const DP: usize = RANKS as usize / TP;
+/// The worker's parallel groups.
+const SIZES: GroupSizes = GroupSizes {
+    tp: TP as u32,
+    dp: DP as u32,
+    ep: EP as u32,
+};
 const STEPS: usize = 300;
 /// Sequences each replica decodes.
 const BATCH: usize = 2;
@@ -659,7 +665,7 @@ pub fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>, parts: Parts) -> Resu
     let expected = reference(&Weights::new());
     let (mut dynamic, mut graph) = (None, None);
     if parts != Parts::Colocate {
-        let groups = ParallelGroups::new(comm, TP as u32, EP as u32)?;
+        let groups = ParallelGroups::new(comm, SIZES)?;
         let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
         // EP is the world itself, where the pool lives: only the TP pair is attached.
         pool.attach(groups.tp())?;

@@ -132,12 +132,10 @@ impl SymPool {
     ) -> Result<()> {
         let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("all_gather", &[input.alloc(), output.alloc()])?;
-        check_len(
-            "all_gather",
-            "output",
-            output.len(),
-            self.ranks() * input.len(),
-        )?;
+        let ranks = self.ranks();
+        let want = ranks * input.len();
+        let from = format!("{ranks} ranks x the input's {}", input.len());
+        check_len_from("all_gather", "output", output.len(), want, &from)?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), input.len() as u64);
         let call = Call {
             kind: Collective::AllGather,
@@ -156,8 +154,8 @@ impl SymPool {
         })
     }
 
-    /// Reduces `input` (length `ranks * output.len()`) across ranks and leaves block `rank` of
-    /// the result in `output`.
+    /// Reduces `input` (a length that divides by the ranks) across ranks and leaves block
+    /// `rank` of the result in `output`, whose length must be `input.len() / ranks`.
     ///
     /// # Errors
     /// As for [`all_reduce`](Self::all_reduce).
@@ -169,11 +167,16 @@ impl SymPool {
     ) -> Result<()> {
         let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("reduce_scatter", &[input.alloc(), output.alloc()])?;
-        check_len(
+        // The input sets the output's length: a wrong output is the output's fault.
+        let ranks = self.ranks();
+        check_divides("reduce_scatter", input.len(), ranks)?;
+        let from = format!("the input's {} over {ranks} ranks", input.len());
+        check_len_from(
             "reduce_scatter",
-            "input",
-            input.len(),
-            self.ranks() * output.len(),
+            "output",
+            output.len(),
+            input.len() / ranks,
+            &from,
         )?;
         let (send, recv, count) = (input.device_ptr(), output.device_ptr(), output.len() as u64);
         let call = Call {
@@ -205,14 +208,14 @@ impl SymPool {
     ) -> Result<()> {
         let (input, output) = (Span::read(input)?, Span::write(output)?);
         self.check_owned("all_to_all", &[input.alloc(), output.alloc()])?;
-        check_len("all_to_all", "output", output.len(), input.len())?;
-        if input.len() % self.ranks() != 0 {
-            return Err(Error::invalid(format!(
-                "all_to_all: length {} is not divisible by the {} ranks",
-                input.len(),
-                self.ranks()
-            )));
-        }
+        check_divides("all_to_all", input.len(), self.ranks())?;
+        check_len_from(
+            "all_to_all",
+            "output",
+            output.len(),
+            input.len(),
+            "the input's",
+        )?;
         let (send, recv) = (input.device_ptr(), output.device_ptr());
         let count = (input.len() / self.ranks()) as u64;
         let call = Call {
@@ -356,6 +359,28 @@ impl SymPool {
     }
 }
 
+/// [`check_len`], saying where `want` comes from (`from`, e.g. "the input's 8 over 2 ranks").
+fn check_len_from(what: &str, name: &str, got: usize, want: usize, from: &str) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{what}: {name} has {got} elements, expected {want} ({from})"
+        )))
+    }
+}
+
+/// [`Error::InvalidArgument`] blaming the input unless its `len` divides by the `ranks`.
+fn check_divides(what: &str, len: usize, ranks: usize) -> Result<()> {
+    if len.is_multiple_of(ranks) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{what}: input has {len} elements, not a multiple of the {ranks} ranks"
+        )))
+    }
+}
+
 fn check_len(what: &str, name: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
@@ -387,6 +412,7 @@ impl PoolShared {
             group => fold_words([call.hash(), group as u64]),
         };
         state.record_collective(hash);
+        state.log_collective(call.kind, call.count);
         if self.config.is_strict_symmetry() {
             self.verify_locked(&mut state)?;
         }

@@ -181,8 +181,22 @@ impl PoolConfig {
         self
     }
 
-    /// Whether to compare every rank's op hash before each collective (default false). Costs
-    /// one tiny AllGather and a stream synchronisation per collective.
+    /// Whether to compare every rank's op hash before each collective (default false), so a
+    /// collective after ranks diverged never runs: it fails on every rank with
+    /// [`Error::Asymmetric`](crate::Error::Asymmetric) naming the calls that differ.
+    ///
+    /// It costs one tiny AllGather and a stream synchronisation per collective: on the
+    /// emulator a 2-rank AllReduce took 1.04x (1 MiB) to 2.8x (64 KiB) as long
+    /// (`benches/README.md`, *Strict symmetry*), so it stays off by default. Without it, the
+    /// ranks still find a divergence, later: at [`verify_symmetric`](super::SymPool::verify_symmetric),
+    /// or when the emulator refuses a collective whose ranks passed buffers at different
+    /// offsets or made different calls. Either way the error names, for each rank that
+    /// differs from rank 0, its first pool call of the last 64 (allocation with size,
+    /// alignment and tag, free, collective with kind and count) that has no match on rank 0:
+    /// `rank 2's allocation #2 (4096 B, tag "kv") has no match on rank 0, whose call there is
+    /// allocation #2 (4096 B, align 4, untagged)`. Each rank keeps that log in a fixed ring,
+    /// a copy of a few words per call. On real hardware, without strict mode, collectives
+    /// between the divergence and the next `verify_symmetric` may exchange wrong data.
     pub fn strict_symmetry(mut self, on: bool) -> Self {
         self.strict_symmetry = on;
         self

@@ -44,10 +44,10 @@ impl SymPool {
     ///
     /// # Examples
     /// ```
-    /// use symheap::{ParallelGroups, PoolConfig, ReduceOp, SymPool, SymVec, emu};
+    /// use symheap::{GroupSizes, ParallelGroups, PoolConfig, ReduceOp, SymPool, SymVec, emu};
     ///
     /// let sums = emu::launch(4, |world| {
-    ///     let groups = ParallelGroups::new(world, 2, 4)?;
+    ///     let groups = ParallelGroups::new(world, GroupSizes { tp: 2, dp: 2, ep: 4 })?;
     ///     let pool = SymPool::new(world, PoolConfig::new(8 << 20))?;
     ///     pool.attach(groups.tp())?;
     ///     let tp = pool.on_group(groups.tp())?;

@@ -32,6 +32,7 @@
 mod alloc_desc;
 mod block;
 mod budget;
+mod call_log;
 mod config;
 mod fences;
 mod graph;
@@ -198,6 +199,8 @@ pub(crate) struct PoolState {
     graphs: Vec<Weak<GraphHold>>,
     /// Asleep or awake, and what a sleep kept.
     sleep: sleep::SleepState,
+    /// The last pool calls of this rank, for a divergence's report.
+    log: call_log::CallLog,
     /// The names of the pool's communicator and of each group, read at the first attach (a
     /// pool of one communicator needs none).
     names: Vec<String>,
@@ -313,6 +316,7 @@ impl SymPool {
             held: Vec::new(),
             graphs: Vec::new(),
             sleep: sleep::SleepState::default(),
+            log: call_log::CallLog::default(),
             names: vec![String::new()],
         };
         let segment = state.segments.insert(first);
@@ -631,6 +635,9 @@ impl PoolShared {
         state.allocated += block.size();
         state.peak_allocated = state.peak_allocated.max(state.allocated);
         state.alloc_count += 1;
+        // Numbered as snapshots number it (the pool's own check block counts as the 0th).
+        let n = state.alloc_count - 1;
+        state.log.alloc(n, size, align, tag);
         state.record(block.segment, &block.block, tag);
         let placed = Placed {
             ptr: state.device_ptr(&block),
@@ -783,7 +790,9 @@ impl PoolShared {
                 streams.push(stream);
             }
         }
-        self.wait_or_poison(streams)?;
+        if let Err(e) = self.wait_or_poison(streams) {
+            return Err(self.explain_refused_collective(state, e));
+        }
         // Every stream that freed memory has run its work: nothing is left to order.
         state.fences.clear();
         state.collective_streams.clear();
@@ -878,6 +887,7 @@ impl PoolShared {
         state.allocated -= block.size();
         state.free_count += 1;
         let info = state.segments[block.segment].infos[block.block.key() as usize];
+        state.log.free(info.seq);
         state.tags.remove(info.tag, block.size());
         // Graphs that may run again keep the memory.
         holds.retain(|g| !g.is_released());
@@ -1052,6 +1062,12 @@ impl PoolState {
     /// The graph being captured, if any: what the work queued now is held by.
     pub(crate) fn capture_hold(&self) -> Option<&Arc<GraphHold>> {
         self.capturing.as_ref()
+    }
+
+    /// Logs a user's collective of `kind` on `count` elements (`None`: per-rank counts) for a
+    /// divergence's report.
+    pub(crate) fn log_collective(&mut self, kind: crate::Collective, count: Option<u64>) {
+        self.log.collective(kind, count);
     }
 
     /// Folds a collective call into the record of collectives.

@@ -42,7 +42,7 @@ pub use comm::{Comm, CommConfig, RootInfo};
 pub use element::Element;
 pub use event::Event;
 pub use graph::Graph;
-pub use groups::ParallelGroups;
+pub use groups::{GroupSizes, ParallelGroups};
 pub(crate) use host_memory::PinnedHostBuffer;
 pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
 pub use origin::{Backend, Origin};
