@@ -359,16 +359,22 @@ pub(crate) fn read_elements<T: Element>(
     start: usize,
     len: usize,
 ) -> Result<Vec<T>> {
-    let es = size_of::<T>();
-    let ptr = block.device_ptr().byte_add((start * es) as u64);
-    let mut bytes = vec![0u8; len * es];
+    let ptr = block.device_ptr().byte_add((start * size_of::<T>()) as u64);
     let rt = block.pool().runtime();
-    // SAFETY: `[ptr, +len elements)` lies in the block, which is idle.
-    block.access_idle(|| unsafe { rt.raw().copy_to_host(&mut bytes, ptr) })?;
-    let elements = bytes.chunks_exact(es).map(|c| {
-        // SAFETY: `c` is `size_of::<T>()` bytes, and any bit pattern is a valid `T` (the
-        // `Element` contract); the read is unaligned.
-        unsafe { c.as_ptr().cast::<T>().read_unaligned() }
-    });
-    Ok(elements.collect())
+    block.access_idle(|| {
+        let mut out = Vec::with_capacity(len);
+        let spare = &mut out.spare_capacity_mut()[..len];
+        // SAFETY: `MaybeUninit<T>` has `T`'s layout; the bytes are written before being
+        // read.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), size_of_val(spare))
+        };
+        // SAFETY: `[ptr, +len elements)` lies in the block, which is idle; `bytes` is exactly
+        // `len` elements.
+        unsafe { rt.raw().copy_to_host(bytes, ptr)? };
+        // SAFETY: every element was just written, and any bit pattern is a valid `T` (the
+        // `Element` contract).
+        unsafe { out.set_len(len) };
+        Ok(out)
+    })
 }

@@ -6,7 +6,7 @@ use crate::host_view::{HostView, HostViewMut};
 use crate::pool::{AllocDesc, SymBlock, SymPool};
 use crate::raw::{DevicePtr, WindowHandle};
 use crate::runtime::{Element, Stream};
-use crate::storage::{SymStorage, block_from_host, zeroed_block};
+use crate::storage::{SymStorage, block_from_host, read_elements, zeroed_block};
 use crate::{Error, Result};
 
 /// A fixed-length array of `T` in a [`SymPool`]'s window: a tensor's storage, ready for the
@@ -130,21 +130,7 @@ impl<T: Element> SymVec<T> {
     /// [`Error::Poisoned`](crate::Error::Poisoned) if the pool is poisoned, also when another
     /// thread's wait found the failure (the data may be the failed work's).
     pub fn to_host(&self) -> Result<Vec<T>> {
-        let rt = self.alloc.pool().runtime();
-        self.alloc.access_idle(|| {
-            let mut out = Vec::with_capacity(self.len);
-            let spare = &mut out.spare_capacity_mut()[..self.len];
-            // SAFETY: `MaybeUninit<T>` has `T`'s layout; the bytes are written before being
-            // read.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), size_of_val(spare))
-            };
-            // SAFETY: the block is this vector's and idle; `bytes` is exactly `len` elements.
-            unsafe { rt.raw().copy_to_host(bytes, self.device_ptr())? };
-            // SAFETY: every element was just written, and any bit pattern is a valid `T`.
-            unsafe { out.set_len(self.len) };
-            Ok(out)
-        })
+        read_elements(&self.alloc, 0, self.len)
     }
 
     /// A host view of the contents, after waiting for queued work. Only where device memory is

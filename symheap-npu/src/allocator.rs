@@ -42,7 +42,9 @@ mod tag {
     pub const ATTACH: u64 = 6;
 }
 
-/// The allocator's counters, as `symheap_npu_stats` hands them out.
+/// The allocator's counters, laid out as the C struct `symheap_npu_stats_t` that
+/// `symheap_npu_stats` fills.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Segments held.

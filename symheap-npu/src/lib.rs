@@ -56,7 +56,7 @@ use std::sync::Mutex;
 
 use symheap::sys::{HcclComm, HcclResult, aclrtStream};
 
-use crate::allocator::{Allocator, Stats};
+use crate::allocator::Allocator;
 use crate::error::{Failure, Outcome};
 
 /// The process's allocator, made (and CANN loaded) at the first call that needs it.
@@ -222,41 +222,7 @@ pub extern "C" fn symheap_npu_check() -> HcclResult {
 }
 
 /// The allocator's counters (the C struct `symheap_npu_stats_t`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SymheapNpuStats {
-    /// Segments held.
-    pub segments: u64,
-    /// Bytes of all segments held.
-    pub reserved_bytes: u64,
-    /// Bytes handed out and not freed (rounded up to 512 bytes each).
-    pub allocated_bytes: u64,
-    /// The peak of `allocated_bytes` since the start or the last peak reset.
-    pub peak_allocated_bytes: u64,
-    /// Blocks handed out and not freed.
-    pub live_allocations: u64,
-    /// Windows registered, in all communicators together.
-    pub registrations: u64,
-    /// Communicators attached.
-    pub communicators: u64,
-    /// The most bytes the segments may hold (`UINT64_MAX`: no limit).
-    pub limit_bytes: u64,
-}
-
-impl From<Stats> for SymheapNpuStats {
-    fn from(s: Stats) -> Self {
-        SymheapNpuStats {
-            segments: s.segments,
-            reserved_bytes: s.reserved_bytes,
-            allocated_bytes: s.allocated_bytes,
-            peak_allocated_bytes: s.peak_allocated_bytes,
-            live_allocations: s.live_allocations,
-            registrations: s.registrations,
-            communicators: s.communicators,
-            limit_bytes: s.limit_bytes,
-        }
-    }
-}
+pub use crate::allocator::Stats as SymheapNpuStats;
 
 /// Writes the counters to `out`: 0, or -1 for a null `out` or a failure.
 ///
@@ -271,7 +237,7 @@ pub unsafe extern "C" fn symheap_npu_stats(out: *mut SymheapNpuStats) -> c_int {
     match with_allocator("symheap_npu_stats", |a| Ok(a.stats())) {
         Ok(stats) => {
             // SAFETY: non-null, and valid for a write by the caller's contract.
-            unsafe { out.write(stats.into()) };
+            unsafe { out.write(stats) };
             0
         }
         Err(_) => -1,
