@@ -10,6 +10,7 @@ mod dlpack;
 mod fail_fast;
 mod faults;
 mod graphs;
+mod group_calls;
 mod groups;
 mod hardening;
 mod harness;

@@ -77,6 +77,15 @@ macro_rules! hccl_functions {
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
                 HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
                 HcommMemFree(ptr: *mut c_void) -> HcclResult;
+                // Issue 33's additions (part B): grouped calls, communicators by name, the
+                // process-wide configuration, and peers' addresses in a window.
+                HcclGroupStart() -> HcclResult;
+                HcclGroupEnd() -> HcclResult;
+                HcclGroupStatusGet(isGroupEnabled: *mut bool) -> HcclResult;
+                HcclCommGetHandleWithName(commName: *const c_char, comm: *mut HcclComm) -> HcclResult;
+                HcclSetConfig(config: HcclConfig, configValue: HcclConfigValue) -> HcclResult;
+                HcclGetConfig(config: HcclConfig, configValue: *mut HcclConfigValue) -> HcclResult;
+                HcclSymWinGetPeerPointer(winHandle: HcclCommSymWindow, offset: usize, peerRank: u32, ptr: *mut *mut c_void) -> HcclResult;
             }
         }
     };

@@ -696,6 +696,29 @@ const_assert_eq!(size_of::<HcclDataType>(), 4);
 const_assert_eq!(size_of::<HcclReduceOp>(), 4);
 const_assert_eq!(size_of::<aclrtMemcpyKind>(), 4);
 
+// Issue 33's additions (part B): the process-wide configuration of `HcclSetConfig` /
+// `HcclGetConfig` (hicann/hcomm `include/hccl/hccl_types.h`).
+
+c_enum! {
+    /// `HcclConfig`: a process-wide setting of `HcclSetConfig` / `HcclGetConfig`.
+    HcclConfig {
+        /// Deterministic reductions: 0 off (the default), 1 on, 2 strict (order-preserving,
+        /// Atlas A2 only).
+        HCCL_DETERMINISTIC = 0,
+        /// Reserved.
+        HCCL_CONFIG_RESERVED = 1,
+    }
+}
+
+/// `union HcclConfigValue { int32_t value; }`: the value of an [`HcclConfig`] setting. A
+/// struct of its one `int32_t` member, which C passes and lays out exactly as that union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HcclConfigValue {
+    /// The setting's value (for `HCCL_DETERMINISTIC`: 0, 1 or 2).
+    pub value: i32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,11 +87,23 @@ pub(crate) enum Sequence {
 type Rest = Box<dyn FnOnce(&Arc<Comm>, u64) -> HcclRes>;
 
 /// A collective call: its communicator (or why there is none) and the rest of its body, which
-/// gets the communicator and the call's sequence number.
+/// gets the communicator and the call's sequence number; or, between `HcclGroupStart` and
+/// `HcclGroupEnd`, a call kept for the group ([`crate::abi::group`]), which takes its number
+/// when the group is issued.
 pub(crate) struct CollectiveCall {
-    comm: HcclRes<Arc<Comm>>,
-    sequence: Sequence,
-    rest: Rest,
+    how: How,
+}
+
+/// What a [`CollectiveCall`] does when entered.
+enum How {
+    /// Takes a sequence number of `comm` now, then runs `rest`.
+    Numbered {
+        comm: HcclRes<Arc<Comm>>,
+        sequence: Sequence,
+        rest: Rest,
+    },
+    /// Checks the call and keeps it in the calling thread's group: no number is taken now.
+    Grouped(Box<dyn FnOnce() -> HcclRes>),
 }
 
 /// The body of a collective C function: `comm` is the communicator the call names (looked up
@@ -102,9 +114,44 @@ pub(crate) fn collective(
     rest: impl FnOnce(&Arc<Comm>, u64) -> HcclRes + 'static,
 ) -> CollectiveCall {
     CollectiveCall {
-        comm,
-        sequence,
-        rest: Box::new(rest),
+        how: How::Numbered {
+            comm,
+            sequence,
+            rest: Box::new(rest),
+        },
+    }
+}
+
+/// The body of a collective C function called inside a group: `keep` checks the call and
+/// keeps it for `HcclGroupEnd`. An injected failure of the call keeps nothing.
+pub(crate) fn grouped(keep: impl FnOnce() -> HcclRes + 'static) -> CollectiveCall {
+    CollectiveCall {
+        how: How::Grouped(Box::new(keep)),
+    }
+}
+
+/// Runs a collective call now, as `HcclGroupEnd` issues the calls its group kept: takes the
+/// call's sequence number and runs the rest (no injected failure, no panic guard: the call
+/// runs inside `HcclGroupEnd`'s own entry).
+pub(crate) fn issue(call: CollectiveCall) -> HcclRes {
+    match call.how {
+        How::Numbered {
+            comm,
+            sequence,
+            rest,
+        } => {
+            let comm = comm?;
+            rest(&comm, take_number(&comm, sequence))
+        }
+        How::Grouped(keep) => keep(),
+    }
+}
+
+/// The next number of `comm`'s sequence `sequence`.
+fn take_number(comm: &Comm, sequence: Sequence) -> u64 {
+    match sequence {
+        Sequence::Stream => comm.next_collective_seq(),
+        Sequence::Host => comm.next_host_seq(),
     }
 }
 
@@ -116,8 +163,18 @@ impl Body for CollectiveCall {
         }
         let injection = inject::take(name);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let call = make();
-            let comm = match (call.comm, injection) {
+            let (comm, sequence, rest) = match make().how {
+                How::Numbered {
+                    comm,
+                    sequence,
+                    rest,
+                } => (comm, sequence, rest),
+                // A call kept for its group takes no number yet; an injected failure keeps
+                // nothing.
+                How::Grouped(_) if injection.is_some() => return Ok(None),
+                How::Grouped(keep) => return keep().map(Some),
+            };
+            let comm = match (comm, injection) {
                 (Ok(comm), _) => comm,
                 // An injected failure of a call naming no live communicator consumes nothing.
                 (Err(_), Some(_)) => return Ok(None),
@@ -125,14 +182,11 @@ impl Body for CollectiveCall {
             };
             // Taken before any other check: peers' matching calls then fail (time out), and
             // this rank's next call does not pair with their current one.
-            let seq = match call.sequence {
-                Sequence::Stream => comm.next_collective_seq(),
-                Sequence::Host => comm.next_host_seq(),
-            };
+            let seq = take_number(&comm, sequence);
             if injection.is_some() {
                 return Ok(None);
             }
-            (call.rest)(&comm, seq).map(Some)
+            rest(&comm, seq).map(Some)
         }));
         match (injection, outcome) {
             (Some(raw), Ok(_)) => injected(name, raw),

@@ -12,12 +12,13 @@
 use std::ffi::{c_char, c_void};
 
 use crate::sys::{
-    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclDataType, HcclReduceOp, HcclRootInfo,
-    HcclSendRecvType, aclrtStream,
+    COMM_NAME_MAX_LENGTH, HcclComm, HcclCommConfig, HcclConfigValue, HcclDataType, HcclReduceOp,
+    HcclRootInfo, HcclSendRecvType, aclrtStream,
 };
 
 use crate::abi::args;
-use crate::abi::entry::{CollectiveCall, Sequence, collective};
+use crate::abi::entry::{CollectiveCall, Sequence, collective, grouped, issue};
+use crate::abi::group;
 use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
 use crate::base::handle::{CommHandle, PhysicalHandle, StreamHandle, WindowHandle};
 use crate::base::lock::lock;
@@ -52,8 +53,23 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> HcclRes {
 }
 
 /// The body of a collective on a stream: `request` is checked and queued once the call's
-/// sequence number is taken.
+/// sequence number is taken. Inside a group (every collective but `HcclBarrier`, as in HCCL)
+/// the call is kept and issued by `HcclGroupEnd` ([`group`]).
 fn queue(comm: HcclComm, stream: aclrtStream, request: Request) -> CollectiveCall {
+    if request.sig.kind != Barrier && group::is_open() {
+        let sig = request.sig;
+        return grouped(move || {
+            group::keep_collective(
+                comm,
+                group::Deferred {
+                    name: format!("Hccl{:?}", sig.kind),
+                    volume: Some(group::volume(sig.count, sig.dtype)),
+                    stream: StreamHandle::from_c(stream),
+                    issue: Box::new(move || issue(queue(comm, stream, request))),
+                },
+            )
+        });
+    }
     let comm = comm::lookup(CommHandle::from_c(comm));
     collective(comm, Sequence::Stream, move |c, seq| {
         collective::enqueue(c, seq, StreamHandle::from_c(stream), &request)
@@ -88,12 +104,27 @@ fn request(
 
 /// The body of a V collective: `make` builds the request once the communicator is known
 /// (reading the caller's arrays, `rankSize` long; it gets `rankSize` and this rank), then it
-/// is checked and queued as in [`queue`].
+/// is checked and queued as in [`queue`]. Inside a group the call is kept, and `make` reads
+/// the arrays when `HcclGroupEnd` issues it (HCCL's group keeps the pointers too).
 fn queue_vector(
+    kind: Collective,
     comm: HcclComm,
     stream: aclrtStream,
     make: impl FnOnce(u32, u32) -> HcclRes<Request> + 'static,
 ) -> CollectiveCall {
+    if group::is_open() {
+        return grouped(move || {
+            group::keep_collective(
+                comm,
+                group::Deferred {
+                    name: format!("Hccl{kind:?}"),
+                    volume: None,
+                    stream: StreamHandle::from_c(stream),
+                    issue: Box::new(move || issue(queue_vector(kind, comm, stream, make))),
+                },
+            )
+        });
+    }
     let comm = comm::lookup(CommHandle::from_c(comm));
     collective(comm, Sequence::Stream, move |c, seq| {
         let request = make(c.n, c.rank)?;
@@ -303,7 +334,7 @@ pub(super) fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
 /// `HcclAllGatherV`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n, _| {
+    queue_vector(AllGatherV, a.comm, a.stream, move |n, _| {
         // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
         // here, inside the call.
         let (counts, displs) = unsafe {
@@ -326,7 +357,7 @@ pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
 /// `HcclReduceScatterV`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n, _| {
+    queue_vector(ReduceScatterV, a.comm, a.stream, move |n, _| {
         // SAFETY: as in `HcclAllGatherV`.
         let (counts, displs) = unsafe {
             (
@@ -349,7 +380,7 @@ pub(super) unsafe fn HcclReduceScatterV(a: args::HcclReduceScatterV) -> Collecti
 /// `HcclAlltoAllV`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n, _| {
+    queue_vector(AlltoAllV, a.comm, a.stream, move |n, _| {
         // SAFETY: as in `HcclAllGatherV`.
         let arrays = unsafe {
             [
@@ -376,7 +407,7 @@ pub(super) unsafe fn HcclAlltoAllV(a: args::HcclAlltoAllV) -> CollectiveCall {
 /// `HcclAlltoAllVC`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclAlltoAllVC(a: args::HcclAlltoAllVC) -> CollectiveCall {
-    queue_vector(a.comm, a.stream, move |n, rank| {
+    queue_vector(AlltoAllVC, a.comm, a.stream, move |n, rank| {
         // SAFETY: as in `HcclAllGatherV`: the caller promises `n * n` counts.
         let matrix = unsafe { v_layout::read(a.sendCountMatrix, n * n, "sendCountMatrix")? };
         let mut req = request(AlltoAllVC, a.sendBuf, a.recvBuf, 0, a.sendType);
@@ -497,12 +528,7 @@ pub(super) fn HcclSend(a: args::HcclSend) -> HcclRes {
         dtype: a.dataType,
         peer: a.destRank,
     };
-    p2p::call(
-        CommHandle::from_c(a.comm),
-        StreamHandle::from_c(a.stream),
-        &[item],
-        "HcclSend",
-    )
+    send_recv(a.comm, a.stream, item, "HcclSend")
 }
 
 /// `HcclRecv`: receives `count` elements from `srcRank`'s matching `HcclSend`.
@@ -514,12 +540,17 @@ pub(super) fn HcclRecv(a: args::HcclRecv) -> HcclRes {
         dtype: a.dataType,
         peer: a.srcRank,
     };
-    p2p::call(
-        CommHandle::from_c(a.comm),
-        StreamHandle::from_c(a.stream),
-        &[item],
-        "HcclRecv",
-    )
+    send_recv(a.comm, a.stream, item, "HcclRecv")
+}
+
+/// `HcclSend` / `HcclRecv` (`name`) of `item`: queued now, or kept until `HcclGroupEnd`
+/// inside a group ([`group`]).
+fn send_recv(comm: HcclComm, stream: aclrtStream, item: p2p::Item, name: &'static str) -> HcclRes {
+    let (comm, stream) = (CommHandle::from_c(comm), StreamHandle::from_c(stream));
+    match group::is_open() {
+        true => group::keep_send_recv(comm, stream, item),
+        false => p2p::call(comm, stream, &[item], name),
+    }
 }
 
 /// The most items one `HcclBatchSendRecv` takes: far more than any batch needs (a few per
@@ -534,6 +565,9 @@ const MAX_BATCH_ITEMS: u32 = 1 << 20;
 /// `HcclBatchSendRecv`'s contract: its pointer arguments are null or valid for what it reads or
 /// writes through them.
 pub(super) unsafe fn HcclBatchSendRecv(a: args::HcclBatchSendRecv) -> HcclRes {
+    if group::is_open() {
+        return group::refuse_batch();
+    }
     non_null(a.sendRecvInfo, "sendRecvInfo")?;
     if a.itemNum > MAX_BATCH_ITEMS {
         return hccl_fail(
@@ -616,4 +650,107 @@ pub(super) fn HcclCommActivateCommMemory(a: args::HcclCommActivateCommMemory) ->
 pub(super) fn HcclCommDeactivateCommMemory(a: args::HcclCommDeactivateCommMemory) -> HcclRes {
     let c = comm::lookup(CommHandle::from_c(a.comm))?;
     lock(&c.ranges).deactivate(a.virPtr as usize)
+}
+
+// Issue 33's additions (part B): grouped calls, communicators by name, the process-wide
+// configuration, and peers' addresses in a window.
+
+/// `HcclGroupStart`: opens a group on the calling thread (or nests one more level); see
+/// [`group`].
+pub(super) fn HcclGroupStart(_: args::HcclGroupStart) -> HcclRes {
+    group::start()
+}
+
+/// `HcclGroupEnd`: closes a level; the outermost issues what the group kept and returns its
+/// first failure. Without a group, `HCCL_E_NOT_SUPPORT`.
+pub(super) fn HcclGroupEnd(_: args::HcclGroupEnd) -> HcclRes {
+    group::end()
+}
+
+/// `HcclGroupStatusGet`: whether the calling thread is inside a group.
+///
+/// # Safety
+/// `HcclGroupStatusGet`'s contract: its pointer argument is null or valid for writing a `bool`.
+pub(super) unsafe fn HcclGroupStatusGet(a: args::HcclGroupStatusGet) -> HcclRes {
+    // SAFETY: the caller's contract.
+    unsafe { put(a.isGroupEnabled, group::is_open(), "isGroupEnabled") }
+}
+
+/// `HcclCommGetHandleWithName`: the communicator `HcclGetCommName` names `commName`, on the
+/// calling thread's device (see [`comm::with_name`]); none is `HCCL_E_PARA`.
+///
+/// # Safety
+/// `HcclCommGetHandleWithName`'s contract: `commName` is null or a NUL-terminated string (read
+/// up to its NUL, at most `COMM_NAME_MAX_LENGTH` bytes), `comm` null or valid for writing.
+pub(super) unsafe fn HcclCommGetHandleWithName(a: args::HcclCommGetHandleWithName) -> HcclRes {
+    non_null(a.commName, "commName")?;
+    non_null(a.comm, "comm")?;
+    let mut name = Vec::new();
+    loop {
+        if name.len() == COMM_NAME_MAX_LENGTH {
+            return crate::base::errors::para(format!(
+                "commName has no NUL in its first {COMM_NAME_MAX_LENGTH} bytes: a \
+                 communicator's name is at most {} bytes",
+                COMM_NAME_MAX_LENGTH - 1
+            ));
+        }
+        // SAFETY: the caller's contract: the string's bytes up to its NUL are readable, and
+        // none is read past the first NUL.
+        let byte = unsafe { a.commName.add(name.len()).read() } as u8;
+        if byte == 0 {
+            break;
+        }
+        name.push(byte);
+    }
+    let device = crate::acl::device::current().ok();
+    let Some(found) = comm::with_name(&name, device) else {
+        let on = device.map_or_else(
+            || "in this process".to_owned(),
+            |d| format!("on device {d}"),
+        );
+        return crate::base::errors::para(format!(
+            "no live communicator {on} is named {:?}",
+            String::from_utf8_lossy(&name)
+        ));
+    };
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.comm, found.to_c(), "comm") }
+}
+
+/// `HcclSetConfig`: sets a process-wide setting (`HCCL_DETERMINISTIC`; see
+/// [`crate::hccl::config`]).
+pub(super) fn HcclSetConfig(a: args::HcclSetConfig) -> HcclRes {
+    crate::hccl::config::set(a.config, a.configValue.value)
+}
+
+/// `HcclGetConfig`: reads a process-wide setting; a config HCCL does not answer leaves
+/// `configValue` as it was.
+///
+/// # Safety
+/// `HcclGetConfig`'s contract: `configValue` is null or valid for writing.
+pub(super) unsafe fn HcclGetConfig(a: args::HcclGetConfig) -> HcclRes {
+    non_null(a.configValue, "configValue")?;
+    match crate::hccl::config::get(a.config) {
+        // SAFETY: the caller's contract; checked non-null above.
+        Some(value) => unsafe { put(a.configValue, HcclConfigValue { value }, "configValue") },
+        None => Ok(()),
+    }
+}
+
+/// `HcclSymWinGetPeerPointer`: where `peerRank`'s byte `offset` of the window is in this
+/// rank's heap; device-side, so only from a host function on a stream (see
+/// [`crate::hccl::peer_pointer`]).
+///
+/// # Safety
+/// `HcclSymWinGetPeerPointer`'s contract: `ptr` is null or valid for writing.
+pub(super) unsafe fn HcclSymWinGetPeerPointer(a: args::HcclSymWinGetPeerPointer) -> HcclRes {
+    non_null(a.winHandle, "winHandle")?;
+    non_null(a.ptr, "ptr")?;
+    let addr = crate::hccl::peer_pointer::peer_pointer(
+        WindowHandle::from_c(a.winHandle),
+        a.offset,
+        a.peerRank,
+    )?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.ptr, addr as *mut c_void, "ptr") }
 }

@@ -7,5 +7,6 @@ pub(crate) mod args;
 pub(crate) mod entry;
 pub(crate) mod exports;
 pub(crate) mod fork;
+pub(crate) mod group;
 pub(crate) mod hccl_bodies;
 pub(crate) mod inject;

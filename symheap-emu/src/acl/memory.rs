@@ -693,6 +693,11 @@ pub(crate) fn charge(device: u32, size: usize) -> AclResult<Charge> {
 }
 
 impl Charge {
+    /// The device the bytes are taken from.
+    pub(crate) fn device(&self) -> u32 {
+        self.device
+    }
+
     /// Gives the bytes back to the device (once; later calls do nothing).
     pub(crate) fn release(&self) {
         if self.live.swap(false, Ordering::AcqRel) {

@@ -792,6 +792,25 @@ impl Comm {
     }
 }
 
+// Issue 33 (part B): communicators by name (`HcclCommGetHandleWithName`).
+
+/// `HcclCommGetHandleWithName`: the live communicator of this process named `name` (what
+/// `HcclGetCommName` answers) among those made on `device`, or, when the calling thread has
+/// no device (`None`), on the lowest device any communicator of the process was made on. HCCL
+/// keeps one map of names per device and looks in the thread's device's, or in the first
+/// used device's (hicann/hcomm `op_base.cc`, `HcclCommGetHandleWithName`;
+/// `coll_comm_mgr.cc`, `LegacyGetHcclOpInfoCtx`): ranks of one job that are threads of one
+/// process share their communicators' names, and each finds its own. Of several of one name
+/// on one device, the one made last (HCCL's map keeps the last it was given).
+pub(crate) fn with_name(name: &[u8], device: Option<u32>) -> Option<CommHandle> {
+    let all = COMMS.all();
+    let device = device.or_else(|| all.iter().map(|(_, c)| c.buffers.device()).min())?;
+    all.iter()
+        .rev()
+        .find(|(_, c)| c.buffers.device() == device && c.name == name)
+        .map(|&(h, _)| h)
+}
+
 #[cfg(test)]
 mod tests {
     use std::ptr::null_mut;

@@ -5,6 +5,7 @@
 
 pub(crate) mod collective;
 pub(crate) mod comm;
+pub(crate) mod config;
 pub(crate) mod expansion;
 pub(crate) mod hcomm_mem;
 pub(crate) mod host_call;
@@ -12,6 +13,7 @@ pub(crate) mod job;
 pub(crate) mod memory_range;
 pub(crate) mod names;
 pub(crate) mod p2p;
+pub(crate) mod peer_pointer;
 pub(crate) mod registration;
 pub(crate) mod staged;
 pub(crate) mod steps;

@@ -114,6 +114,17 @@ pub(crate) fn call(
         .map_err(stream_error)
 }
 
+/// The checks [`call`] makes of one item, made without queuing anything (for a send or
+/// receive kept in a group until `HcclGroupEnd`, [`crate::abi::group`]): whether it moves
+/// anything (a count of 0 does not).
+pub(crate) fn check(comm: &Comm, item: &Item) -> HcclRes<bool> {
+    if !check_pair(comm, item)? {
+        return Ok(false);
+    }
+    // The pins the check takes are dropped at once: `call` takes them again when queuing.
+    Transfer::check(comm, item).map(|_| true)
+}
+
 /// The stream task that runs `transfers`, numbered now as the pairs' next messages.
 fn numbered(
     comm: &Arc<Comm>,

@@ -4,6 +4,7 @@
 #ifndef HCCL_H_
 #define HCCL_H_
 
+#include <stdbool.h>
 #include <string.h>
 
 #include <acl/acl.h>
@@ -98,6 +99,16 @@ extern HcclResult HcclCommSymWinRegister(HcclComm comm, void *addr, uint64_t siz
 extern HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);
 extern HcclResult HcclCommSymWinGet(HcclComm comm, void *ptr, size_t size,
                                     HcclCommSymWindow *winHandle, size_t *offset);
+
+/* Issue 33's additions (part B), declared as hicann/hcomm's include/hccl/hccl_comm.h declares
+ * them (CANN's hccl.h includes hccl_comm.h): grouped calls, communicators by name and the
+ * process-wide configuration. HcclSymWinGetPeerPointer is in hccl/hccl_sym_win.h. */
+extern HcclResult HcclGroupStart();
+extern HcclResult HcclGroupEnd();
+extern HcclResult HcclGroupStatusGet(bool *isGroupEnabled);
+extern HcclResult HcclCommGetHandleWithName(const char *commName, HcclComm *comm);
+extern HcclResult HcclSetConfig(HcclConfig config, HcclConfigValue configValue);
+extern HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValue);
 
 #ifdef __cplusplus
 }

@@ -131,6 +131,18 @@ typedef struct HcclCommConfigDef {
     uint32_t hcclChannelSqDepth;
 } HcclCommConfig;
 
+/* Issue 33's additions (part B): the process-wide configuration of HcclSetConfig /
+ * HcclGetConfig, as hicann/hcomm's include/hccl/hccl_types.h declares it (a typedef added so
+ * that C, not only C++, can name the union without the keyword). */
+typedef enum {
+    HCCL_DETERMINISTIC = 0, /* 0: non-deterministic, 1: deterministic, 2: strict (A2 only) */
+    HCCL_CONFIG_RESERVED
+} HcclConfig;
+
+typedef union HcclConfigValue {
+    int32_t value;
+} HcclConfigValue;
+
 #ifdef __cplusplus
 static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes");
 #else
