@@ -5,7 +5,9 @@
 //! `HcclGroupEnd` / `HcclGroupStatusGet` (a ring of sends and receives and collectives issued
 //! in different orders, each in one group), `HcclCommGetHandleWithName`, `HcclSetConfig` /
 //! `HcclGetConfig` and `HcclSymWinGetPeerPointer` (a host function on a stream writing into the
-//! next rank's window): as 4 processes, and as one thread driving 4 ranks of one process.
+//! next rank's window): as 4 processes, and as one thread driving 4 ranks of one process (a
+//! ring and an AllReduce over every rank, and 4 communicators made and destroyed, each in one
+//! group).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,7 +49,7 @@ fn a_c_program_checks_group_calls_names_config_and_peer_pointers_as_4_processes(
 }
 
 #[test]
-fn one_thread_drives_a_ring_and_an_all_reduce_over_4_ranks_in_one_group() {
+fn one_thread_drives_4_ranks_in_groups_a_ring_an_all_reduce_and_their_inits() {
     let output = Command::new(program())
         .args(["threads", "4"])
         .output()

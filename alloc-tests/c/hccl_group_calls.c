@@ -383,7 +383,8 @@ static int run_rank(void)
 }
 
 /* One thread drives `n` ranks of one process: a ring of sends and receives and an AllReduce,
- * each over every communicator in one group. */
+ * each over every communicator in one group; then it makes and destroys `n` communicators,
+ * each in one group. */
 static int run_threads(uint32_t n)
 {
     g_rank = 0;
@@ -437,6 +438,36 @@ static int run_threads(uint32_t n)
             CHECK(host[j] == want);
         }
     }
+    /* Communicators made and destroyed in groups from this one thread, CANN's first use of
+     * groups: each init runs at HcclGroupEnd on the device current when it was called. */
+    HcclRootInfo root;
+    HCCL_OK(HcclGetRootInfo(&root));
+    HcclComm made[16] = {NULL};
+    HCCL_OK(HcclGroupStart());
+    for (uint32_t i = 0; i < n; i++) {
+        ACL_OK(aclrtSetDevice(devices[i]));
+        HCCL_OK(HcclCommInitRootInfo(n, &root, i, &made[i]));
+    }
+    CHECK(made[0] == NULL); /* made at HcclGroupEnd */
+    /* Communicator management and collectives do not mix in one group. */
+    EXPECT_HCCL(HcclAllReduce(send[0], recv[0], RING, HCCL_DATA_TYPE_INT32, HCCL_REDUCE_SUM,
+                              comms[0], streams[0]),
+                HCCL_E_NOT_SUPPORT);
+    HCCL_OK(HcclGroupEnd());
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = n, size = 0;
+        CHECK(made[i] != NULL);
+        HCCL_OK(HcclGetRankId(made[i], &id));
+        HCCL_OK(HcclGetRankSize(made[i], &size));
+        CHECK(id == i && size == n);
+    }
+    HCCL_OK(HcclGroupStart());
+    for (uint32_t i = 0; i < n; i++) HCCL_OK(HcclCommDestroy(made[i]));
+    uint32_t size = 0;
+    HCCL_OK(HcclGetRankSize(made[0], &size)); /* destroyed at HcclGroupEnd */
+    HCCL_OK(HcclGroupEnd());
+    EXPECT_HCCL(HcclGetRankSize(made[0], &size), HCCL_E_PARA);
+
     for (uint32_t i = 0; i < n; i++) {
         ACL_OK(aclrtSetDevice(devices[i]));
         ACL_OK(aclrtFree(send[i]));

@@ -14,6 +14,11 @@
 //!   collectives last in call order, as HCCL's `sortGroupTasks` orders them;
 //!
 //! and waits for the streams of the group's collectives, as HCCL's `groupLaunch` does.
+//!
+//! `HcclCommInitRootInfo(Config)` and `HcclCommDestroy` inside a group are kept too, and the
+//! outermost `HcclGroupEnd` runs them all at once, each on a thread of its own bound to the
+//! device of the thread that called it, as HCCL's `asyncJobLaunch` does. A group holds one kind
+//! of call (communicator management, point-to-point or collective), as CANN's docs require.
 
 use std::cell::RefCell;
 
@@ -39,12 +44,15 @@ struct Group {
     kind: Option<Kind>,
     /// Per communicator, in the order each was first named.
     members: Vec<Member>,
+    /// Communicator inits and destroys, in call order.
+    jobs: Vec<Job>,
 }
 
-/// The two kinds of call a group may hold (CANN: "in one group call, communicator
-/// management, collective and point-to-point calls may not be mixed").
+/// The kinds of call a group may hold (CANN: "in one group call, communicator management,
+/// collective and point-to-point calls may not be mixed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
+    Management,
     PointToPoint,
     Collective,
 }
@@ -52,10 +60,19 @@ enum Kind {
 impl Kind {
     fn describe(self) -> &'static str {
         match self {
+            Kind::Management => "communicator management (HcclCommInitRootInfo*, HcclCommDestroy)",
             Kind::PointToPoint => "point-to-point calls (HcclSend / HcclRecv)",
             Kind::Collective => "collectives",
         }
     }
+}
+
+/// A communicator init or destroy kept for `HcclGroupEnd`, which runs it on a thread of its
+/// own bound to the device of the thread that called it.
+struct Job {
+    name: &'static str,
+    device: u32,
+    run: Box<dyn FnOnce() -> HcclRes + Send>,
 }
 
 /// What a group kept for one communicator.
@@ -173,6 +190,74 @@ pub(crate) fn keep_collective(comm: *mut std::ffi::c_void, deferred: Deferred) -
     })
 }
 
+/// `HcclCommInitRootInfo(Config)` or `HcclCommDestroy` (`name`) inside a group: kept, with the
+/// calling thread's device (none is `HCCL_E_RUNTIME`, as init without a device is), and run by
+/// `HcclGroupEnd` on a thread of its own bound to that device, all of the group's at once (so
+/// one thread can make the communicators of several devices, as CANN's group does).
+pub(crate) fn keep_management(
+    name: &'static str,
+    run: impl FnOnce() -> HcclRes + Send + 'static,
+) -> HcclRes {
+    let device = crate::acl::device::current().or_else(|e| {
+        hccl_fail(
+            HcclResult::HCCL_E_RUNTIME,
+            format!("{name} in a group: {}", e.msg),
+        )
+    })?;
+    GROUP.with_borrow_mut(|g| {
+        admit(g, Kind::Management)?;
+        g.jobs.push(Job {
+            name,
+            device,
+            run: Box::new(run),
+        });
+        Ok(())
+    })
+}
+
+/// Runs the group's inits and destroys, each on a thread of its own bound to its device, and
+/// waits for all of them: the first failure in call order.
+fn run_jobs(jobs: Vec<Job>) -> HcclRes {
+    let threads: Vec<_> = jobs
+        .into_iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let Job { name, device, run } = job;
+            let spawned = std::thread::Builder::new()
+                .name(format!("symheap-emu-group-{i}"))
+                .spawn(move || {
+                    crate::acl::device::set(device as i32)
+                        .or_else(|e| hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg))?;
+                    run()
+                });
+            (i, name, device, spawned)
+        })
+        .collect();
+    let mut first = Ok(());
+    for (i, name, device, spawned) in threads {
+        let outcome = match spawned {
+            Ok(thread) => thread.join().unwrap_or_else(|_| {
+                hccl_fail(HcclResult::HCCL_E_INTERNAL, "the emulator panicked")
+            }),
+            Err(e) => hccl_fail(
+                HcclResult::HCCL_E_SYSCALL,
+                format!("cannot start a thread: {e}"),
+            ),
+        };
+        if let (Err(f), Ok(())) = (outcome, &first) {
+            first = Err(Fail {
+                code: f.code,
+                msg: format!(
+                    "{name} (the group's call {} on device {device}): {}",
+                    i + 1,
+                    f.msg
+                ),
+            });
+        }
+    }
+    first
+}
+
 /// `HcclBatchSendRecv` inside a group: refused, as CANN's docs say it is not supported there.
 pub(crate) fn refuse_batch() -> HcclRes {
     hccl_fail(
@@ -186,7 +271,7 @@ pub(crate) fn refuse_batch() -> HcclRes {
 /// module's documentation). Every kept call is issued, also after one fails (each takes its
 /// number, so the ranks stay numbered alike); the first failure is the result, naming the call.
 pub(crate) fn end() -> HcclRes {
-    let members = GROUP.with_borrow_mut(|g| {
+    let kept = GROUP.with_borrow_mut(|g| {
         if g.depth == 0 {
             return hccl_fail(
                 HcclResult::HCCL_E_NOT_SUPPORT,
@@ -195,11 +280,16 @@ pub(crate) fn end() -> HcclRes {
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         g.kind = None;
-        Ok(std::mem::take(&mut g.members))
+        Ok((std::mem::take(&mut g.jobs), std::mem::take(&mut g.members)))
     })?;
+    let (jobs, members) = kept;
+    if !jobs.is_empty() {
+        // A group holds jobs or calls, never both.
+        return run_jobs(jobs);
+    }
     let mut first: Option<Fail<HcclResult>> = None;
     let mut note = |r: HcclRes, what: &dyn Fn() -> String| {
         if let Err(f) = r {

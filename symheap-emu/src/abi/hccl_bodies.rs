@@ -156,6 +156,25 @@ unsafe fn init(
 ) -> HcclRes {
     non_null(root_info, "rootInfo")?;
     non_null(comm, "comm")?;
+    if group::is_open() {
+        // Kept, and run by `HcclGroupEnd` on a thread of its own bound to this thread's
+        // device, as HCCL's group runs an init job; the pointers are read then.
+        let (root_info, comm) = (root_info as usize, comm as usize);
+        let config = config.map(|p| p as usize);
+        return group::keep_management("HcclCommInitRootInfo", move || {
+            // SAFETY: the caller's contract for a call inside a group: the pointers stay
+            // valid until `HcclGroupEnd` returns.
+            unsafe {
+                init(
+                    n_ranks,
+                    root_info as *const HcclRootInfo,
+                    rank,
+                    config.map(|p| p as *const HcclCommConfig),
+                    comm as *mut HcclComm,
+                )
+            }
+        });
+    }
     let config = match config {
         Some(ptr) => {
             non_null(ptr, "config")?;
@@ -195,7 +214,13 @@ pub(super) unsafe fn HcclCommInitRootInfoConfig(a: args::HcclCommInitRootInfoCon
 
 /// `HcclCommDestroy`: local; deregisters this rank's remaining windows without a rendezvous.
 pub(super) fn HcclCommDestroy(a: args::HcclCommDestroy) -> HcclRes {
-    comm::destroy(CommHandle::from_c(a.comm))
+    let handle = CommHandle::from_c(a.comm);
+    if group::is_open() {
+        // Kept for `HcclGroupEnd`, as HCCL's group keeps a destroy job.
+        comm::lookup(handle)?;
+        return group::keep_management("HcclCommDestroy", move || comm::destroy(handle));
+    }
+    comm::destroy(handle)
 }
 
 /// `HcclGetRankSize`.
