@@ -361,7 +361,8 @@ pub(super) fn HcclBroadcast(a: args::HcclBroadcast) -> CollectiveCall {
 pub(super) unsafe fn HcclAllGatherV(a: args::HcclAllGatherV) -> CollectiveCall {
     queue_vector(AllGatherV, a.comm, a.stream, move |n, _| {
         // SAFETY: the caller's contract: each array is NULL or holds `rankSize` `u64`s, read
-        // here, inside the call.
+        // here, inside the call (or, for a call kept in a group, inside the `HcclGroupEnd`
+        // that issues it, until which the contract keeps the arrays valid).
         let (counts, displs) = unsafe {
             (
                 v_layout::read(a.recvCounts, n, "recvCounts")?,
