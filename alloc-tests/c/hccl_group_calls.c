@@ -181,6 +181,10 @@ static void handle_with_name(HcclComm comm)
     EXPECT_HCCL(HcclCommGetHandleWithName(NULL, &found), HCCL_E_PTR);
     EXPECT_HCCL(HcclCommGetHandleWithName(name, NULL), HCCL_E_PTR);
     EXPECT_HCCL(HcclCommGetHandleWithName("no-such-communicator", &found), HCCL_E_PARA);
+    char too_long[2 * COMM_NAME_MAX_LENGTH];
+    memset(too_long, 'x', sizeof too_long - 1);
+    too_long[sizeof too_long - 1] = '\0';
+    EXPECT_HCCL(HcclCommGetHandleWithName(too_long, &found), HCCL_E_PARA);
 }
 
 struct Rank {
@@ -395,6 +399,15 @@ static int run_threads(uint32_t n)
     void *send[16], *recv[16];
     for (uint32_t i = 0; i < n; i++) devices[i] = (int32_t)i;
     HCCL_OK(HcclCommInitAll(n, devices, comms));
+    {
+        /* This thread has no device yet: the name is looked up on the lowest device that has a
+         * communicator, as HCCL looks in its first used device's map. */
+        char name[COMM_NAME_MAX_LENGTH];
+        HCCL_OK(HcclGetCommName(comms[0], name));
+        HcclComm found = NULL;
+        HCCL_OK(HcclCommGetHandleWithName(name, &found));
+        CHECK(found == comms[0]);
+    }
     int32_t host[RING];
     for (uint32_t i = 0; i < n; i++) {
         ACL_OK(aclrtSetDevice(devices[i]));
