@@ -69,3 +69,84 @@ pub(crate) fn peer_pointer(handle: WindowHandle, offset: usize, peer: u32) -> Hc
     }
     Ok(window.peer_addr(peer, offset))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::c_void;
+    use std::ptr::null_mut;
+
+    use crate::GRANULARITY;
+    use crate::sys::{HcclCommSymWindow, HcclResult};
+    use crate::testutil::{
+        DevBuf, Rank, acl, deregister, hccl, hok, ok, register, run_ranks, test_config,
+    };
+
+    /// What a host function asked of `HcclSymWinGetPeerPointer` and got.
+    struct Probe {
+        win: HcclCommSymWindow,
+        offset: usize,
+        peer: u32,
+        code: HcclResult,
+        ptr: *mut c_void,
+    }
+
+    /// The host function: asks for the peer pointer.
+    unsafe extern "C" fn probe(arg: *mut c_void) {
+        // SAFETY: `arg` is the `Probe` of `ask`, alive until its stream is synchronized.
+        let p = unsafe { &mut *arg.cast::<Probe>() };
+        let get = hccl().HcclSymWinGetPeerPointer.expect("filled");
+        // SAFETY: valid out-pointer.
+        p.code = unsafe { get(p.win, p.offset, p.peer, &mut p.ptr) };
+    }
+
+    fn ask(r: &Rank, win: HcclCommSymWindow, offset: usize, peer: u32) -> (HcclResult, usize) {
+        let mut p = Probe {
+            win,
+            offset,
+            peer,
+            code: HcclResult::HCCL_E_RESERVED,
+            ptr: null_mut(),
+        };
+        let arg = (&raw mut p).cast::<c_void>();
+        // SAFETY: `p` outlives the host function: the stream is synchronized before returning.
+        let launch = acl().aclrtLaunchHostFunc.expect("filled");
+        ok(unsafe { launch(r.stream, Some(probe), arg) });
+        ok(r.sync());
+        (p.code, p.ptr as usize)
+    }
+
+    /// In AI CPU expansion a host function gets the address of the peer's byte in this rank's
+    /// heap (one stride per rank apart, the same slot); in host or AIV expansion it is refused,
+    /// and so is a plain host thread in any mode.
+    #[test]
+    fn only_device_code_of_an_ai_cpu_communicator_gets_peer_pointers() {
+        let _guard = crate::test_lock();
+        let get = hccl().HcclSymWinGetPeerPointer.expect("filled");
+        for (mode, allowed) in [(2, true), (1, false), (3, false)] {
+            let mut config = test_config();
+            config.hcclOpExpansionMode = mode;
+            config.hcclSymWinMaxMemSizePerRank = 1;
+            run_ranks(2, &config, |r| {
+                let buf = DevBuf::new(r.rank, GRANULARITY);
+                let win = register(r, &buf);
+                let mut ptr = null_mut();
+                // SAFETY: valid out-pointer.
+                let host = unsafe { get(win, 0, 0, &mut ptr) };
+                assert_eq!(host, HcclResult::HCCL_E_NOT_SUPPORT, "mode {mode}");
+                let (code0, at0) = ask(r, win, 64, 0);
+                let (code1, at1) = ask(r, win, 64, 1);
+                if allowed {
+                    hok(code0);
+                    hok(code1);
+                    assert_eq!(at1 - at0, 1 << 30, "one stride (1 GiB) per rank");
+                    assert_eq!(ask(r, win, GRANULARITY, 0).0, HcclResult::HCCL_E_PARA);
+                    assert_eq!(ask(r, win, 0, 2).0, HcclResult::HCCL_E_PARA);
+                } else {
+                    assert_eq!(code0, HcclResult::HCCL_E_NOT_SUPPORT, "mode {mode}");
+                }
+                deregister(win);
+                buf.free();
+            });
+        }
+    }
+}
