@@ -108,8 +108,8 @@ mod tests {
             ptr: null_mut(),
         };
         let arg = (&raw mut p).cast::<c_void>();
-        // SAFETY: `p` outlives the host function: the stream is synchronized before returning.
         let launch = acl().aclrtLaunchHostFunc.expect("filled");
+        // SAFETY: `p` outlives the host function: the stream is synchronized before returning.
         ok(unsafe { launch(r.stream, Some(probe), arg) });
         ok(r.sync());
         (p.code, p.ptr as usize)
