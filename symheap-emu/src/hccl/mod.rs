@@ -12,6 +12,7 @@ pub(crate) mod job;
 pub(crate) mod memory_range;
 pub(crate) mod names;
 pub(crate) mod p2p;
+pub(crate) mod rank_table;
 pub(crate) mod registration;
 pub(crate) mod staged;
 pub(crate) mod steps;
