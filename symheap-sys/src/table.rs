@@ -77,6 +77,9 @@ macro_rules! hccl_functions {
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
                 HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
                 HcommMemFree(ptr: *mut c_void) -> HcclResult;
+                // Rank tables (issue 33, part E): hicann/hcomm include/hccl/hccl_comm.h.
+                HcclCommInitClusterInfo(clusterInfo: *const c_char, rank: u32, comm: *mut HcclComm) -> HcclResult;
+                HcclCommInitClusterInfoConfig(clusterInfo: *const c_char, rank: u32, config: *mut HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
             }
         }
     };

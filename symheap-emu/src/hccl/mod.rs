@@ -3,6 +3,7 @@
 //! memory ranges, and the collectives (a checked call, its rendezvous steps, the staged and
 //! symmetric algorithms, the V collectives' layouts) and point-to-point transfers.
 
+pub(crate) mod cluster_info;
 pub(crate) mod collective;
 pub(crate) mod comm;
 pub(crate) mod expansion;
@@ -14,6 +15,7 @@ pub(crate) mod names;
 pub(crate) mod p2p;
 pub(crate) mod rank_table;
 pub(crate) mod registration;
+pub(crate) mod self_hosted;
 pub(crate) mod staged;
 pub(crate) mod steps;
 pub(crate) mod sub_comm;
