@@ -99,6 +99,13 @@ extern HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);
 extern HcclResult HcclCommSymWinGet(HcclComm comm, void *ptr, size_t size,
                                     HcclCommSymWindow *winHandle, size_t *offset);
 
+/* Rank tables, as hicann/hcomm's include/hccl/hccl_comm.h declares them: clusterInfo is the
+ * path of a rank-table JSON file (at most 4096 bytes with its NUL), rank this rank's rank_id in
+ * it (docs/zh/api_ref/comm_mgr_c/HcclCommInitClusterInfo.md). */
+extern HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank, HcclComm *comm);
+extern HcclResult HcclCommInitClusterInfoConfig(const char *clusterInfo, uint32_t rank,
+                                                HcclCommConfig *config, HcclComm *comm);
+
 #ifdef __cplusplus
 }
 #endif
