@@ -51,24 +51,55 @@ fn write_tables(dir: &Path, tag: &str) {
     let good = table(tag);
     let faults = [
         ("not_json.json", "{\"status\": \"completed\",".to_owned()),
-        ("no_status.json", good.replace("\"status\": \"completed\",", "")),
+        (
+            "no_status.json",
+            good.replace("\"status\": \"completed\",", ""),
+        ),
         ("version_3.json", good.replace("\"1.2\"", "\"3.0\"")),
-        ("no_server_list.json", good.replacen("\"server_list\"", "\"servers\"", 1)),
+        (
+            "no_server_list.json",
+            good.replacen("\"server_list\"", "\"servers\"", 1),
+        ),
         ("no_rank_id.json", good.replace(", \"rank_id\": \"3\"", "")),
-        ("server_count_3.json", good.replace("\"server_count\": \"2\"", "\"server_count\": \"3\"")),
-        ("numeric_rank_id.json", good.replace("\"rank_id\": \"3\"", "\"rank_id\": 3")),
-        ("duplicate_server.json", good.replacen(&format!("\"{tag}_1\""), &format!("\"{tag}_0\""), 1)),
-        ("duplicate_device_ip.json", good.replace("192.168.11.2", "192.168.10.1")),
-        ("device_16.json", good.replacen("\"device_id\": \"1\"", "\"device_id\": \"16\"", 1)),
+        (
+            "server_count_3.json",
+            good.replace("\"server_count\": \"2\"", "\"server_count\": \"3\""),
+        ),
+        (
+            "numeric_rank_id.json",
+            good.replace("\"rank_id\": \"3\"", "\"rank_id\": 3"),
+        ),
+        (
+            "duplicate_server.json",
+            good.replacen(&format!("\"{tag}_1\""), &format!("\"{tag}_0\""), 1),
+        ),
+        (
+            "duplicate_device_ip.json",
+            good.replace("192.168.11.2", "192.168.10.1"),
+        ),
+        (
+            "device_16.json",
+            good.replacen("\"device_id\": \"1\"", "\"device_id\": \"16\"", 1),
+        ),
         (
             "super_pod_unknown_server.json",
-            good.replace(&format!("[{{\"server_id\": \"{tag}_1\"}}]"), "[{\"server_id\": \"elsewhere\"}]"),
+            good.replace(
+                &format!("[{{\"server_id\": \"{tag}_1\"}}]"),
+                "[{\"server_id\": \"elsewhere\"}]",
+            ),
         ),
         (
             "super_device_id_twice.json",
-            good.replacen("\"super_device_id\": \"1\"", "\"super_device_id\": \"0\"", 1),
+            good.replacen(
+                "\"super_device_id\": \"1\"",
+                "\"super_device_id\": \"0\"",
+                1,
+            ),
         ),
-        ("rank_2_missing.json", good.replace("\"rank_id\": \"2\"", "\"rank_id\": \"3\"")),
+        (
+            "rank_2_missing.json",
+            good.replace("\"rank_id\": \"2\"", "\"rank_id\": \"3\""),
+        ),
         ("rank_table.txt", good.clone()),
     ];
     for (name, text) in faults {
@@ -87,7 +118,9 @@ fn a_c_program_gets_canns_codes_for_rank_table_faults_and_forms_a_communicator_a
     let program = crate::dlopen::compile_for_cann(
         "rank-table-program",
         "cc",
-        &["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", &include],
+        &[
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-pthread", &include,
+        ],
         &root.join("c/rank_table.c"),
     );
     let dir = fresh_dir("c-program");
@@ -178,8 +211,7 @@ fn mpi_home(dir: &Path) -> Option<PathBuf> {
 }
 
 #[test]
-fn the_official_rank_table_example_builds_with_its_makefile_and_runs_under_mpirun_as_8_processes()
-{
+fn the_official_rank_table_example_builds_with_its_makefile_and_runs_under_mpirun_as_8_processes() {
     let dir = fresh_dir("official-example");
     let (Some(repo), Some(mpi)) = (hcomm_sources(), mpi_home(&dir)) else {
         eprintln!(
@@ -199,7 +231,12 @@ fn the_official_rank_table_example_builds_with_its_makefile_and_runs_under_mpiru
     // not have, which the emulator reads (checked for form and uniqueness) and needs not reach.
     let example = dir.join("example");
     std::fs::create_dir_all(&example).unwrap();
-    for file in ["main.cc", "Makefile", "rank_table.json", "rank_table_v2.json"] {
+    for file in [
+        "main.cc",
+        "Makefile",
+        "rank_table.json",
+        "rank_table_v2.json",
+    ] {
         let out = Command::new("git")
             .arg("-C")
             .arg(&repo)
@@ -227,4 +264,121 @@ fn the_official_rank_table_example_builds_with_its_makefile_and_runs_under_mpiru
         let line = format!("rankId: {rank}, output: [ 0 8 16 24 32 40 48 56 ]");
         assert!(text.contains(&line), "no {line:?} in:\n{text}");
     }
+}
+
+/// One server with devices `0..n` (rank r on device r), named `server`.
+fn one_server(server: &str, n: u32) -> String {
+    let devices: Vec<String> = (0..n)
+        .map(|d| {
+            format!(r#"{{"device_id": "{d}", "device_ip": "192.168.20.{d}", "rank_id": "{d}"}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"status": "completed", "version": "1.0", "server_count": "1",
+  "server_list": [{{"server_id": "{server}", "device": [
+    {}]}}]}}"#,
+        devices.join(",\n    ")
+    )
+}
+
+/// What every rank of the `Comm` tests does on its communicator: a pool, a vector, a sum.
+fn pool_all_reduce(comm: &symheap::Comm) -> symheap::Result<Vec<f32>> {
+    use symheap::{PoolConfig, ReduceOp, SymPool, SymVec};
+    let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    let mut v = SymVec::from_host(&pool, &[comm.rank() as f32 + 1.0; 64])?;
+    pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+    v.to_host()
+}
+
+#[test]
+fn four_threads_join_a_rank_table_with_comm_from_rank_table() {
+    use symheap::sys::HcclResult;
+    use symheap::{Comm, CommConfig, Error, Runtime};
+    let session = crate::harness::EmuSession::start();
+    let dir = fresh_dir("comm-threads");
+    let path = dir.join("rank_table.json");
+    std::fs::write(&path, one_server("comm_threads", 4)).unwrap();
+    let rt = Runtime::emulated().unwrap();
+    let config = CommConfig::new().exec_timeout_secs(60);
+    let sums = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u32)
+            .map(|rank| {
+                let (rt, path, config) = (&rt, &path, &config);
+                s.spawn(move || {
+                    rt.set_device(rank).unwrap();
+                    let comm = Comm::from_rank_table(rt, path, rank, config).unwrap();
+                    assert_eq!(
+                        (comm.rank(), comm.rank_count(), comm.device()),
+                        (rank, 4, rank)
+                    );
+                    // A second one on the device is CANN's HCCL_E_UNAVAIL.
+                    match Comm::from_rank_table(rt, path, rank, config) {
+                        Err(Error::Hccl { code, .. }) => {
+                            assert_eq!(code, HcclResult::HCCL_E_UNAVAIL)
+                        }
+                        other => panic!("a second rank-table communicator: {other:?}"),
+                    }
+                    let sum = pool_all_reduce(&comm).unwrap();
+                    drop(comm);
+                    sum
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for sum in sums {
+        assert_eq!(sum, vec![10.0; 64]);
+    }
+    // The wrong device for the rank, and a rank the table does not have.
+    std::thread::spawn(move || {
+        rt.set_device(1).unwrap();
+        match Comm::from_rank_table(&rt, &path, 0, &config) {
+            Err(Error::Hccl { code, message, .. }) => {
+                assert_eq!(code, HcclResult::HCCL_E_UNAVAIL);
+                assert!(message.contains("aclrtSetDevice(0)"), "{message}");
+            }
+            other => panic!("rank 0 on device 1: {other:?}"),
+        }
+        match Comm::from_rank_table(&rt, &path, 4, &config) {
+            Err(Error::Hccl { code, .. }) => assert_eq!(code, HcclResult::HCCL_E_PARA),
+            other => panic!("rank 4 of 4: {other:?}"),
+        }
+    })
+    .join()
+    .unwrap();
+    session.assert_clean();
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_from_env_with_rank_table_file() {
+    use symheap::{Comm, CommConfig, Runtime};
+    let rank = crate::processes::placement();
+    let rt = Runtime::emulated().unwrap();
+    let comm = Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(60)).unwrap();
+    assert_eq!(
+        (comm.rank(), comm.rank_count(), comm.device()),
+        (rank, 4, rank)
+    );
+    assert_eq!(pool_all_reduce(&comm).unwrap(), vec![10.0; 64]);
+}
+
+#[test]
+fn four_processes_join_with_comm_from_env_and_rank_table_file() {
+    let dir = fresh_dir("comm-processes");
+    let path = dir.join("rank_table.json");
+    std::fs::write(&path, one_server("comm_processes", 4)).unwrap();
+    let outcome =
+        crate::processes::rank_job_in("rank_tables", 4, "rank_from_env_with_rank_table_file")
+            .env("RANK_TABLE_FILE", &path)
+            .env("RANK_SIZE", "4")
+            .run()
+            .unwrap();
+    assert!(outcome.success(), "{}", crate::processes::failed(&outcome));
+    // Every rank ran its test (a name that matched nothing would pass too).
+    let ran = outcome.output.matches("test result: ok. 1 passed").count();
+    assert_eq!(ran, 4, "{}", outcome.output);
 }

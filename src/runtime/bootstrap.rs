@@ -87,7 +87,7 @@ impl Placement {
 }
 
 /// The first of `names` that is set, parsed as a `u32`: `None` when none is set.
-fn number(
+pub(super) fn number(
     var: &impl Fn(&str) -> Option<OsString>,
     names: &[&'static str],
 ) -> Result<Option<(&'static str, u32)>> {
@@ -120,6 +120,10 @@ impl Comm {
     /// file (for the config's exec timeout, 120 s when unset, and at least 30 s), and every
     /// rank calls [`Comm::init`].
     ///
+    /// When `RANK_TABLE_FILE` is set (as MindSpore and Ascend's launchers set it), the job
+    /// bootstraps from that rank table instead, without a root info: see
+    /// [`Comm::from_rank_table`] and [`RankTablePlacement`](super::RankTablePlacement).
+    ///
     /// The file must be fresh for each job: rank 0 refuses to overwrite one that exists, since
     /// another rank might already have read it (`symheap-run` makes a new one per run), and
     /// removes it once every rank has joined. On a filesystem that every node shares, the
@@ -144,6 +148,10 @@ impl Comm {
     /// # Ok::<(), symheap::Error>(())
     /// ```
     pub fn from_env(rt: &Runtime, config: CommConfig) -> Result<Comm> {
+        // A rank table (RANK_TABLE_FILE) bootstraps the job instead of a root info.
+        if let Some(placement) = super::rank_table::RankTablePlacement::from_env()? {
+            return placement.join(rt, &config);
+        }
         let placement = Placement::from_env()?;
         rt.set_device(placement.device)?;
         let root = if placement.rank == 0 {

@@ -32,7 +32,11 @@ pub(crate) struct SyntaxError {
 
 impl std::fmt::Display for SyntaxError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}, column {}: {}", self.line, self.column, self.what)
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.what
+        )
     }
 }
 
@@ -86,7 +90,10 @@ impl Reader<'_> {
     fn error(&self, what: &'static str) -> SyntaxError {
         let before = &self.bytes[..self.at.min(self.bytes.len())];
         let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
         SyntaxError {
             line,
             column: self.at - line_start + 1,
@@ -120,8 +127,12 @@ impl Reader<'_> {
             Some(b'{') => self.object(depth + 1),
             Some(b'[') => self.array(depth + 1),
             Some(b'"') => self.string().map(Json::String),
-            Some(b't') => self.expect(b"true", "not a value").map(|_| Json::Bool(true)),
-            Some(b'f') => self.expect(b"false", "not a value").map(|_| Json::Bool(false)),
+            Some(b't') => self
+                .expect(b"true", "not a value")
+                .map(|_| Json::Bool(true)),
+            Some(b'f') => self
+                .expect(b"false", "not a value")
+                .map(|_| Json::Bool(false)),
             Some(b'n') => self.expect(b"null", "not a value").map(|_| Json::Null),
             Some(b'-' | b'0'..=b'9') => self.number(),
             Some(_) => Err(self.error("not a value")),
@@ -356,7 +367,12 @@ mod tests {
             ("\"\\x\"", 1, 3, "not an escape JSON knows"),
             ("\"\\u12g4\"", 1, 4, "\\u needs four hexadecimal digits"),
             ("\"\\udc00\"", 1, 8, "a low surrogate without a high one"),
-            ("\"\\ud800x\"", 1, 8, "a high surrogate must be followed by a low one"),
+            (
+                "\"\\ud800x\"",
+                1,
+                8,
+                "a high surrogate must be followed by a low one",
+            ),
             ("01", 1, 2, "text after the document's value"),
             ("-", 1, 2, "a number needs digits"),
             ("1.", 1, 3, "a number's fraction needs digits"),

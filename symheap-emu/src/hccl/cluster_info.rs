@@ -116,7 +116,11 @@ fn load(path: &[u8], wait: Duration) -> HcclRes<Json> {
     if path.len() >= PATH_MAX_BYTES {
         return unloadable(
             &shown,
-            format!("the path has {} bytes; at most {} are taken", path.len(), PATH_MAX_BYTES - 1),
+            format!(
+                "the path has {} bytes; at most {} are taken",
+                path.len(),
+                PATH_MAX_BYTES - 1
+            ),
         );
     }
     // CANN's `CheckFilePath`: the file type is told by the name.
@@ -126,11 +130,10 @@ fn load(path: &[u8], wait: Duration) -> HcclRes<Json> {
     let until = Instant::now() + wait;
     loop {
         let text = read_file(path, &shown)?;
-        let doc = rank_table::completed(&text)
-            .map_err(|mut e| {
-                e.msg = format!("{shown:?}: {}", e.msg);
-                e
-            })?;
+        let doc = rank_table::completed(&text).map_err(|mut e| {
+            e.msg = format!("{shown:?}: {}", e.msg);
+            e
+        })?;
         if let Some(doc) = doc {
             return Ok(doc);
         }
@@ -166,7 +169,10 @@ fn read_file(path: &[u8], shown: &str) -> HcclRes<String> {
     if meta.len() > MAX_TABLE_BYTES {
         return unloadable(
             shown,
-            format!("it has {} bytes, more than a rank table's {MAX_TABLE_BYTES}", meta.len()),
+            format!(
+                "it has {} bytes, more than a rank table's {MAX_TABLE_BYTES}",
+                meta.len()
+            ),
         );
     }
     let mut bytes = Vec::new();

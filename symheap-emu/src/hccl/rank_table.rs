@@ -236,7 +236,9 @@ impl RankTable {
         if let Some(ip) = string_prop(server, "host_ip", &where_, false)?
             && ip.parse::<IpAddr>().is_err()
         {
-            return para(format!("{where_}: \"host_ip\" \"{ip}\" is not an IP address"));
+            return para(format!(
+                "{where_}: \"host_ip\" \"{ip}\" is not an IP address"
+            ));
         }
         self.servers.push(id.to_owned());
         let node = index as u32;
@@ -244,7 +246,11 @@ impl RankTable {
         for (d, device) in devices.iter().enumerate() {
             let where_ = format!("server_list[{index}] (\"{id}\").device[{d}]");
             let rank_text = required(device, "rank_id", &where_)?;
-            let device_id = decimal(required(device, "device_id", &where_)?, "device_id", &where_)?;
+            let device_id = decimal(
+                required(device, "device_id", &where_)?,
+                "device_id",
+                &where_,
+            )?;
             if device_id >= device_count {
                 return para(format!(
                     "{where_}: \"device_id\" {device_id} is not a device of this machine (0..{device_count})"
@@ -259,7 +265,9 @@ impl RankTable {
                         ));
                     }
                     if ip.parse::<IpAddr>().is_err() {
-                        return para(format!("{where_}: \"device_ip\" \"{ip}\" is not an IP address"));
+                        return para(format!(
+                            "{where_}: \"device_ip\" \"{ip}\" is not an IP address"
+                        ));
                     }
                     ips.push(ip);
                     device_ips.push(ip.to_owned());
@@ -447,9 +455,7 @@ impl RankTable {
                 rank: r.rank,
                 device: r.device,
                 node: r.server,
-                super_pod: r
-                    .super_pod
-                    .unwrap_or(r.server / nodes_per_super_pod.max(1)),
+                super_pod: r.super_pod.unwrap_or(r.server / nodes_per_super_pod.max(1)),
             })
             .collect()
     }

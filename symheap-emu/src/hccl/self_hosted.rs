@@ -114,9 +114,7 @@ pub(crate) fn serve_or_join(
                 ));
             }
             Err(JoinError::Refused(why)) => {
-                return para(format!(
-                    "{what} refused rank {rank}: {why}"
-                ));
+                return para(format!("{what} refused rank {rank}: {why}"));
             }
             Err(e) => return comm::join_failed(e, rank, timeout),
             Ok(joined) => return Ok(joined),

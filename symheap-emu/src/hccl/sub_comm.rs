@@ -21,8 +21,8 @@ use crate::base::handle::CommHandle;
 use crate::hccl::comm::{self, Comm, Meeting, Member, Settings};
 use crate::hccl::self_hosted::{self, Purpose};
 use crate::hccl::{host_call, names};
-use crate::ipc::wire::{Reader, Wire, Writer};
 use crate::ipc::keyed;
+use crate::ipc::wire::{Reader, Wire, Writer};
 
 /// The `subCommId` of a rank that takes no part (with `rankIds == NULL`).
 pub(crate) const NOT_A_MEMBER: u64 = 0xFFFF_FFFF;

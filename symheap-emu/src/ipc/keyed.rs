@@ -102,7 +102,10 @@ pub(crate) fn rank_table_meeting(uid: u32, table: &[u8]) -> (String, [u8; 16]) {
     data.extend(table);
     let tag = derive(&RANK_TABLE_KEY, "rank-table hub", &data);
     let key = derive(&RANK_TABLE_KEY, "rank-table key", &data);
-    (format!("symheap-emu-rt-{uid:x}-{tag:032x}"), key.to_le_bytes())
+    (
+        format!("symheap-emu-rt-{uid:x}-{tag:032x}"),
+        key.to_le_bytes(),
+    )
 }
 
 #[cfg(test)]

@@ -154,7 +154,10 @@ fn the_ranks_of_a_table_form_one_communicator_without_a_root_info() {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
     });
     for sum in sums {
         assert_eq!(sum, vec![10.0; 8]);
@@ -178,30 +181,59 @@ fn the_calls_checks_come_in_canns_order_with_its_codes() {
     set_device(1);
     // SAFETY: as above, and valid pointers.
     unsafe {
-        assert_eq!(f(std::ptr::null(), 0, &mut config, &mut comm), HcclResult::HCCL_E_PTR);
-        assert_eq!(f(c_path.as_ptr(), 0, &mut config, null_mut()), HcclResult::HCCL_E_PTR);
-        assert_eq!(f(c_path.as_ptr(), 0, null_mut(), &mut comm), HcclResult::HCCL_E_PTR);
+        assert_eq!(
+            f(std::ptr::null(), 0, &mut config, &mut comm),
+            HcclResult::HCCL_E_PTR
+        );
+        assert_eq!(
+            f(c_path.as_ptr(), 0, &mut config, null_mut()),
+            HcclResult::HCCL_E_PTR
+        );
+        assert_eq!(
+            f(c_path.as_ptr(), 0, null_mut(), &mut comm),
+            HcclResult::HCCL_E_PTR
+        );
     }
     // Rank 0 is on device 0, this thread on device 1.
     let (c, m) = fails(init(&path, 0, Some(&config)));
     assert_eq!(c, HcclResult::HCCL_E_UNAVAIL, "{m}");
     assert!(m.contains("aclrtSetDevice(0)"), "{m}");
     let (c, m) = fails(init(&path, 2, Some(&config)));
-    assert_eq!((c, m.contains("has 2 ranks")), (HcclResult::HCCL_E_PARA, true), "{m}");
+    assert_eq!(
+        (c, m.contains("has 2 ranks")),
+        (HcclResult::HCCL_E_PARA, true),
+        "{m}"
+    );
     // Load failures are HCCL_E_INTERNAL.
     let missing = dir.0.join("missing.json");
     let (c, m) = fails(init(&missing, 1, Some(&config)));
-    assert_eq!((c, m.contains("missing.json")), (HcclResult::HCCL_E_INTERNAL, true), "{m}");
+    assert_eq!(
+        (c, m.contains("missing.json")),
+        (HcclResult::HCCL_E_INTERNAL, true),
+        "{m}"
+    );
     let not_json = dir.file("rank_table.txt", &one_server("rt-checks", 2));
     let (c, m) = fails(init(&not_json, 1, Some(&config)));
-    assert_eq!((c, m.contains(".json file")), (HcclResult::HCCL_E_INTERNAL, true), "{m}");
+    assert_eq!(
+        (c, m.contains(".json file")),
+        (HcclResult::HCCL_E_INTERNAL, true),
+        "{m}"
+    );
     let broken = dir.file("broken.json", "{\"status\": \"completed\",");
     let (c, m) = fails(init(&broken, 1, Some(&config)));
-    assert_eq!((c, m.contains("not JSON")), (HcclResult::HCCL_E_INTERNAL, true), "{m}");
+    assert_eq!(
+        (c, m.contains("not JSON")),
+        (HcclResult::HCCL_E_INTERNAL, true),
+        "{m}"
+    );
     let a_dir = dir.0.join("dir.json");
     std::fs::create_dir(&a_dir).unwrap();
     let (c, m) = fails(init(&a_dir, 1, Some(&config)));
-    assert_eq!((c, m.contains("not a regular file")), (HcclResult::HCCL_E_INTERNAL, true), "{m}");
+    assert_eq!(
+        (c, m.contains("not a regular file")),
+        (HcclResult::HCCL_E_INTERNAL, true),
+        "{m}"
+    );
     // A FIFO fails at once instead of blocking the rank.
     let fifo = dir.0.join("fifo.json");
     let c_fifo = CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
@@ -209,7 +241,11 @@ fn the_calls_checks_come_in_canns_order_with_its_codes() {
     assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
     let start = Instant::now();
     let (c, m) = fails(init(&fifo, 1, Some(&config)));
-    assert_eq!((c, m.contains("not a regular file")), (HcclResult::HCCL_E_INTERNAL, true), "{m}");
+    assert_eq!(
+        (c, m.contains("not a regular file")),
+        (HcclResult::HCCL_E_INTERNAL, true),
+        "{m}"
+    );
     assert!(start.elapsed() < Duration::from_secs(5));
     // A bad config is refused before the file is read.
     config.hcclOpExpansionMode = 0;
@@ -228,7 +264,11 @@ fn a_device_takes_one_rank_table_communicator_at_a_time() {
     set_device(0);
     let comm = init(&path, 0, None).unwrap_or_else(|c| panic!("{c:?}: {}", recent()));
     let (c, m) = fails(init(&path, 0, None));
-    assert_eq!((c, m.contains("already has")), (HcclResult::HCCL_E_UNAVAIL, true), "{m}");
+    assert_eq!(
+        (c, m.contains("already has")),
+        (HcclResult::HCCL_E_UNAVAIL, true),
+        "{m}"
+    );
     destroy(comm);
     // Destroyed, the device takes one again.
     let again = init(&path, 0, None).unwrap_or_else(|c| panic!("{c:?}: {}", recent()));
@@ -242,7 +282,10 @@ fn a_table_is_read_again_until_its_status_is_completed() {
     let _g = test_lock();
     let dir = Dir::new("status");
     let done = one_server("rt-status", 1);
-    let path = dir.file("rank_table.json", &done.replace("completed", "initializing"));
+    let path = dir.file(
+        "rank_table.json",
+        &done.replace("completed", "initializing"),
+    );
     set_device(0);
     let writer = {
         let path = path.clone();
