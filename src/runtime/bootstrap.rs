@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use symheap_types::launch::{self, ROOT_INFO};
 
+use super::launch_vars::number;
 use super::{Comm, CommConfig, RootInfo, Runtime};
 use crate::sys::HCCL_ROOT_INFO_BYTES;
 use crate::{Error, Result};
@@ -83,27 +84,6 @@ impl Placement {
             device,
             root_info,
         })
-    }
-}
-
-/// The first of `names` that is set, parsed as a `u32`: `None` when none is set.
-pub(super) fn number(
-    var: &impl Fn(&str) -> Option<OsString>,
-    names: &[&'static str],
-) -> Result<Option<(&'static str, u32)>> {
-    let Some((name, value)) = names
-        .iter()
-        .find_map(|&name| Some((name, var(name).filter(|v| !v.is_empty())?)))
-    else {
-        return Ok(None);
-    };
-    let parsed = value.to_str().and_then(|v| v.trim().parse::<u32>().ok());
-    match parsed {
-        Some(n) => Ok(Some((name, n))),
-        None => Err(Error::invalid(format!(
-            "{name}={} is not a non-negative integer",
-            value.to_string_lossy()
-        ))),
     }
 }
 

@@ -26,6 +26,7 @@ mod graph;
 mod groups;
 mod host_fn;
 mod host_memory;
+mod launch_vars;
 mod memory;
 mod origin;
 mod rank_table;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use symheap_types::launch;
 
-use super::bootstrap::number;
+use super::launch_vars::number;
 use super::{Comm, CommConfig, Runtime, calls};
 use crate::{Error, Result};
 
