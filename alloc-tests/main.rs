@@ -24,6 +24,7 @@ mod paths;
 mod pool;
 mod pool_vector;
 mod processes;
+mod rank_tables;
 mod runtime;
 mod sleep;
 mod soak;

@@ -44,6 +44,7 @@ pub use pool::{
     WindowMap,
 };
 pub use runtime::GroupSizes;
+pub use runtime::RankTablePlacement;
 pub use runtime::{
     Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, RootInfo, Runtime, Stream,
 };

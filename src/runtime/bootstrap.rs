@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use symheap_types::launch::{self, ROOT_INFO};
 
+use super::launch_vars::number;
 use super::{Comm, CommConfig, RootInfo, Runtime};
 use crate::sys::HCCL_ROOT_INFO_BYTES;
 use crate::{Error, Result};
@@ -86,27 +87,6 @@ impl Placement {
     }
 }
 
-/// The first of `names` that is set, parsed as a `u32`: `None` when none is set.
-fn number(
-    var: &impl Fn(&str) -> Option<OsString>,
-    names: &[&'static str],
-) -> Result<Option<(&'static str, u32)>> {
-    let Some((name, value)) = names
-        .iter()
-        .find_map(|&name| Some((name, var(name).filter(|v| !v.is_empty())?)))
-    else {
-        return Ok(None);
-    };
-    let parsed = value.to_str().and_then(|v| v.trim().parse::<u32>().ok());
-    match parsed {
-        Some(n) => Ok(Some((name, n))),
-        None => Err(Error::invalid(format!(
-            "{name}={} is not a non-negative integer",
-            value.to_string_lossy()
-        ))),
-    }
-}
-
 impl Comm {
     /// Joins the communicator of this process's job, as launchers describe it in the
     /// environment: the same on real hardware and on the emulator.
@@ -119,6 +99,10 @@ impl Comm {
     /// it and renamed, so readers never see half a file), while the other ranks wait for the
     /// file (for the config's exec timeout, 120 s when unset, and at least 30 s), and every
     /// rank calls [`Comm::init`].
+    ///
+    /// When `RANK_TABLE_FILE` is set (as MindSpore and Ascend's launchers set it), the job
+    /// bootstraps from that rank table instead, without a root info: see
+    /// [`Comm::from_rank_table`] and [`RankTablePlacement`](super::RankTablePlacement).
     ///
     /// The file must be fresh for each job: rank 0 refuses to overwrite one that exists, since
     /// another rank might already have read it (`symheap-run` makes a new one per run), and
@@ -144,6 +128,10 @@ impl Comm {
     /// # Ok::<(), symheap::Error>(())
     /// ```
     pub fn from_env(rt: &Runtime, config: CommConfig) -> Result<Comm> {
+        // A rank table (RANK_TABLE_FILE) bootstraps the job instead of a root info.
+        if let Some(placement) = super::rank_table::RankTablePlacement::from_env()? {
+            return placement.join(rt, &config);
+        }
         let placement = Placement::from_env()?;
         rt.set_device(placement.device)?;
         let root = if placement.rank == 0 {

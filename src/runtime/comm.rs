@@ -205,7 +205,7 @@ impl Comm {
 
     /// Owns the fresh communicator `raw`, which must be `rank` of `size`, and checks that
     /// the library agrees.
-    fn wrap(
+    pub(super) fn wrap(
         rt: &Runtime,
         raw: HcclComm,
         (rank, size): (u32, u32),

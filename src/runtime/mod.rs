@@ -26,8 +26,10 @@ mod graph;
 mod groups;
 mod host_fn;
 mod host_memory;
+mod launch_vars;
 mod memory;
 mod origin;
+mod rank_table;
 mod stream;
 
 use std::any::Any;
@@ -46,6 +48,7 @@ pub use groups::{GroupSizes, ParallelGroups};
 pub(crate) use host_memory::PinnedHostBuffer;
 pub use memory::{DevicePtr, Mapping, PhysicalMemory, VirtualRange};
 pub use origin::{Backend, Origin};
+pub use rank_table::RankTablePlacement;
 pub use stream::Stream;
 pub(crate) use stream::WeakStream;
 

@@ -86,6 +86,9 @@ macro_rules! hccl_functions {
                 HcclSetConfig(config: HcclConfig, configValue: HcclConfigValue) -> HcclResult;
                 HcclGetConfig(config: HcclConfig, configValue: *mut HcclConfigValue) -> HcclResult;
                 HcclSymWinGetPeerPointer(winHandle: HcclCommSymWindow, offset: usize, peerRank: u32, ptr: *mut *mut c_void) -> HcclResult;
+                // Rank tables (issue 33, part E): hicann/hcomm include/hccl/hccl_comm.h.
+                HcclCommInitClusterInfo(clusterInfo: *const c_char, rank: u32, comm: *mut HcclComm) -> HcclResult;
+                HcclCommInitClusterInfoConfig(clusterInfo: *const c_char, rank: u32, config: *mut HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
             }
         }
     };

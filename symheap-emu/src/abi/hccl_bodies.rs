@@ -22,6 +22,7 @@ use crate::abi::group;
 use crate::base::errors::{HcclRes, hccl_error_string, hccl_fail};
 use crate::base::handle::{CommHandle, PhysicalHandle, StreamHandle, WindowHandle};
 use crate::base::lock::lock;
+use crate::hccl::cluster_info;
 use crate::hccl::collective;
 use crate::hccl::comm;
 use crate::hccl::hcomm_mem;
@@ -779,4 +780,70 @@ pub(super) unsafe fn HcclSymWinGetPeerPointer(a: args::HcclSymWinGetPeerPointer)
     )?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(a.ptr, addr as *mut c_void, "ptr") }
+// Rank tables (issue 33, part E).
+
+/// The longest `clusterInfo` read, its NUL included: CANN takes paths of at most 4096 bytes.
+const CLUSTER_INFO_MAX: usize = 4096;
+
+/// The shared body of both rank-table init calls, in CANN's order: the device, then
+/// `clusterInfo`, `comm` and `config` non-NULL (`HCCL_E_PTR`).
+///
+/// # Safety
+/// Non-null pointers are valid as in `HcclCommInitClusterInfoConfig`: `cluster_info` a
+/// NUL-terminated string, `config` a config struct of its stated size, `comm` writable.
+unsafe fn init_cluster_info(
+    cluster_info: *const c_char,
+    rank: u32,
+    config: Option<*const HcclCommConfig>,
+    comm: *mut HcclComm,
+) -> HcclRes {
+    if let Err(e) = crate::acl::device::current() {
+        return hccl_fail(crate::sys::HcclResult::HCCL_E_RUNTIME, e.msg);
+    }
+    non_null(cluster_info, "clusterInfo")?;
+    non_null(comm, "comm")?;
+    let config = match config {
+        Some(ptr) => {
+            non_null(ptr, "config")?;
+            // SAFETY: non-null; the caller promises a config struct of its stated size.
+            unsafe { comm::read_config(ptr) }?
+        }
+        None => HcclCommConfig::init(),
+    };
+    // The path up to its NUL, reading at most `CLUSTER_INFO_MAX` bytes: a longer string is
+    // read only as far as it is refused.
+    let mut path = Vec::new();
+    for i in 0..CLUSTER_INFO_MAX {
+        // SAFETY: a NUL-terminated string (the caller's contract) is readable up to its NUL,
+        // and the loop stops there.
+        let b = unsafe { cluster_info.add(i).read() } as u8;
+        if b == 0 {
+            break;
+        }
+        path.push(b);
+    }
+    let handle = cluster_info::init(&path, rank, &config)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(comm, handle.to_c(), "comm") }
+}
+
+/// `HcclCommInitClusterInfo`: joins the communicator of every rank of the rank-table file
+/// `clusterInfo`, as rank `rank`, with the default config.
+///
+/// # Safety
+/// As [`init_cluster_info`].
+pub(super) unsafe fn HcclCommInitClusterInfo(a: args::HcclCommInitClusterInfo) -> HcclRes {
+    // SAFETY: the caller's contract.
+    unsafe { init_cluster_info(a.clusterInfo, a.rank, None, a.comm) }
+}
+
+/// `HcclCommInitClusterInfoConfig`: [`HcclCommInitClusterInfo`] with a config.
+///
+/// # Safety
+/// As [`init_cluster_info`].
+pub(super) unsafe fn HcclCommInitClusterInfoConfig(
+    a: args::HcclCommInitClusterInfoConfig,
+) -> HcclRes {
+    // SAFETY: the caller's contract.
+    unsafe { init_cluster_info(a.clusterInfo, a.rank, Some(a.config.cast_const()), a.comm) }
 }

@@ -6,6 +6,7 @@
 pub(crate) mod counters;
 pub(crate) mod errors;
 pub(crate) mod handle;
+pub(crate) mod json;
 pub(crate) mod lock;
 pub(crate) mod patience;
 pub(crate) mod primitives;

@@ -709,6 +709,12 @@ pub(crate) fn lookup(handle: CommHandle) -> HcclRes<Arc<Comm>> {
     Ok(comm)
 }
 
+/// Whether `handle` names a live communicator (one not destroyed), without making the calling
+/// thread one of its rank's host threads.
+pub(crate) fn is_live(handle: CommHandle) -> bool {
+    COMMS.get(handle).is_some()
+}
+
 /// `HcclCommDestroy`: a local call. Marks the rank as gone in the group's rendezvous (peers
 /// waiting for it fail at once), deregisters this rank's windows without a rendezvous and
 /// forgets the handle; the staging buffer and heap go when queued work no longer uses them.

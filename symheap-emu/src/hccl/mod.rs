@@ -3,6 +3,7 @@
 //! memory ranges, and the collectives (a checked call, its rendezvous steps, the staged and
 //! symmetric algorithms, the V collectives' layouts) and point-to-point transfers.
 
+pub(crate) mod cluster_info;
 pub(crate) mod collective;
 pub(crate) mod comm;
 pub(crate) mod config;
@@ -14,7 +15,9 @@ pub(crate) mod memory_range;
 pub(crate) mod names;
 pub(crate) mod p2p;
 pub(crate) mod peer_pointer;
+pub(crate) mod rank_table;
 pub(crate) mod registration;
+pub(crate) mod self_hosted;
 pub(crate) mod staged;
 pub(crate) mod steps;
 pub(crate) mod sub_comm;

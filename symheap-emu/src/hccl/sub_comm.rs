@@ -12,8 +12,6 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
 
 use crate::sys::{HcclCommConfig, HcclResult};
 
@@ -21,10 +19,10 @@ use crate::acl::device;
 use crate::base::errors::{HcclRes, hccl_fail, para};
 use crate::base::handle::CommHandle;
 use crate::hccl::comm::{self, Comm, Meeting, Member, Settings};
+use crate::hccl::self_hosted::{self, Purpose};
 use crate::hccl::{host_call, names};
-use crate::ipc::rendezvous::{JoinError, Rendezvous, deadline};
+use crate::ipc::keyed;
 use crate::ipc::wire::{Reader, Wire, Writer};
-use crate::ipc::{hub, keyed};
 
 /// The `subCommId` of a rank that takes no part (with `rankIds == NULL`).
 pub(crate) const NOT_A_MEMBER: u64 = 0xFFFF_FFFF;
@@ -70,7 +68,7 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
         parent: Some(global.handle),
     };
     let handle = comm::form(&member, &settings, meeting.clone(), |staging, timeout| {
-        serve_or_join(&meeting, n, req.sub_rank, staging, timeout)
+        self_hosted::serve_or_join(&meeting, n, req.sub_rank, staging, timeout, &SUB_COMM)
     })?;
     let compared = comm::lookup(handle).and_then(|sub| compare_calls(&sub, req, &settings));
     if let Err(e) = compared {
@@ -107,6 +105,13 @@ fn check_rank_ids(global: &Comm, ids: &[u32], sub_rank: u32) -> HcclRes {
     Ok(())
 }
 
+/// What a sub-communicator's members say when their rendezvous fails.
+const SUB_COMM: Purpose = Purpose {
+    what: "the sub-communicator's rendezvous",
+    remedy: "pass another subCommId (or hcclCommName)",
+    same: "a sub-communicator of the same name",
+};
+
 /// Where the members of sub-communicator `name` of the group that met at `global` meet: a
 /// socket name and a key, both derived from the global key and the name with a keyed hash
 /// ([`keyed::sub_meeting`]). Only the global group's members know the key, so only they can
@@ -114,103 +119,6 @@ fn check_rank_ids(global: &Comm, ids: &[u32], sub_rank: u32) -> HcclRes {
 fn meeting_of(global: &Meeting, name: &[u8]) -> Meeting {
     let (name, session) = keyed::sub_meeting(&global.name, &global.session, name);
     Meeting { name, session }
-}
-
-/// How long a member waits between tries when the hub's name is bound but not yet listening,
-/// or was just released.
-const RETRY: Duration = Duration::from_millis(2);
-/// How long the hub's name may stay bound by a socket that does not listen: a member binds
-/// and listens at once, so past this it is a process that only holds the name.
-const BOUND_NOT_LISTENING: Duration = Duration::from_secs(2);
-
-/// Hosts the members' rendezvous if no member has yet (binding its name), then joins it.
-fn serve_or_join(
-    meeting: &Meeting,
-    n: u32,
-    rank: u32,
-    staging: BorrowedFd<'_>,
-    timeout: Duration,
-) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
-    let until = deadline(timeout);
-    let never = AtomicBool::new(false);
-    // Since when the name has been bound by a socket that refuses connections.
-    let mut refused_since = None;
-    loop {
-        let taken = match hub::start(&meeting.name, meeting.session) {
-            Ok(()) => false,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => true,
-            Err(e) => {
-                return hccl_fail(
-                    HcclResult::HCCL_E_SYSCALL,
-                    format!("cannot start the sub-communicator's rendezvous: {e}"),
-                );
-            }
-        };
-        let left = until.saturating_duration_since(Instant::now());
-        let joined = Rendezvous::join(
-            &meeting.name,
-            &meeting.session,
-            n,
-            rank,
-            staging,
-            left,
-            &never,
-        );
-        let refused = matches!(&joined, Err(JoinError::Unreachable(e))
-            if taken && e.kind() == std::io::ErrorKind::ConnectionRefused);
-        refused_since = match refused {
-            true => refused_since.or_else(|| Some(Instant::now())),
-            false => None,
-        };
-        match joined {
-            Err(JoinError::Stranger { pid, uid }) => {
-                return hccl_fail(
-                    HcclResult::HCCL_E_TCP_CONNECT,
-                    format!(
-                        "rank {rank}: {}: pass another subCommId (or hcclCommName)",
-                        comm::held_by_stranger(pid, uid)
-                    ),
-                );
-            }
-            Err(JoinError::Unreachable(_))
-                if refused_since.is_some_and(|t| t.elapsed() > BOUND_NOT_LISTENING) =>
-            {
-                return hccl_fail(
-                    HcclResult::HCCL_E_TCP_CONNECT,
-                    format!(
-                        "rank {rank}: the sub-communicator's rendezvous name has been bound for \
-                         {:.0} s by a socket that takes no connections (a process that only \
-                         holds the name, maybe another user's): pass another subCommId (or \
-                         hcclCommName)",
-                        BOUND_NOT_LISTENING.as_secs_f64()
-                    ),
-                );
-            }
-            // Bound but not listening yet, or its last member just left (it may close a join
-            // as it ends): try again. A formed group of the same name is one whose members
-            // are destroying it (their queued work may hold it a while) or one still in use:
-            // wait for it to go.
-            Err(JoinError::Unreachable(_) | JoinError::Closed | JoinError::Formed)
-                if !left.is_zero() =>
-            {
-                std::thread::sleep(RETRY)
-            }
-            Err(JoinError::Formed) => {
-                return para(format!(
-                    "rank {rank} waited {:.1} s for a sub-communicator of the same name to be \
-                     destroyed on every member: pass another subCommId (or hcclCommName)",
-                    timeout.as_secs_f64()
-                ));
-            }
-            Err(JoinError::Refused(why)) => {
-                return para(format!(
-                    "the sub-communicator's rendezvous refused rank {rank}: {why}"
-                ));
-            }
-            Err(e) => return comm::join_failed(e, rank, timeout),
-            Ok(joined) => return Ok(joined),
-        }
-    }
 }
 
 /// What the members compare: their `rankIds` and the config fields the emulator uses (the

@@ -87,6 +87,27 @@ pub(crate) fn sub_meeting(global: &str, session: &[u8; 16], name: &[u8]) -> (Str
     (format!("{global}-sub-{tag:032x}"), key.to_le_bytes())
 }
 
+/// The key under which a rank-table job's meeting is derived. Public: a rank table is no
+/// secret (every rank reads it from a file), so this only makes the name and key a hash of
+/// the table; what keeps other users out of such a job is the uid check on both sides of the
+/// socket ([`crate::ipc::hub`], [`crate::ipc::rendezvous`]), not the key.
+const RANK_TABLE_KEY: [u8; 16] = *b"symheap-rank-tbl";
+
+/// Where the ranks of a rank-table job of user `uid` meet: a socket name and a session key
+/// derived from the table's canonical contents (`table`), so that every rank of the job, each
+/// reading its own copy of the table, computes the same ones, and jobs of other tables or
+/// other users meet elsewhere.
+pub(crate) fn rank_table_meeting(uid: u32, table: &[u8]) -> (String, [u8; 16]) {
+    let mut data = uid.to_le_bytes().to_vec();
+    data.extend(table);
+    let tag = derive(&RANK_TABLE_KEY, "rank-table hub", &data);
+    let key = derive(&RANK_TABLE_KEY, "rank-table key", &data);
+    (
+        format!("symheap-emu-rt-{uid:x}-{tag:032x}"),
+        key.to_le_bytes(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +138,18 @@ mod tests {
         assert_ne!(sub_meeting(&global, &a, b"g_sub_6").0, name_a);
         // Within an abstract socket name's 107 bytes, for the longest pid.
         assert!(sub_meeting(&global_name(u32::MAX, &a), &a, b"x").0.len() <= 107);
+    }
+
+    /// A rank-table job's meeting depends on the table and the user, and its name fits an
+    /// abstract socket's.
+    #[test]
+    fn rank_table_meetings_differ_by_table_and_user() {
+        let (name, key) = rank_table_meeting(1000, b"table a");
+        assert_eq!(rank_table_meeting(1000, b"table a"), (name.clone(), key));
+        assert_ne!(rank_table_meeting(1000, b"table b").0, name);
+        assert_ne!(rank_table_meeting(1001, b"table a").0, name);
+        assert_ne!(rank_table_meeting(1000, b"table b").1, key);
+        assert!(name.starts_with("symheap-emu-rt-3e8-"));
+        assert!(rank_table_meeting(u32::MAX, b"x").0.len() <= 107);
     }
 }
