@@ -77,6 +77,8 @@ macro_rules! hccl_functions {
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
                 HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
                 HcommMemFree(ptr: *mut c_void) -> HcclResult;
+                // Issue 33, part A: what CANN's HCCL test tool calls.
+                HcclGetCommConfigCapability() -> u32;
             }
         }
     };
@@ -143,6 +145,17 @@ macro_rules! acl_functions {
                 aclmdlRICaptureThreadExchangeMode(mode: *mut aclmdlRICaptureMode) -> aclError;
                 aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError;
                 aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError;
+                // Issue 33, part A: events with flags, and the profiling API (`acl/acl_prof.h`,
+                // exported under `libmsprofiler.so`).
+                aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
+                aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
+                aclprofInit(profilerResultPath: *const c_char, length: usize) -> aclError;
+                aclprofFinalize() -> aclError;
+                aclprofCreateConfig(deviceIdList: *mut u32, deviceNums: u32, aicoreMetrics: aclprofAicoreMetrics, aicoreEvents: *const aclprofAicoreEvents, dataTypeConfig: u64) -> *mut aclprofConfig;
+                aclprofDestroyConfig(profilerConfig: *const aclprofConfig) -> aclError;
+                aclprofStart(profilerConfig: *const aclprofConfig) -> aclError;
+                aclprofStop(profilerConfig: *const aclprofConfig) -> aclError;
+                aclprofSetConfig(configType: aclprofConfigType, config: *const c_char, configLength: usize) -> aclError;
             }
         }
     };

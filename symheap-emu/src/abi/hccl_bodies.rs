@@ -617,3 +617,14 @@ pub(super) fn HcclCommDeactivateCommMemory(a: args::HcclCommDeactivateCommMemory
     let c = comm::lookup(CommHandle::from_c(a.comm))?;
     lock(&c.ranges).deactivate(a.virPtr as usize)
 }
+
+// Issue 33, part A.
+
+/// `HcclGetCommConfigCapability`: `HCCL_COMM_CONFIG_RESERVED` (12), as hcomm's op_base.cc
+/// answers: every `HcclCommConfig` field before it is accepted at init.
+pub(super) fn HcclGetCommConfigCapability(_: args::HcclGetCommConfigCapability) -> u32 {
+    HCCL_COMM_CONFIG_RESERVED
+}
+
+/// `HCCL_COMM_CONFIG_RESERVED`: the last value of `HcclCommConfigCapability`.
+const HCCL_COMM_CONFIG_RESERVED: u32 = 12;

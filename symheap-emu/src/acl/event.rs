@@ -309,6 +309,42 @@ pub(crate) fn stream_wait(stream: StreamHandle, handle: EventHandle) -> AclResul
     }))
 }
 
+/// `aclrtCreateEventWithFlag`: an event with `flags`, as one of `aclrtCreateEventExWithFlag`
+/// (any bits; `ACL_EVENT_SYNC` lets a capture's streams wait for it). The two differ on the
+/// device in whether an event must be reset before it is recorded again; here every event is
+/// reusable without a reset (see `aclrtResetEvent`).
+pub(crate) fn create_with_flag(flags: u32) -> AclResult<EventHandle> {
+    create_with(Some(flags))
+}
+
+/// `aclrtResetEvent`: a task on `stream` that returns the event to "never recorded" (waits on
+/// it then pass at once, as for a new event), unless it was recorded again after this call:
+/// the record this call saw is the one the task clears. In a capture the reset is kept and
+/// runs at each replay.
+pub(crate) fn reset(handle: EventHandle, stream: StreamHandle) -> AclResult {
+    lookup(handle, "event")?;
+    let s = stream::lookup(stream)?;
+    graph::submit(
+        &s,
+        stream,
+        Arc::new(move || {
+            let event = lookup(handle, "event")?;
+            let seen = lock(&event.last).clone();
+            Ok(Box::new(move || {
+                let mut last = lock(&event.last);
+                let unchanged = match (&*last, &seen) {
+                    (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+                    _ => false,
+                };
+                if unchanged {
+                    *last = None;
+                }
+                Ok(())
+            }) as stream::Task)
+        }),
+    )
+}
+
 /// The time of an event's latest record, which must have run.
 fn stamp(handle: EventHandle, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
     let Some(rec) = rec else {
