@@ -799,4 +799,45 @@ mod tests {
             assert_eq!(parse(unusable), DEFAULT_EVENT_WAIT, "{unusable:?}");
         }
     }
+
+    #[test]
+    fn a_reset_clears_the_record_it_saw_and_not_a_later_one() {
+        let _g = test_lock();
+        let e = ev();
+        let reset = acl().aclrtResetEvent.unwrap();
+        on_two_streams(0, |s1, s2| {
+            let x = e.new_event();
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s1)) };
+            // SAFETY: a live handle.
+            unsafe { ok((e.sync)(x)) };
+            // A reset that runs: the event is never recorded again.
+            // SAFETY: live handles.
+            unsafe { ok(reset(x, s2)) };
+            // SAFETY: a live handle.
+            ok(unsafe { (acl().aclrtSynchronizeStream)(s2) });
+            assert_eq!(e.ms(x, x), Err(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID));
+            // A reset held on s2 while x is recorded again on s1: the new record stays.
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s1)) };
+            let open = gate(s2);
+            // SAFETY: live handles.
+            unsafe { ok(reset(x, s2)) };
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s1)) };
+            // SAFETY: a live handle.
+            unsafe { ok((e.sync)(x)) };
+            drop(open);
+            // SAFETY: a live handle.
+            ok(unsafe { (acl().aclrtSynchronizeStream)(s2) });
+            assert_eq!(e.ms(x, x), Ok(0.0));
+            // SAFETY: live handles; NULL and a destroyed event are refused.
+            unsafe {
+                assert_eq!(reset(null_mut(), s1), ACL_ERROR_INVALID_PARAM);
+                ok((e.destroy)(x));
+                assert_eq!(reset(x, s1), ACL_ERROR_RT_INVALID_HANDLE);
+            }
+        });
+        assert_clean();
+    }
 }
