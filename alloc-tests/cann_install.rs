@@ -198,3 +198,34 @@ fn hccl_test_passes_every_tool_in_every_memory_mode() {
         work.display()
     );
 }
+
+/// The official HCCL examples (hicann/hccl's point-to-point and collectives, hicann/hcomm's
+/// communicators), built by their own Makefiles against the layout, run and exit 0
+/// (`alloc-tests/cann-tools/examples.sh`). Not vendored either.
+#[test]
+#[ignore = "needs checkouts of hicann/hccl (and hicann/hcomm): SYMHEAP_HCCL_CHECKOUT=DIR \
+            [SYMHEAP_HCOMM_CHECKOUT=DIR] cargo test --release --test alloc-tests \
+            cann_install::official_examples -- --ignored"]
+fn official_examples_build_and_run() {
+    let Some(hccl) = std::env::var_os("SYMHEAP_HCCL_CHECKOUT") else {
+        panic!("set SYMHEAP_HCCL_CHECKOUT to a checkout of hicann/hccl");
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let library = crate::dlopen::build_emulator_cdylib();
+    let work = library.parent().unwrap().join("cann-examples");
+    let mut script = Command::new(root.join("alloc-tests/cann-tools/examples.sh"));
+    script.arg(&hccl);
+    if let Some(hcomm) = std::env::var_os("SYMHEAP_HCOMM_CHECKOUT") {
+        script.arg(hcomm);
+    }
+    let status = script
+        .env("SYMHEAP_EMU_LIBRARY", &library)
+        .env("EXAMPLES_WORKDIR", &work)
+        .status()
+        .expect("examples.sh runs");
+    assert!(
+        status.success(),
+        "examples.sh failed (logs in {})",
+        work.display()
+    );
+}
