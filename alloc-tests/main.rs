@@ -1,6 +1,7 @@
 //! symheap's integration tests: one binary, one module per subject.
 
 mod budgets;
+mod cann_headers;
 mod cann_install;
 mod collectives;
 mod cpp_program;

@@ -89,6 +89,8 @@ macro_rules! hccl_functions {
                 // Rank tables (issue 33, part E): hicann/hcomm include/hccl/hccl_comm.h.
                 HcclCommInitClusterInfo(clusterInfo: *const c_char, rank: u32, comm: *mut HcclComm) -> HcclResult;
                 HcclCommInitClusterInfoConfig(clusterInfo: *const c_char, rank: u32, config: *mut HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
+                // Issue 33, part A: what CANN's HCCL test tool calls.
+                HcclGetCommConfigCapability() -> u32;
             }
         }
     };
@@ -155,6 +157,17 @@ macro_rules! acl_functions {
                 aclmdlRICaptureThreadExchangeMode(mode: *mut aclmdlRICaptureMode) -> aclError;
                 aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError;
                 aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError;
+                // Issue 33, part A: events with flags, and the profiling API (`acl/acl_prof.h`,
+                // exported under `libmsprofiler.so`).
+                aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
+                aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
+                aclprofInit(profilerResultPath: *const c_char, length: usize) -> aclError;
+                aclprofFinalize() -> aclError;
+                aclprofCreateConfig(deviceIdList: *mut u32, deviceNums: u32, aicoreMetrics: aclprofAicoreMetrics, aicoreEvents: *const aclprofAicoreEvents, dataTypeConfig: u64) -> *mut aclprofConfig;
+                aclprofDestroyConfig(profilerConfig: *const aclprofConfig) -> aclError;
+                aclprofStart(profilerConfig: *const aclprofConfig) -> aclError;
+                aclprofStop(profilerConfig: *const aclprofConfig) -> aclError;
+                aclprofSetConfig(configType: aclprofConfigType, config: *const c_char, configLength: usize) -> aclError;
             }
         }
     };

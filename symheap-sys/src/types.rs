@@ -88,6 +88,22 @@ pub const ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC: aclError = 107041;
 /// The capture was invalidated (runtime).
 pub const ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED: aclError = 507903;
 
+// The profiling API (`acl/acl_prof.h`, `libmsprofiler.so`; issue 33, part A).
+/// `aclprofConfig`: a profiling configuration (opaque; `aclprofCreateConfig` makes one).
+pub type aclprofConfig = c_void;
+/// `aclprofAicoreEvents`: AI Core events to profile (opaque; CANN requires NULL).
+pub type aclprofAicoreEvents = c_void;
+/// `aclprofAicoreMetrics` (a C enum): which AI Core metrics a profiling run collects.
+pub type aclprofAicoreMetrics = i32;
+/// `aclprofConfigType` (a C enum): which setting `aclprofSetConfig` changes.
+pub type aclprofConfigType = i32;
+/// A file or path argument is invalid (generic ACL).
+pub const ACL_ERROR_INVALID_FILE: aclError = 100003;
+/// Profiling is already running (generic ACL).
+pub const ACL_ERROR_PROF_ALREADY_RUN: aclError = 100042;
+/// Profiling was not initialized or started (generic ACL).
+pub const ACL_ERROR_PROF_NOT_RUN: aclError = 100043;
+
 /// `aclmdlRI`: a model runtime instance, what a capture makes.
 pub type aclmdlRI = *mut c_void;
 /// `aclmdlRICaptureMode` (a C enum).

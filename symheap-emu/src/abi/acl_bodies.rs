@@ -18,6 +18,7 @@ use crate::sys::aclrtMemGranularityOptions;
 use crate::GRANULARITY;
 use crate::abi::args;
 use crate::acl::graph;
+use crate::acl::profiling;
 use crate::base::errors::{self, AclResult, param, take_recent};
 use crate::base::handle::{EventHandle, ModelHandle, PhysicalHandle, StreamHandle};
 use crate::{acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::stream};
@@ -573,4 +574,88 @@ pub(super) unsafe fn aclrtEventElapsedTime(a: args::aclrtEventElapsedTime) -> Ac
 /// `aclrtDestroyEvent`: forgets the event at once, also while its record is pending.
 pub(super) fn aclrtDestroyEvent(a: args::aclrtDestroyEvent) -> AclResult {
     event::destroy(EventHandle::from_c(a.event))
+}
+
+// Issue 33, part A: events with flags, and the profiling API of `libmsprofiler.so`
+// (`acl/acl_prof.h`), which collects nothing (see `acl::profiling`).
+
+/// `aclrtCreateEventWithFlag`: an event with flags, reusable without a reset.
+///
+/// # Safety
+/// `aclrtCreateEventWithFlag`'s contract: its pointer arguments are null or valid for what it
+/// reads or writes through them.
+pub(super) unsafe fn aclrtCreateEventWithFlag(a: args::aclrtCreateEventWithFlag) -> AclResult {
+    non_null(a.event, "event")?;
+    let handle = event::create_with_flag(a.flag)?;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.event, handle.to_c(), "event") }
+}
+
+/// `aclrtResetEvent`: a task on `stream` that returns the event to never recorded.
+pub(super) fn aclrtResetEvent(a: args::aclrtResetEvent) -> AclResult {
+    event::reset(EventHandle::from_c(a.event), StreamHandle::from_c(a.stream))
+}
+
+/// `aclprofInit`: profiling initialized (nothing is written to the path).
+///
+/// # Safety
+/// `aclprofInit`'s contract: `profilerResultPath` is null or valid for reading `length` bytes.
+pub(super) unsafe fn aclprofInit(a: args::aclprofInit) -> AclResult {
+    // SAFETY: the caller's contract.
+    unsafe { profiling::init(a.profilerResultPath.cast(), a.length) }
+}
+
+/// `aclprofFinalize`: profiling off.
+pub(super) fn aclprofFinalize(_: args::aclprofFinalize) -> AclResult {
+    profiling::finalize()
+}
+
+/// `aclprofCreateConfig`: a configuration handle, or NULL (with the reason as the recent error
+/// message) for a configuration msprofiler refuses.
+///
+/// # Safety
+/// `aclprofCreateConfig`'s contract: `deviceIdList` is null or valid for reading `deviceNums`
+/// ids.
+pub(super) unsafe fn aclprofCreateConfig(a: args::aclprofCreateConfig) -> AclResult<*mut c_void> {
+    let n = a.deviceNums as usize;
+    let devices = if n == 0 {
+        &[][..]
+    } else {
+        non_null(a.deviceIdList, "deviceIdList")?;
+        if n > profiling::MAX_DEVICE_IDS {
+            return errors::invalid(format!(
+                "deviceNums {n} is more than {}",
+                profiling::MAX_DEVICE_IDS
+            ));
+        }
+        // SAFETY: the caller's contract: `deviceNums` readable ids; checked non-null above.
+        unsafe { std::slice::from_raw_parts(a.deviceIdList, n) }
+    };
+    let handle = profiling::create_config(devices, !a.aicoreEvents.is_null(), a.dataTypeConfig)?;
+    Ok(handle as *mut c_void)
+}
+
+/// `aclprofDestroyConfig`: forgets a configuration.
+pub(super) fn aclprofDestroyConfig(a: args::aclprofDestroyConfig) -> AclResult {
+    profiling::destroy_config(a.profilerConfig as usize)
+}
+
+/// `aclprofStart`: a profiling run (collecting nothing).
+pub(super) fn aclprofStart(a: args::aclprofStart) -> AclResult {
+    profiling::start(a.profilerConfig as usize)
+}
+
+/// `aclprofStop`: ends the profiling run.
+pub(super) fn aclprofStop(a: args::aclprofStop) -> AclResult {
+    profiling::stop(a.profilerConfig as usize)
+}
+
+/// `aclprofSetConfig`: a known setting with its value (without effect).
+///
+/// # Safety
+/// `aclprofSetConfig`'s contract: `config` is null or a NUL-terminated string.
+pub(super) unsafe fn aclprofSetConfig(a: args::aclprofSetConfig) -> AclResult {
+    // SAFETY: the caller's contract: NULL or a C string.
+    let value = (!a.config.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(a.config) });
+    profiling::set_config(a.configType, value, a.configLength)
 }

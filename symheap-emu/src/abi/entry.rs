@@ -7,14 +7,14 @@
 //! is taken before an injected failure is returned, so that a failed call on a live
 //! communicator always consumes its number, as a call rejected by the checks does.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use crate::sys::{ACL_ERROR_RT_INTERNAL_ERROR, ACL_SUCCESS, HcclResult, aclError};
 
 use crate::abi::{fork, inject};
-use crate::base::errors::{Fail, HcclRes, panic_message, set_recent};
+use crate::base::errors::{AclResult, Fail, HcclRes, panic_message, set_recent};
 use crate::hccl::comm::Comm;
 
 /// A C status type: what success and an emulator panic are in it.
@@ -71,6 +71,30 @@ impl Body for *const c_char {
     type Ret = *const c_char;
     fn enter(_name: &'static str, make: impl FnOnce() -> Self) -> Self {
         catch_unwind(AssertUnwindSafe(make)).unwrap_or(std::ptr::null())
+    }
+}
+
+/// Functions that return a number (`HcclGetCommConfigCapability`) cannot fail: a panic is
+/// caught and gives 0.
+impl Body for u32 {
+    type Ret = u32;
+    fn enter(_name: &'static str, make: impl FnOnce() -> Self) -> Self {
+        catch_unwind(AssertUnwindSafe(make)).unwrap_or(0)
+    }
+}
+
+/// Functions that return a new object or NULL (`aclprofCreateConfig`): a failure's or a
+/// panic's message becomes the recent error message, and the function returns NULL.
+impl Body for AclResult<*mut c_void> {
+    type Ret = *mut c_void;
+    fn enter(name: &'static str, make: impl FnOnce() -> Self) -> *mut c_void {
+        let mut made = std::ptr::null_mut();
+        let outcome = catch_unwind(AssertUnwindSafe(|| make().map(|p| made = p)));
+        if finish(name, outcome) == ACL_SUCCESS {
+            made
+        } else {
+            std::ptr::null_mut()
+        }
     }
 }
 

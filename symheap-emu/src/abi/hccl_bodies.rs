@@ -847,3 +847,13 @@ pub(super) unsafe fn HcclCommInitClusterInfoConfig(
     // SAFETY: the caller's contract.
     unsafe { init_cluster_info(a.clusterInfo, a.rank, Some(a.config.cast_const()), a.comm) }
 }
+// Issue 33, part A.
+
+/// `HcclGetCommConfigCapability`: `HCCL_COMM_CONFIG_RESERVED` (12), as hcomm's op_base.cc
+/// answers: every `HcclCommConfig` field before it is accepted at init.
+pub(super) fn HcclGetCommConfigCapability(_: args::HcclGetCommConfigCapability) -> u32 {
+    HCCL_COMM_CONFIG_RESERVED
+}
+
+/// `HCCL_COMM_CONFIG_RESERVED`: the last value of `HcclCommConfigCapability`.
+const HCCL_COMM_CONFIG_RESERVED: u32 = 12;

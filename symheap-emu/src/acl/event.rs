@@ -309,6 +309,42 @@ pub(crate) fn stream_wait(stream: StreamHandle, handle: EventHandle) -> AclResul
     }))
 }
 
+/// `aclrtCreateEventWithFlag`: an event with `flags`, as one of `aclrtCreateEventExWithFlag`
+/// (any bits; `ACL_EVENT_SYNC` lets a capture's streams wait for it). The two differ on the
+/// device in whether an event must be reset before it is recorded again; here every event is
+/// reusable without a reset (see `aclrtResetEvent`).
+pub(crate) fn create_with_flag(flags: u32) -> AclResult<EventHandle> {
+    create_with(Some(flags))
+}
+
+/// `aclrtResetEvent`: a task on `stream` that returns the event to "never recorded" (waits on
+/// it then pass at once, as for a new event), unless it was recorded again after this call:
+/// the record this call saw is the one the task clears. In a capture the reset is kept and
+/// runs at each replay.
+pub(crate) fn reset(handle: EventHandle, stream: StreamHandle) -> AclResult {
+    lookup(handle, "event")?;
+    let s = stream::lookup(stream)?;
+    graph::submit(
+        &s,
+        stream,
+        Arc::new(move || {
+            let event = lookup(handle, "event")?;
+            let seen = lock(&event.last).clone();
+            Ok(Box::new(move || {
+                let mut last = lock(&event.last);
+                let unchanged = match (&*last, &seen) {
+                    (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+                    _ => false,
+                };
+                if unchanged {
+                    *last = None;
+                }
+                Ok(())
+            }) as stream::Task)
+        }),
+    )
+}
+
 /// The time of an event's latest record, which must have run.
 fn stamp(handle: EventHandle, what: &str, rec: Option<Arc<Record>>) -> AclResult<Instant> {
     let Some(rec) = rec else {
@@ -762,5 +798,46 @@ mod tests {
         ] {
             assert_eq!(parse(unusable), DEFAULT_EVENT_WAIT, "{unusable:?}");
         }
+    }
+
+    #[test]
+    fn a_reset_clears_the_record_it_saw_and_not_a_later_one() {
+        let _g = test_lock();
+        let e = ev();
+        let reset = acl().aclrtResetEvent.unwrap();
+        on_two_streams(0, |s1, s2| {
+            let x = e.new_event();
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s1)) };
+            // SAFETY: a live handle.
+            unsafe { ok((e.sync)(x)) };
+            // A reset that runs: the event is never recorded again.
+            // SAFETY: live handles.
+            unsafe { ok(reset(x, s2)) };
+            // SAFETY: a live handle.
+            ok(unsafe { (acl().aclrtSynchronizeStream)(s2) });
+            assert_eq!(e.ms(x, x), Err(ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID));
+            // A reset held on s2 while x is recorded again on s1: the new record stays.
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s1)) };
+            let open = gate(s2);
+            // SAFETY: live handles.
+            unsafe { ok(reset(x, s2)) };
+            // SAFETY: live handles.
+            unsafe { ok((e.record)(x, s1)) };
+            // SAFETY: a live handle.
+            unsafe { ok((e.sync)(x)) };
+            drop(open);
+            // SAFETY: a live handle.
+            ok(unsafe { (acl().aclrtSynchronizeStream)(s2) });
+            assert_eq!(e.ms(x, x), Ok(0.0));
+            // SAFETY: live handles; NULL and a destroyed event are refused.
+            unsafe {
+                assert_eq!(reset(null_mut(), s1), ACL_ERROR_INVALID_PARAM);
+                ok((e.destroy)(x));
+                assert_eq!(reset(x, s1), ACL_ERROR_RT_INVALID_HANDLE);
+            }
+        });
+        assert_clean();
     }
 }

@@ -10,4 +10,5 @@ pub(crate) mod host_func;
 pub(crate) mod init;
 pub(crate) mod memory;
 pub(crate) mod order;
+pub(crate) mod profiling;
 pub(crate) mod stream;

@@ -23,6 +23,8 @@ pub(crate) enum HandleKind {
     Event = 4,
     /// `aclmdlRI`.
     Model = 5,
+    /// `aclprofConfig *`: a profiling configuration.
+    ProfConfig = 6,
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);

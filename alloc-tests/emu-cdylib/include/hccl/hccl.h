@@ -115,6 +115,19 @@ extern HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValue)
 extern HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank, HcclComm *comm);
 extern HcclResult HcclCommInitClusterInfoConfig(const char *clusterInfo, uint32_t rank,
                                                 HcclCommConfig *config, HcclComm *comm);
+/* Issue 33, part A: exported all along, and declared as hicann/hccl's include/hccl.h and
+ * hicann/hcomm's include/hccl/hccl_comm.h declare them. */
+extern HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
+                                    HcclDataType dataType, HcclReduceOp op, HcclComm comm,
+                                    aclrtStream stream);
+extern HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType,
+                               const void *recvBuf, uint64_t recvCount, HcclDataType recvType,
+                               HcclComm comm, aclrtStream stream);
+extern HcclResult HcclBarrier(HcclComm comm, aclrtStream stream);
+extern HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncError);
+/* A number above every HcclCommConfigCapability value the library supports (see
+ * hccl_types.h). */
+extern uint32_t HcclGetCommConfigCapability();
 
 #ifdef __cplusplus
 }

@@ -149,6 +149,24 @@ static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes"
 _Static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes");
 #endif
 
+/* Issue 33, part A: the configuration fields a library may support, in the order they were
+ * added; HcclGetCommConfigCapability returns a number above every supported one. */
+typedef enum {
+    HCCL_COMM_CONFIG_BUFFER_SIZE = 0,
+    HCCL_COMM_CONFIG_DETERMINISTIC = 1,
+    HCCL_COMM_CONFIG_COMM_NAME = 2,
+    HCCL_COMM_CONFIG_OP_EXPANSION_MODE = 3,
+    HCCL_COMM_CONFIG_SUPPORT_INIT_BY_ENV = 4,
+    HCCL_COMM_CONFIG_WORLD_RANKID = 5,
+    HCCL_COMM_CONFIG_JOBID = 6,
+    HCCL_COMM_CONFIG_ACLGRAPH_ZEROCOPY_ENABLE = 7,
+    HCCL_COMM_CONFIG_EXEC_TIMEOUT = 8,
+    HCCL_COMM_CONFIG_ALGO = 9,
+    HCCL_COMM_CONFIG_RETRY = 10,
+    HCCL_COMM_CONFIG_BUFFER_NAME = 11,
+    HCCL_COMM_CONFIG_RESERVED
+} HcclCommConfigCapability;
+
 #ifdef __cplusplus
 }
 #endif
