@@ -780,6 +780,8 @@ pub(super) unsafe fn HcclSymWinGetPeerPointer(a: args::HcclSymWinGetPeerPointer)
     )?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(a.ptr, addr as *mut c_void, "ptr") }
+}
+
 // Rank tables (issue 33, part E).
 
 /// The longest `clusterInfo` read, its NUL included: CANN takes paths of at most 4096 bytes.
@@ -847,6 +849,7 @@ pub(super) unsafe fn HcclCommInitClusterInfoConfig(
     // SAFETY: the caller's contract.
     unsafe { init_cluster_info(a.clusterInfo, a.rank, Some(a.config.cast_const()), a.comm) }
 }
+
 // Issue 33, part A.
 
 /// `HcclGetCommConfigCapability`: `HCCL_COMM_CONFIG_RESERVED` (12), as hcomm's op_base.cc

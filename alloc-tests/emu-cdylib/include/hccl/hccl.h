@@ -109,12 +109,14 @@ extern HcclResult HcclGroupStatusGet(bool *isGroupEnabled);
 extern HcclResult HcclCommGetHandleWithName(const char *commName, HcclComm *comm);
 extern HcclResult HcclSetConfig(HcclConfig config, HcclConfigValue configValue);
 extern HcclResult HcclGetConfig(HcclConfig config, HcclConfigValue *configValue);
+
 /* Rank tables, as hicann/hcomm's include/hccl/hccl_comm.h declares them: clusterInfo is the
  * path of a rank-table JSON file (at most 4096 bytes with its NUL), rank this rank's rank_id in
  * it (docs/zh/api_ref/comm_mgr_c/HcclCommInitClusterInfo.md). */
 extern HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank, HcclComm *comm);
 extern HcclResult HcclCommInitClusterInfoConfig(const char *clusterInfo, uint32_t rank,
                                                 HcclCommConfig *config, HcclComm *comm);
+
 /* Issue 33, part A: exported all along, and declared as hicann/hccl's include/hccl.h and
  * hicann/hcomm's include/hccl/hccl_comm.h declare them. */
 extern HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
