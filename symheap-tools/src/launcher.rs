@@ -967,6 +967,71 @@ mod tests {
         assert_eq!(outcome.summary(), "all 3 ranks succeeded");
     }
 
+    /// On 2 nodes of 3: each rank's node, local rank and device, in symheap's variables and
+    /// torchrun's, follow from its global rank.
+    #[test]
+    fn every_rank_on_several_nodes_sees_its_node_and_local_rank() {
+        let outcome = Job::on_nodes(2, 3, "sh")
+            .args([
+                "-c",
+                r#"node=$((RANK / 3)); local=$((RANK % 3))
+                   test "$RANK" = "$SYMHEAP_RANK" && test "$WORLD_SIZE" = 6 \
+                   && test "$SYMHEAP_WORLD_SIZE" = 6 && test "$LOCAL_RANK" = $local \
+                   && test "$SYMHEAP_DEVICE" = $local && test "$LOCAL_WORLD_SIZE" = 3 \
+                   && test "$GROUP_RANK" = $node && test "$SYMHEAP_EMU_NODE" = $node \
+                   && test "$GROUP_WORLD_SIZE" = 2 && test "$ROLE_RANK" = "$RANK" \
+                   && test "$ROLE_WORLD_SIZE" = 6 && test "$ROLE_NAME" = default \
+                   && test "$MASTER_ADDR" = 127.0.0.1 && test "$MASTER_PORT" -gt 0 \
+                   && test -n "$TORCHELASTIC_RUN_ID" && test "$TORCHELASTIC_RESTART_COUNT" = 0 \
+                   && echo "at $node.$local""#,
+            ])
+            .capture_output()
+            .run()
+            .unwrap();
+        assert!(
+            outcome.success(),
+            "{}\n{}",
+            outcome.summary(),
+            outcome.output
+        );
+        for rank in 0..6 {
+            let line = format!("[rank {rank}] at {}.{}", rank / 3, rank % 3);
+            assert!(outcome.output.contains(&line), "{}", outcome.output);
+        }
+        assert!(Job::on_nodes(0, 3, "sh").run().is_err());
+        assert!(Job::on_nodes(2, 0, "sh").run().is_err());
+        assert!(Job::on_nodes(1 << 16, 1 << 16, "sh").run().is_err());
+        let job = Job::on_nodes(4, 16, "sh");
+        assert_eq!((job.ranks(), job.nodes()), (64, 4));
+        assert_eq!(
+            job.seat(17),
+            Seat {
+                rank: 17,
+                node: 1,
+                local_rank: 1
+            }
+        );
+    }
+
+    /// A rank of the second node that fails is named by its global rank.
+    #[test]
+    fn a_failed_rank_on_another_node_is_named_by_its_global_rank() {
+        let outcome = Job::on_nodes(2, 2, "sh")
+            .args([
+                "-c",
+                r#"if [ "$GROUP_RANK.$LOCAL_RANK" = 1.1 ]; then exit 4; fi; sleep 30"#,
+            ])
+            .grace(Duration::from_millis(200))
+            .run()
+            .unwrap();
+        assert_eq!(outcome.first_failure, Some(3), "{}", outcome.summary());
+        assert!(
+            outcome
+                .summary()
+                .starts_with("rank 3 failed first: exit status 4")
+        );
+    }
+
     #[test]
     fn the_first_failure_stops_the_others_and_is_named() {
         let started = Instant::now();
