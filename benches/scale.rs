@@ -272,7 +272,7 @@ fn medians(samples: &[Sample]) -> Sample {
 fn as_processes(ranks: u32) -> std::result::Result<(Vec<Sample>, f64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let per_node = ranks.min(NODE);
-    if ranks % per_node != 0 {
+    if !ranks.is_multiple_of(per_node) {
         return Err(format!("{ranks} ranks are not nodes of {NODE}"));
     }
     let started = Instant::now();

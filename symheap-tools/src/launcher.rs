@@ -240,7 +240,7 @@ impl Job {
     /// does not fit a `u32` is refused by [`Job::run`].
     pub fn on_nodes(nodes: u32, per_node: u32, program: impl Into<OsString>) -> Job {
         // u32::MAX ranks over more than one node cannot be split evenly: `run` refuses it.
-        let ranks = nodes.checked_mul(per_node).unwrap_or(u32::MAX);
+        let ranks = nodes.saturating_mul(per_node);
         Job {
             nodes,
             ..Job::new(ranks, program)
@@ -331,7 +331,13 @@ impl Job {
                 "a job needs at least one rank".into(),
             ));
         }
-        if self.nodes == 0 || self.ranks % self.nodes != 0 || self.ranks == u32::MAX {
+        if self.ranks == u32::MAX {
+            return Err(Error::InvalidArgument(format!(
+                "{} ranks are too many for one job",
+                self.ranks
+            )));
+        }
+        if self.nodes == 0 || !self.ranks.is_multiple_of(self.nodes) {
             return Err(Error::InvalidArgument(format!(
                 "{} ranks cannot be spread evenly over {} nodes",
                 self.ranks, self.nodes

@@ -690,10 +690,8 @@ mod tests {
         // Each memfd sized differently, to tell them apart on the other side.
         for (k, fd) in memfds.iter().enumerate() {
             // SAFETY: ftruncate on a memfd this test owns.
-            assert_eq!(
-                unsafe { libc::ftruncate(fd.as_raw_fd(), 4096 * (k as i64 + 1)) },
-                0
-            );
+            let sized = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096 * (k as i64 + 1)) };
+            assert_eq!(sized, 0);
         }
         let big: Vec<u8> = (0..3 * MAX_MESSAGE + 5).map(|i| (i % 251) as u8).collect();
         let fds: Vec<BorrowedFd<'_>> = memfds.iter().map(AsFd::as_fd).collect();
