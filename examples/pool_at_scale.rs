@@ -4,7 +4,8 @@
 //! offset (a digest of the offsets, gathered from all ranks, must be one value).
 //!
 //! ```sh
-//! cargo build --release --example pool_at_scale -p symheap --bin symheap-run -p symheap-tools
+//! cargo build --release --example pool_at_scale
+//! cargo build --release -p symheap-tools --bin symheap-run
 //! target/release/symheap-run --nnodes 4 --nproc-per-node 16 target/release/examples/pool_at_scale
 //! target/release/symheap-run --nnodes 24 --nproc-per-node 16 target/release/examples/pool_at_scale --light
 //! ```
