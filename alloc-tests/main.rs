@@ -20,6 +20,7 @@ mod inference_worker;
 mod inspect;
 mod module_order;
 mod moe;
+mod nodes;
 mod npu_allocator;
 mod paths;
 mod pool;

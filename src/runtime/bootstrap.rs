@@ -347,6 +347,22 @@ mod tests {
         );
     }
 
+    /// Under torchrun alone (its variables, no symheap ones) on the second node of 16: the
+    /// device is the local rank, not the global rank (which no node of 16 devices has).
+    #[test]
+    fn under_torchrun_the_device_is_the_local_rank() {
+        let p = placement(&[
+            ("RANK", "17"),
+            ("WORLD_SIZE", "64"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "16"),
+            ("GROUP_RANK", "1"),
+            ("SYMHEAP_ROOT_INFO", "/tmp/x"),
+        ])
+        .unwrap();
+        assert_eq!((p.rank, p.rank_count, p.device), (17, 64, 1));
+    }
+
     #[test]
     fn missing_malformed_and_inconsistent_variables_are_named() {
         let root = ("SYMHEAP_ROOT_INFO", "/tmp/x");

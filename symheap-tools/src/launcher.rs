@@ -1,11 +1,18 @@
-//! Starting a job of N ranks on this machine, one process each, the way torchrun or mpirun do
-//! on one node: the library side of the `symheap-run` binary.
+//! Starting a job of N ranks on this machine, one process each, the way torchrun or mpirun do:
+//! the library side of the `symheap-run` binary. The ranks may be spread over several
+//! emulated nodes ([`Job::on_nodes`]), as `torchrun --nnodes N --nproc-per-node M` spreads
+//! them over N machines: rank `r` is local rank `r % M` of node `r / M`.
 //!
-//! Each process gets `SYMHEAP_RANK`, `SYMHEAP_WORLD_SIZE`, `SYMHEAP_DEVICE` (its rank),
-//! `SYMHEAP_ROOT_INFO` (a fresh file path for this run) and `SYMHEAP_RUN_BLAME` (see
-//! [`launch::BLAME`]): the launch protocol of [`symheap_types::launch`], which is what
-//! [`Comm::from_env`](symheap::Comm::from_env) and the emulator's ranks read. Every line a rank prints is prefixed with
-//! `[rank R] `. When a rank fails (a non-zero exit or a signal), the others get a grace period
+//! Each process gets `SYMHEAP_RANK`, `SYMHEAP_WORLD_SIZE`, `SYMHEAP_DEVICE` (its local rank:
+//! one device per process, numbered per node as on real nodes of 16 NPUs),
+//! `SYMHEAP_EMU_NODE` (its node, which the emulator's topology reads), `SYMHEAP_ROOT_INFO` (a
+//! fresh file path for this run) and `SYMHEAP_RUN_BLAME` (see [`launch::BLAME`]): the launch
+//! protocol of [`symheap_types::launch`], which is what
+//! [`Comm::from_env`](symheap::Comm::from_env) and the emulator's ranks read. It also gets the
+//! variables torchrun gives its workers ([`TORCHRUN_VARIABLES`]), so that a program written
+//! for torchrun finds its place unchanged. Every line a rank prints is prefixed with its
+//! global rank, `[rank R] `, on one node or many (the node and local rank follow from it, and
+//! scripts that read the output do not depend on the layout). When a rank fails (a non-zero exit or a signal), the others get a grace period
 //! to notice and exit on their own, then are killed. Only the rank processes themselves are
 //! killed: a rank that starts processes of its own must stop them.
 //!
@@ -121,7 +128,44 @@ pub fn stopped_by() -> Option<i32> {
     Some(STOPPED_BY.load(Ordering::Relaxed)).filter(|&s| s != 0)
 }
 
-/// A job to start: a program run as `ranks` processes.
+/// The variables torchrun gives each worker, which [`Job::run`] sets as torchrun does
+/// (PyTorch's "torchrun (Elastic Launch)" page, "Environment Variables"): `RANK`,
+/// `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK` (the node), `GROUP_WORLD_SIZE`
+/// (the nodes), `ROLE_NAME` (`default`), `ROLE_RANK` and `ROLE_WORLD_SIZE` (one role: the
+/// global rank and size), `MASTER_ADDR` / `MASTER_PORT` (this machine, `127.0.0.1`, and a
+/// port that was free when the job started: rank 0 of a program that bootstraps through
+/// `torch.distributed`'s `env://` hosts its TCP store there), and `TORCHELASTIC_RUN_ID`,
+/// `TORCHELASTIC_RESTART_COUNT` (0) and `TORCHELASTIC_MAX_RESTARTS` (0: a failed job is not
+/// restarted).
+pub const TORCHRUN_VARIABLES: [&str; 14] = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+];
+
+/// Where one rank of a job sits: its node and its rank within the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seat {
+    /// The global rank.
+    pub rank: u32,
+    /// The emulated node (torchrun's `GROUP_RANK`).
+    pub node: u32,
+    /// The rank within the node (torchrun's `LOCAL_RANK`), which is also its device.
+    pub local_rank: u32,
+}
+
+/// A job to start: a program run as `ranks` processes, on one emulated node or several.
 ///
 /// # Examples
 /// ```no_run
@@ -136,6 +180,7 @@ pub fn stopped_by() -> Option<i32> {
 #[derive(Debug, Clone)]
 pub struct Job {
     ranks: u32,
+    nodes: u32,
     program: OsString,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
@@ -174,16 +219,51 @@ pub struct Outcome {
 }
 
 impl Job {
-    /// `program` as `ranks` processes, with no arguments and a 5-second grace period.
+    /// `program` as `ranks` processes on one node, with no arguments and a 5-second grace
+    /// period.
     pub fn new(ranks: u32, program: impl Into<OsString>) -> Job {
         Job {
             ranks,
+            nodes: 1,
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
             env_removed: Vec::new(),
             grace: Duration::from_secs(5),
             capture: false,
+        }
+    }
+
+    /// `program` as `nodes * per_node` processes, `per_node` on each of `nodes` emulated
+    /// nodes, as `torchrun --nnodes N --nproc-per-node M` starts them on N machines: rank `r`
+    /// is local rank `r % per_node` (and device) of node `r / per_node`. A rank count that
+    /// does not fit a `u32` is refused by [`Job::run`].
+    pub fn on_nodes(nodes: u32, per_node: u32, program: impl Into<OsString>) -> Job {
+        // u32::MAX ranks over more than one node cannot be split evenly: `run` refuses it.
+        let ranks = nodes.saturating_mul(per_node);
+        Job {
+            nodes,
+            ..Job::new(ranks, program)
+        }
+    }
+
+    /// The number of ranks.
+    pub fn ranks(&self) -> u32 {
+        self.ranks
+    }
+
+    /// The number of emulated nodes the ranks are spread over.
+    pub fn nodes(&self) -> u32 {
+        self.nodes
+    }
+
+    /// Where `rank` sits: its node and local rank.
+    pub fn seat(&self, rank: u32) -> Seat {
+        let per_node = (self.ranks / self.nodes.max(1)).max(1);
+        Seat {
+            rank,
+            node: rank / per_node,
+            local_rank: rank % per_node,
         }
     }
 
@@ -241,7 +321,8 @@ impl Job {
     /// killed (`SIGKILL`).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero ranks; [`Error::Io`] for a program that cannot be
+    /// [`Error::InvalidArgument`] for zero ranks or nodes, or ranks that do not split evenly
+    /// over the nodes; [`Error::Io`] for a program that cannot be
     /// started or a root-info directory that cannot be made; ranks already started are then
     /// killed.
     pub fn run(&self) -> Result<Outcome> {
@@ -250,7 +331,23 @@ impl Job {
                 "a job needs at least one rank".into(),
             ));
         }
+        if self.ranks == u32::MAX {
+            return Err(Error::InvalidArgument(format!(
+                "{} ranks are too many for one job",
+                self.ranks
+            )));
+        }
+        if self.nodes == 0 || !self.ranks.is_multiple_of(self.nodes) {
+            return Err(Error::InvalidArgument(format!(
+                "{} ranks cannot be spread evenly over {} nodes",
+                self.ranks, self.nodes
+            )));
+        }
         let dir = RunDir::create()?;
+        let torchrun = TorchrunJob {
+            master_port: free_port()?,
+            run_id: dir.run_id(),
+        };
         let captured = Arc::new(Mutex::new(Vec::new()));
         let sinks = if self.capture {
             [
@@ -262,7 +359,7 @@ impl Job {
         };
         let mut ranks = Vec::with_capacity(self.ranks as usize);
         for rank in 0..self.ranks {
-            match self.spawn(rank, &dir, &sinks) {
+            match self.spawn(rank, &dir, &torchrun, &sinks) {
                 Ok(r) => ranks.push(r),
                 Err(e) => {
                     for mut r in ranks {
@@ -284,7 +381,14 @@ impl Job {
         Ok(outcome)
     }
 
-    fn spawn(&self, rank: u32, dir: &RunDir, sinks: &[Sink; 2]) -> Result<Rank> {
+    fn spawn(
+        &self,
+        rank: u32,
+        dir: &RunDir,
+        torchrun: &TorchrunJob,
+        sinks: &[Sink; 2],
+    ) -> Result<Rank> {
+        let seat = self.seat(rank);
         let mut command = Command::new(&self.program);
         // SAFETY: getpid has no preconditions.
         let launcher = unsafe { libc::getpid() };
@@ -309,8 +413,10 @@ impl Job {
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(launch::RANK, rank.to_string())
+            .envs(self.torchrun_variables(seat, torchrun))
             .env(launch::WORLD_SIZE, self.ranks.to_string())
-            .env(launch::DEVICE, rank.to_string())
+            .env(launch::DEVICE, seat.local_rank.to_string())
+            .env(launch::NODE, seat.node.to_string())
             .env(launch::ROOT_INFO, dir.root_info())
             .env(launch::BLAME, dir.blame())
             .stdin(Stdio::null())
@@ -336,6 +442,32 @@ impl Job {
             status: None,
             relays: relays.into_iter().flatten().collect(),
         })
+    }
+
+    /// The values of [`TORCHRUN_VARIABLES`] for the rank at `seat`, in that order.
+    fn torchrun_variables(&self, seat: Seat, job: &TorchrunJob) -> [(&'static str, String); 14] {
+        let per_node = self.ranks / self.nodes;
+        let values = [
+            seat.rank.to_string(),
+            self.ranks.to_string(),
+            seat.local_rank.to_string(),
+            per_node.to_string(),
+            seat.node.to_string(),
+            self.nodes.to_string(),
+            "default".to_string(),
+            seat.rank.to_string(),
+            self.ranks.to_string(),
+            "127.0.0.1".to_string(),
+            job.master_port.to_string(),
+            job.run_id.clone(),
+            "0".to_string(),
+            "0".to_string(),
+        ];
+        let mut named = TORCHRUN_VARIABLES.map(|name| (name, String::new()));
+        for ((_, slot), value) in named.iter_mut().zip(values) {
+            *slot = value;
+        }
+        named
     }
 
     /// Waits for every rank, in the order they exit, killing the rest once the grace period
@@ -419,6 +551,25 @@ impl Job {
             blame_unread: None,
         }
     }
+}
+
+/// What every rank of one run shares among torchrun's variables.
+struct TorchrunJob {
+    /// `MASTER_PORT`.
+    master_port: u16,
+    /// `TORCHELASTIC_RUN_ID`.
+    run_id: String,
+}
+
+/// A TCP port of `127.0.0.1` that is free now: bound to port 0 and let go. Another process
+/// may take it before rank 0 does, as with the port `torchrun --standalone` picks the same way.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| io_error("cannot find a free port for MASTER_PORT", e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| io_error("cannot find a free port for MASTER_PORT", e))
 }
 
 /// Returns once process `pid`, a child of this process, has exited, leaving it unreaped
@@ -709,6 +860,13 @@ impl RunDir {
         self.path.join("root-info")
     }
 
+    /// The run's name, unique on this machine while it runs: the directory's own name.
+    fn run_id(&self) -> String {
+        self.path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    }
+
     /// The [`launch::BLAME`] file, made empty by [`RunDir::create`].
     fn blame(&self) -> PathBuf {
         self.path.join("blame")
@@ -813,6 +971,71 @@ mod tests {
         assert!(outcome.success(), "{}", outcome.summary());
         assert_eq!(outcome.first_failure, None);
         assert_eq!(outcome.summary(), "all 3 ranks succeeded");
+    }
+
+    /// On 2 nodes of 3: each rank's node, local rank and device, in symheap's variables and
+    /// torchrun's, follow from its global rank.
+    #[test]
+    fn every_rank_on_several_nodes_sees_its_node_and_local_rank() {
+        let outcome = Job::on_nodes(2, 3, "sh")
+            .args([
+                "-c",
+                r#"node=$((RANK / 3)); local=$((RANK % 3))
+                   test "$RANK" = "$SYMHEAP_RANK" && test "$WORLD_SIZE" = 6 \
+                   && test "$SYMHEAP_WORLD_SIZE" = 6 && test "$LOCAL_RANK" = $local \
+                   && test "$SYMHEAP_DEVICE" = $local && test "$LOCAL_WORLD_SIZE" = 3 \
+                   && test "$GROUP_RANK" = $node && test "$SYMHEAP_EMU_NODE" = $node \
+                   && test "$GROUP_WORLD_SIZE" = 2 && test "$ROLE_RANK" = "$RANK" \
+                   && test "$ROLE_WORLD_SIZE" = 6 && test "$ROLE_NAME" = default \
+                   && test "$MASTER_ADDR" = 127.0.0.1 && test "$MASTER_PORT" -gt 0 \
+                   && test -n "$TORCHELASTIC_RUN_ID" && test "$TORCHELASTIC_RESTART_COUNT" = 0 \
+                   && echo "at $node.$local""#,
+            ])
+            .capture_output()
+            .run()
+            .unwrap();
+        assert!(
+            outcome.success(),
+            "{}\n{}",
+            outcome.summary(),
+            outcome.output
+        );
+        for rank in 0..6 {
+            let line = format!("[rank {rank}] at {}.{}", rank / 3, rank % 3);
+            assert!(outcome.output.contains(&line), "{}", outcome.output);
+        }
+        assert!(Job::on_nodes(0, 3, "sh").run().is_err());
+        assert!(Job::on_nodes(2, 0, "sh").run().is_err());
+        assert!(Job::on_nodes(1 << 16, 1 << 16, "sh").run().is_err());
+        let job = Job::on_nodes(4, 16, "sh");
+        assert_eq!((job.ranks(), job.nodes()), (64, 4));
+        assert_eq!(
+            job.seat(17),
+            Seat {
+                rank: 17,
+                node: 1,
+                local_rank: 1
+            }
+        );
+    }
+
+    /// A rank of the second node that fails is named by its global rank.
+    #[test]
+    fn a_failed_rank_on_another_node_is_named_by_its_global_rank() {
+        let outcome = Job::on_nodes(2, 2, "sh")
+            .args([
+                "-c",
+                r#"if [ "$GROUP_RANK.$LOCAL_RANK" = 1.1 ]; then exit 4; fi; sleep 30"#,
+            ])
+            .grace(Duration::from_millis(200))
+            .run()
+            .unwrap();
+        assert_eq!(outcome.first_failure, Some(3), "{}", outcome.summary());
+        assert!(
+            outcome
+                .summary()
+                .starts_with("rank 3 failed first: exit status 4")
+        );
     }
 
     #[test]

@@ -9,8 +9,13 @@ pub const RANK: &str = "SYMHEAP_RANK";
 /// The number of ranks in the job.
 pub const WORLD_SIZE: &str = "SYMHEAP_WORLD_SIZE";
 
-/// The device this rank uses (`symheap-run` sets the rank; default: the rank).
+/// The device this rank uses (`symheap-run` sets its local rank, its rank within its node;
+/// default: the rank).
 pub const DEVICE: &str = "SYMHEAP_DEVICE";
+
+/// The emulated node this process runs on, `0..nodes` (`symheap-run --nnodes` sets it; the
+/// emulator's topology reads it; default 0).
+pub const NODE: &str = "SYMHEAP_EMU_NODE";
 
 /// The path of the root-info file: rank 0 publishes the communicator's root info there and
 /// the other ranks read it. Each job needs a fresh path.
@@ -23,7 +28,7 @@ pub const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
 pub const BLAME: &str = "SYMHEAP_RUN_BLAME";
 
 /// Every variable of the protocol.
-pub const ALL: [&str; 5] = [RANK, WORLD_SIZE, DEVICE, ROOT_INFO, BLAME];
+pub const ALL: [&str; 6] = [RANK, WORLD_SIZE, DEVICE, NODE, ROOT_INFO, BLAME];
 
 #[cfg(test)]
 mod tests {

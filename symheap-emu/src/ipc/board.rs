@@ -334,8 +334,11 @@ impl Board {
             (done, p.coll_entered.load(Ordering::Acquire))
         };
         let state: Vec<_> = (0..self.n).map(done).collect();
-        // Whether the step a thread waits at (`wait`, as published) cannot complete.
-        let blocked = |wait: u64| {
+        // Whether the step a thread waits at (`wait`, as published) cannot complete: O(n)
+        // each, so it is asked once per distinct step (a few), not once per thread: every
+        // waiting rank runs this check every slice, and O(n^2) each was O(n^3) per slice over
+        // a job, more than 2 cores could give at 384 ranks.
+        let step_blocked = |wait: u64| {
             let host = wait & HOST_STEP != 0;
             let key = wait & !HOST_STEP;
             let completed = state
@@ -347,6 +350,15 @@ impl Board {
                 .zip(&state)
                 .any(|((_, at), &(_, entered))| !at.contains(&wait) && (host || entered <= seq));
             !completed && someone_missing
+        };
+        let mut blocked_at: Vec<(u64, bool)> = Vec::new();
+        let mut blocked = |wait: u64| {
+            if let Some(&(_, known)) = blocked_at.iter().find(|&&(w, _)| w == wait) {
+                return known;
+            }
+            let answer = step_blocked(wait);
+            blocked_at.push((wait, answer));
+            answer
         };
         let stuck = waits.iter().all(|(_, at)| at.iter().all(|&w| blocked(w)));
         stuck.then_some(waits)

@@ -8,11 +8,29 @@ use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// The largest message: far above what any rendezvous of 64 ranks sends (a few KiB), and
-/// small enough that the receive buffer costs nothing measurable per message.
+/// The largest part of a message: far above what a rendezvous of 64 ranks sends in one (a
+/// few KiB), and small enough that the receive buffer costs nothing measurable per message.
+/// A larger message goes in parts ([`Conn::send`]).
 const MAX_MESSAGE: usize = 16 << 10;
-/// The most descriptors one message carries (the kernel's `SCM_MAX_FD` is 253).
+/// The most descriptors one part carries (the kernel's `SCM_MAX_FD` is 253). A job of more
+/// ranks than that hands every rank one memfd of each rank (the staging buffers, a window's
+/// memory): such a message goes in parts.
 const MAX_FDS: usize = 253;
+/// The first byte of a part of a message sent in parts, after which more parts follow. No
+/// message that fits one part begins with it or [`LAST_PART`] (their first byte is a message
+/// type, all below 0x20).
+const MORE_PARTS: u8 = 0xC0;
+/// The first byte of the last part of a message sent in parts.
+const LAST_PART: u8 = 0xC1;
+/// The largest message in parts: what 4096 ranks (the most a group may have) send in the
+/// largest answer, a step's every deposit, with room to spare; a bound on what a peer can
+/// make this process hold.
+const MAX_WHOLE_MESSAGE: usize = 4 << 20;
+/// The most descriptors a message in parts carries: two for each of 4096 ranks.
+const MAX_WHOLE_FDS: usize = 8192;
+/// How long a receiver waits for the next part of a message: the sender writes them back to
+/// back, so a peer that stops in the middle of one is cut off rather than waited for.
+const NEXT_PART_WITHIN: Duration = Duration::from_secs(10);
 
 /// One end of a connection.
 #[derive(Debug)]
@@ -149,8 +167,47 @@ impl Conn {
         self.fd.as_fd()
     }
 
-    /// Sends one message with `fds` attached.
+    /// Sends one message with `fds` attached: in one part when it fits ([`MAX_MESSAGE`]
+    /// bytes, [`MAX_FDS`] descriptors), else in parts that [`Conn::recv`] puts together.
     pub(crate) fn send(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        if bytes.len() > MAX_WHOLE_MESSAGE || fds.len() > MAX_WHOLE_FDS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "message too large",
+            ));
+        }
+        if bytes.len() <= MAX_MESSAGE && fds.len() <= MAX_FDS {
+            if matches!(bytes.first(), Some(&(MORE_PARTS | LAST_PART))) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a message may not begin with a part marker",
+                ));
+            }
+            return self.send_part(bytes, fds);
+        }
+        let part_bytes = MAX_MESSAGE - 1;
+        let parts = bytes
+            .len()
+            .div_ceil(part_bytes)
+            .max(fds.len().div_ceil(MAX_FDS));
+        let mut part = Vec::with_capacity(MAX_MESSAGE);
+        for k in 0..parts {
+            let these_bytes = bytes.chunks(part_bytes).nth(k).unwrap_or(&[]);
+            let these_fds = fds.chunks(MAX_FDS).nth(k).unwrap_or(&[]);
+            part.clear();
+            part.push(if k + 1 == parts {
+                LAST_PART
+            } else {
+                MORE_PARTS
+            });
+            part.extend_from_slice(these_bytes);
+            self.send_part(&part, these_fds)?;
+        }
+        Ok(())
+    }
+
+    /// Sends one part: a message of the socket's own.
+    fn send_part(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         if fds.len() > MAX_FDS || bytes.len() > MAX_MESSAGE {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -201,15 +258,62 @@ impl Conn {
         }
     }
 
-    /// Receives one message; `None` once the peer has closed the connection.
+    /// Receives one message, putting one sent in parts together; `None` once the peer has
+    /// closed the connection. A message in parts that breaks off (the next part does not come
+    /// within [`NEXT_PART_WITHIN`], grows past [`MAX_WHOLE_MESSAGE`] or [`MAX_WHOLE_FDS`], or
+    /// cannot be received) is an error, and the connection is shut down: what is left of the
+    /// message would be read as the next one.
     pub(crate) fn recv(&self) -> io::Result<Option<Message>> {
-        self.recv_into(vec![0u8; MAX_MESSAGE])
+        let Some(mut part) = self.recv_part()? else {
+            return Ok(None);
+        };
+        if !matches!(part.bytes.first(), Some(&(MORE_PARTS | LAST_PART))) {
+            return Ok(Some(part));
+        }
+        let whole = self.recv_rest(&mut part);
+        if whole.is_err() {
+            self.shutdown();
+        }
+        whole
     }
 
-    /// [`Conn::recv`] into `bytes`, a buffer of at least [`MAX_MESSAGE`] bytes that the
-    /// message then owns (truncated to its length).
-    pub(crate) fn recv_into(&self, mut bytes: Vec<u8>) -> io::Result<Option<Message>> {
-        bytes.resize(MAX_MESSAGE, 0);
+    /// The rest of a message in parts, from its first part `part`.
+    fn recv_rest(&self, part: &mut Message) -> io::Result<Option<Message>> {
+        let broken = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+        let mut whole = Message {
+            bytes: Vec::new(),
+            fds: Vec::new(),
+        };
+        loop {
+            let last = part.bytes.first() == Some(&LAST_PART);
+            whole
+                .bytes
+                .extend_from_slice(part.bytes.get(1..).unwrap_or(&[]));
+            whole.fds.append(&mut part.fds);
+            if whole.bytes.len() > MAX_WHOLE_MESSAGE || whole.fds.len() > MAX_WHOLE_FDS {
+                return Err(broken("message in parts too large"));
+            }
+            if last {
+                return Ok(Some(whole));
+            }
+            if poll_readable(&[self.fd()], NEXT_PART_WITHIN)?.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the rest of a message in parts did not come",
+                ));
+            }
+            *part = self
+                .recv_part()?
+                .ok_or_else(|| broken("the peer closed the connection within a message"))?;
+            if !matches!(part.bytes.first(), Some(&(MORE_PARTS | LAST_PART))) {
+                return Err(broken("a message in parts broke off"));
+            }
+        }
+    }
+
+    /// Receives one part: a message of the socket's own.
+    fn recv_part(&self) -> io::Result<Option<Message>> {
+        let mut bytes = vec![0u8; MAX_MESSAGE];
         let mut iov = libc::iovec {
             iov_base: bytes.as_mut_ptr().cast(),
             iov_len: bytes.len(),
@@ -567,5 +671,51 @@ mod tests {
         assert_eq!((r.u8(), r.u32(), r.u64()), (Some(1), Some(2), Some(3)));
         assert_eq!(r.blob(), Some(&b"xyz"[..]));
         assert!(r.u8().is_none());
+    }
+
+    /// A message with more descriptors than one part carries and more bytes than one part
+    /// holds arrives whole, between messages that fit one part; a message may not begin with
+    /// a part marker.
+    #[test]
+    fn a_message_too_large_for_one_part_goes_in_parts_and_arrives_whole() {
+        let name = format!("symheap-wire-test-parts-{}", std::process::id());
+        let listener = Listener::bind(&name).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let client = Conn::connect(&name, &[me], Duration::from_secs(5)).unwrap();
+        let server = listener.accept().unwrap();
+        let memfds: Vec<OwnedFd> = (0..600)
+            .map(|_| crate::ipc::os::memfd(4096).unwrap())
+            .collect();
+        // Each memfd sized differently, to tell them apart on the other side.
+        for (k, fd) in memfds.iter().enumerate() {
+            // SAFETY: ftruncate on a memfd this test owns.
+            let sized = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096 * (k as i64 + 1)) };
+            assert_eq!(sized, 0);
+        }
+        let big: Vec<u8> = (0..3 * MAX_MESSAGE + 5).map(|i| (i % 251) as u8).collect();
+        let fds: Vec<BorrowedFd<'_>> = memfds.iter().map(AsFd::as_fd).collect();
+        let sender = std::thread::scope(|s| {
+            let sent = s.spawn(|| {
+                client.send(b"before", &[]).unwrap();
+                client.send(&big, &fds).unwrap();
+                client.send(b"after", &[]).unwrap();
+            });
+            let before = server.recv().unwrap().unwrap();
+            assert_eq!(before.bytes, b"before");
+            let whole = server.recv().unwrap().unwrap();
+            assert_eq!(whole.bytes, big);
+            assert_eq!(whole.fds.len(), 600);
+            for (k, fd) in whole.fds.into_iter().enumerate() {
+                let size = std::fs::File::from(fd).metadata().unwrap().len();
+                assert_eq!(size, 4096 * (k as u64 + 1), "descriptor {k} out of order");
+            }
+            let after = server.recv().unwrap().unwrap();
+            assert_eq!(after.bytes, b"after");
+            sent.join()
+        });
+        sender.unwrap();
+        let refused = client.send(&[MORE_PARTS, 1], &[]).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
     }
 }
