@@ -8,6 +8,7 @@ mod base;
 mod hccl;
 mod ipc;
 pub mod testing;
+pub mod topology;
 #[cfg(test)]
 mod testutil;
 

@@ -77,6 +77,12 @@ macro_rules! hccl_functions {
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
                 HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
                 HcommMemFree(ptr: *mut c_void) -> HcclResult;
+                // Topology (issue 33, part C): the rank graph of hicann/hcomm
+                // `include/hccl/hccl_rank_graph.h`.
+                HcclRankGraphGetLayers(comm: HcclComm, netLayers: *mut *mut u32, netLayerNum: *mut u32) -> HcclResult;
+                HcclRankGraphGetRankSizeByLayer(comm: HcclComm, netLayer: u32, rankNum: *mut u32) -> HcclResult;
+                HcclRankGraphGetRanksByLayer(comm: HcclComm, netLayer: u32, ranks: *mut *mut u32, rankNum: *mut u32) -> HcclResult;
+                HcclRankGraphGetInstSizeListByLayer(comm: HcclComm, netLayer: u32, instSizeList: *mut *mut u32, listSize: *mut u32) -> HcclResult;
             }
         }
     };

@@ -68,9 +68,11 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
         rank: req.sub_rank,
         name: name.clone(),
         parent: Some(global.handle),
+        // A sub-communicator's rank is where the global communicator's is.
+        place: global.topology.place(global.rank),
     };
-    let handle = comm::form(&member, &settings, meeting.clone(), |staging, timeout| {
-        serve_or_join(&meeting, n, req.sub_rank, staging, timeout)
+    let handle = comm::form(&member, &settings, meeting.clone(), |place, staging, timeout| {
+        serve_or_join(&meeting, n, req.sub_rank, place, staging, timeout)
     })?;
     let compared = comm::lookup(handle).and_then(|sub| compare_calls(&sub, req, &settings));
     if let Err(e) = compared {
@@ -128,6 +130,7 @@ fn serve_or_join(
     meeting: &Meeting,
     n: u32,
     rank: u32,
+    place: u64,
     staging: BorrowedFd<'_>,
     timeout: Duration,
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
@@ -152,6 +155,7 @@ fn serve_or_join(
             &meeting.session,
             n,
             rank,
+            place,
             staging,
             left,
             &never,
