@@ -29,4 +29,5 @@ mod soak;
 mod storage;
 mod streams;
 mod support;
+mod topology;
 mod views;

@@ -8,16 +8,21 @@
 
 use crate::{Collective, CollectivePath, Staged};
 
-/// The path of a `kind` collective on a communicator of `ranks` ranks whose expansion does
-/// (`ai_cpu`) or does not use windows, with both buffers in its windows (`in_windows`).
-/// HCCL's checks, in its order.
+/// The path of a `kind` collective on a communicator of `ranks` ranks, in one SuperPoD or
+/// not (`spans_superpods`), whose expansion does (`ai_cpu`) or does not use windows, with
+/// both buffers in its windows (`in_windows`). HCCL's checks, in its order: a communicator
+/// spanning SuperPoDs has no symmetric memory at all (`IsSupportSymmetricMemory` finds none,
+/// since `InitSymmetricMemory` made none).
 pub(crate) fn predict(
     kind: Collective,
+    spans_superpods: bool,
     ai_cpu: bool,
     ranks: u32,
     in_windows: bool,
 ) -> CollectivePath {
-    if !kind.may_use_windows() {
+    if spans_superpods {
+        CollectivePath::Staged(Staged::CrossSuperPod)
+    } else if !kind.may_use_windows() {
         CollectivePath::Staged(Staged::Kind)
     } else if ranks == 1 {
         CollectivePath::Staged(Staged::SingleRank)
@@ -50,29 +55,36 @@ mod tests {
     fn hccl_s_checks_in_order() {
         let staged = |why| CollectivePath::Staged(why);
         assert_eq!(
-            predict(Collective::AllReduce, true, 2, true),
+            predict(Collective::AllReduce, false, true, 2, true),
             CollectivePath::Symmetric
         );
         assert_eq!(
-            predict(Collective::AlltoAllV, true, 2, true),
+            predict(Collective::AlltoAllV, false, true, 2, true),
             staged(Staged::Kind)
         );
         assert_eq!(
-            predict(Collective::Broadcast, false, 1, false),
+            predict(Collective::Broadcast, false, false, 1, false),
             staged(Staged::Kind)
         );
         assert_eq!(
-            predict(Collective::AllGather, true, 1, true),
+            predict(Collective::AllGather, false, true, 1, true),
             staged(Staged::SingleRank)
         );
         assert_eq!(
-            predict(Collective::AlltoAll, false, 4, true),
+            predict(Collective::AlltoAll, false, false, 4, true),
             staged(Staged::Expansion)
         );
         assert_eq!(
-            predict(Collective::ReduceScatter, true, 4, false),
+            predict(Collective::ReduceScatter, false, true, 4, false),
             staged(Staged::NotInWindow)
         );
+        for kind in [Collective::AllReduce, Collective::Broadcast] {
+            assert_eq!(
+                predict(kind, true, true, 4, true),
+                staged(Staged::CrossSuperPod),
+                "no windows at all across SuperPoDs"
+            );
+        }
         assert!(expands_on_ai_cpu(0, None));
         assert!(!expands_on_ai_cpu(0, Some("HOST")));
         assert!(!expands_on_ai_cpu(0, Some("AIV")));

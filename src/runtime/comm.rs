@@ -159,6 +159,8 @@ struct CommInner {
     agreement: Mutex<Option<Arc<Mapping>>>,
     /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
     ai_cpu: bool,
+    /// Whether its ranks are in more than one SuperPoD (its rank graph has a layer 2).
+    spans_superpods: bool,
     /// Set once [`Comm::release`] destroyed it while handles remained.
     released: AtomicBool,
     /// The settings it was made with: a split's default.
@@ -213,6 +215,7 @@ impl Comm {
         config: &CommConfig,
         parent: Option<(Comm, Vec<u32>)>,
     ) -> Result<Comm> {
+        let spans_superpods = spans_superpods(rt, raw)?;
         let comm = Comm {
             inner: Arc::new(CommInner {
                 rt: rt.clone(),
@@ -227,6 +230,7 @@ impl Comm {
                     config.as_raw().hcclOpExpansionMode,
                     std::env::var("HCCL_OP_EXPANSION_MODE").ok().as_deref(),
                 ),
+                spans_superpods,
                 config: config.clone(),
                 parent,
                 released: AtomicBool::new(false),
@@ -462,6 +466,17 @@ impl Comm {
         self.inner.ai_cpu
     }
 
+    /// Whether the communicator's ranks are in more than one SuperPoD (an Atlas A3
+    /// SuperPoD: 384 NPUs joined by HCCS). HCCL then has no symmetric windows on it: it
+    /// refuses to register them and stages every collective
+    /// ([`Staged::CrossSuperPod`](crate::Staged::CrossSuperPod)). Learned once, when the
+    /// communicator is made, from HCCL's rank graph (`HcclRankGraphGetLayers`: a layer 2,
+    /// the layer across SuperPoDs, exists only then); `false` where the library lacks the
+    /// rank graph.
+    pub fn spans_superpods(&self) -> bool {
+        self.inner.spans_superpods
+    }
+
     /// Where [`Comm::agree`] keeps its scratch memory.
     pub(super) fn agreement_slot(&self) -> &Mutex<Option<Arc<Mapping>>> {
         &self.inner.agreement
@@ -559,5 +574,22 @@ impl Drop for CommInner {
         if let Err(e) = result {
             self.rt.record_drop_error(e);
         }
+    }
+}
+
+/// Whether the communicator `raw` spans SuperPoDs: HCCL's rank graph for an Atlas A3 has
+/// layer 0 (the server), layer 1 (the SuperPoD, when there are several servers) and layer 2
+/// (every rank, only when there are several SuperPoDs: hicann/hcomm `rank_graph.cc`,
+/// `RankGraphV1::InitNetLayer`). A library without the rank graph says nothing: `false`.
+fn spans_superpods(rt: &Runtime, raw: HcclComm) -> Result<bool> {
+    let (mut layers, mut count) = (std::ptr::null_mut(), 0u32);
+    // SAFETY: a live communicator and valid out-pointers; the list the library returns is
+    // its own, read at once below.
+    match unsafe { calls::HcclRankGraphGetLayers(rt, raw, &mut layers, &mut count) } {
+        Ok(()) if layers.is_null() || count == 0 => Ok(false),
+        // SAFETY: the library returned `count` layer numbers at `layers`.
+        Ok(()) => Ok(unsafe { std::slice::from_raw_parts(layers, count as usize) }.contains(&2)),
+        Err(Error::Unsupported { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }

@@ -8,9 +8,9 @@ mod base;
 mod hccl;
 mod ipc;
 pub mod testing;
-pub mod topology;
 #[cfg(test)]
 mod testutil;
+pub mod topology;
 
 // The C types, as `crate::sys::..` throughout.
 use symheap_sys as sys;

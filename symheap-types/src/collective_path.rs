@@ -33,15 +33,22 @@ pub enum Staged {
     SingleRank,
     /// A buffer is not in a window of this communicator.
     NotInWindow,
+    /// The communicator's ranks are in more than one SuperPoD: HCCL makes it no symmetric
+    /// memory (windows need HCCS, which ends at the SuperPoD), refuses to register windows on
+    /// it and stages every collective (hicann/hcomm `hccl_communicator_host.cc`,
+    /// `InitSymmetricMemory` and `RegisterWindow`: "Cross-SuperNode not support symmetric
+    /// memory").
+    CrossSuperPod,
 }
 
 impl Staged {
     /// Every reason, in declaration order.
-    pub const ALL: [Staged; 4] = [
+    pub const ALL: [Staged; 5] = [
         Staged::Kind,
         Staged::Expansion,
         Staged::SingleRank,
         Staged::NotInWindow,
+        Staged::CrossSuperPod,
     ];
 
     /// What the reason means, in a few words.
@@ -53,6 +60,9 @@ impl Staged {
             Staged::Expansion => "the communicator does not expand collectives on the AI CPU",
             Staged::SingleRank => "a one-rank communicator has no symmetric windows",
             Staged::NotInWindow => "a buffer is not in a window of this communicator",
+            Staged::CrossSuperPod => {
+                "the communicator spans SuperPoDs, where HCCL has no symmetric windows"
+            }
         }
     }
 }

@@ -20,7 +20,9 @@ use crate::abi::args;
 use crate::acl::graph;
 use crate::base::errors::{self, AclResult, param, take_recent};
 use crate::base::handle::{EventHandle, ModelHandle, PhysicalHandle, StreamHandle};
-use crate::{acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::node, acl::stream};
+use crate::{
+    acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::node, acl::stream,
+};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
 ///

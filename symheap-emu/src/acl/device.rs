@@ -210,7 +210,9 @@ pub(crate) fn sat_mode(device: Device) -> aclrtFloatOverflowMode {
 /// Puts `device`'s context in stop-on-failure mode: every stream of it stops at its first
 /// failed task.
 pub(crate) fn set_stop_on_failure(device: Device) {
-    context(device).stop_on_failure.store(true, Ordering::Relaxed);
+    context(device)
+        .stop_on_failure
+        .store(true, Ordering::Relaxed);
 }
 
 /// Whether `device`'s context is in stop-on-failure mode.
@@ -360,7 +362,10 @@ mod tests {
             ok((a.aclrtSetDevice)(13));
             ok(get(&mut mode));
             assert_eq!(mode, Mode::ACL_RT_OVERFLOW_MODE_INFNAN);
-            assert_eq!(super::sat_mode(super::Device { node: 0, id: 14 }), Mode::ACL_RT_OVERFLOW_MODE_SATURATION);
+            assert_eq!(
+                super::sat_mode(super::Device { node: 0, id: 14 }),
+                Mode::ACL_RT_OVERFLOW_MODE_SATURATION
+            );
             ok((a.aclrtResetDevice)(13));
             // Resetting the device ends its context: the default again.
             ok((a.aclrtResetDevice)(14));

@@ -115,7 +115,9 @@ fn process_node() -> Result<u32, String> {
 fn nodes_per_superpod() -> Result<u32, String> {
     static PER_POD: OnceLock<Result<u32, String>> = OnceLock::new();
     PER_POD
-        .get_or_init(|| parse_nodes_per_superpod(std::env::var(NODES_PER_SUPERPOD_ENV).ok().as_deref()))
+        .get_or_init(|| {
+            parse_nodes_per_superpod(std::env::var(NODES_PER_SUPERPOD_ENV).ok().as_deref())
+        })
         .clone()
 }
 
@@ -190,11 +192,29 @@ mod tests {
     fn a_thread_s_own_place_wins_and_is_its_own() {
         std::thread::spawn(|| {
             // No variable is set in the unit tests: node 0, SuperPoD 0.
-            assert_eq!(current_place().unwrap(), Place { node: 0, superpod: 0 });
+            assert_eq!(
+                current_place().unwrap(),
+                Place {
+                    node: 0,
+                    superpod: 0
+                }
+            );
             set_thread_node(49, None).unwrap();
-            assert_eq!(current_place().unwrap(), Place { node: 49, superpod: 2 });
+            assert_eq!(
+                current_place().unwrap(),
+                Place {
+                    node: 49,
+                    superpod: 2
+                }
+            );
             set_thread_node(5, Some(7)).unwrap();
-            assert_eq!(current_place().unwrap(), Place { node: 5, superpod: 7 });
+            assert_eq!(
+                current_place().unwrap(),
+                Place {
+                    node: 5,
+                    superpod: 7
+                }
+            );
             assert!(set_thread_node(4096, None).unwrap_err().contains("4096"));
             assert!(set_thread_node(1, Some(5000)).unwrap_err().contains("5000"));
             assert_eq!(current_node().unwrap(), 5, "a refused call changes nothing");
@@ -202,7 +222,13 @@ mod tests {
                 .join()
                 .unwrap();
             clear_thread_node();
-            assert_eq!(current_place().unwrap(), Place { node: 0, superpod: 0 });
+            assert_eq!(
+                current_place().unwrap(),
+                Place {
+                    node: 0,
+                    superpod: 0
+                }
+            );
         })
         .join()
         .unwrap();

@@ -940,7 +940,10 @@ mod tests {
             }
         });
         // aclrtResetDevice (in on_stream) ended the context's stop mode.
-        assert!(!device::stops_on_failure(device::Device { node: 0, id: 15 }));
+        assert!(!device::stops_on_failure(device::Device {
+            node: 0,
+            id: 15
+        }));
         assert_eq!(
             set_mode(null_mut(), ACL_STOP_ON_FAILURE),
             ACL_ERROR_RT_CONTEXT_NULL

@@ -424,9 +424,12 @@ fn init_cancellable(
         parent: None,
         place,
     };
-    form(&member, &settings, root.clone(), |place, staging, timeout| {
-        join(&root, n, rank, place, staging, timeout, cancel)
-    })
+    form(
+        &member,
+        &settings,
+        root.clone(),
+        |place, staging, timeout| join(&root, n, rank, place, staging, timeout, cancel),
+    )
 }
 
 /// Who a rank is in the group it forms: its rank of `n`, the group's name, the global

@@ -71,9 +71,12 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
         // A sub-communicator's rank is where the global communicator's is.
         place: global.topology.place(global.rank),
     };
-    let handle = comm::form(&member, &settings, meeting.clone(), |place, staging, timeout| {
-        serve_or_join(&meeting, n, req.sub_rank, place, staging, timeout)
-    })?;
+    let handle = comm::form(
+        &member,
+        &settings,
+        meeting.clone(),
+        |place, staging, timeout| serve_or_join(&meeting, n, req.sub_rank, place, staging, timeout),
+    )?;
     let compared = comm::lookup(handle).and_then(|sub| compare_calls(&sub, req, &settings));
     if let Err(e) = compared {
         let _ = comm::destroy(handle);

@@ -476,7 +476,8 @@ impl Hub {
     fn hello(&mut self, i: usize, r: &mut Reader<'_>, mut fds: Vec<OwnedFd>) {
         #[cfg(test)]
         tests_hook::hello(&self.session);
-        let (Some(session), Some(n), Some(rank), Some(place)) = (r.blob(), r.u32(), r.u32(), r.u64())
+        let (Some(session), Some(n), Some(rank), Some(place)) =
+            (r.blob(), r.u32(), r.u32(), r.u64())
         else {
             return self.reject(i, "malformed join");
         };

@@ -964,7 +964,12 @@ mod tests {
         let conn = Conn::connect(name, &hub::admitted_users().unwrap(), LONG).unwrap();
         let staging = os::memfd(4096).unwrap();
         let mut hello = Writer::default();
-        hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank).u64(0);
+        hello
+            .u8(to_hub::HELLO)
+            .blob(session)
+            .u32(n)
+            .u32(rank)
+            .u64(0);
         conn.send(&hello.bytes, &[staging.as_fd()]).unwrap();
         let answer = conn.recv().unwrap().unwrap();
         let mut r = Reader::new(&answer.bytes);
@@ -1084,8 +1089,16 @@ mod tests {
         std::thread::spawn(move || {
             let staging = os::memfd(4096).unwrap();
             let never = AtomicBool::new(false);
-            let joined =
-                Rendezvous::join(&name, &session, n, rank, 0, staging.as_fd(), timeout, &never);
+            let joined = Rendezvous::join(
+                &name,
+                &session,
+                n,
+                rank,
+                0,
+                staging.as_fd(),
+                timeout,
+                &never,
+            );
             let _ = done.send((joined.map(drop), started.elapsed()));
         });
         ended.recv_timeout(watchdog).ok()

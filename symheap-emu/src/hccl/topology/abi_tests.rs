@@ -20,7 +20,9 @@ fn rank_graph(r: &Rank) -> (Vec<u32>, Vec<(Vec<u32>, Vec<u32>)>) {
     // SAFETY: a live communicator and valid out-pointers; the lists the emulator returns
     // live as long as the communicator and are copied at once.
     unsafe {
-        hok(h.HcclRankGraphGetLayers.unwrap()(r.comm, &mut ids, &mut count));
+        hok(h.HcclRankGraphGetLayers.unwrap()(
+            r.comm, &mut ids, &mut count,
+        ));
         let ids = std::slice::from_raw_parts(ids, count as usize).to_vec();
         let layers = ids
             .iter()
@@ -85,7 +87,8 @@ fn device_ids_are_per_node() {
             assert_eq!(id, 0, "the id on the node");
             // Node 3's device 0 is a device of its own: its memory and its context. (A
             // thread `free_on` spawns is on the process's node, 0.)
-            let (node0_before, here_before) = (crate::testutil::free_on(0), crate::testutil::free_here());
+            let (node0_before, here_before) =
+                (crate::testutil::free_on(0), crate::testutil::free_here());
             let buf = DevBuf::new(0, G);
             assert_eq!(crate::testutil::free_here() + G, here_before);
             assert_eq!(crate::testutil::free_on(0), node0_before);
@@ -99,7 +102,11 @@ fn device_ids_are_per_node() {
             buf.free();
             // SAFETY: as above.
             ok(unsafe { (a.aclrtResetDevice)(0) });
-            assert_ne!(crate::acl::device::sat_mode(node3), mode, "reset ends the context");
+            assert_ne!(
+                crate::acl::device::sat_mode(node3),
+                mode,
+                "reset ends the context"
+            );
         })
         .join()
         .unwrap();
@@ -193,7 +200,16 @@ fn a_rank_placed_explicitly_is_where_it_says() {
     use crate::acl::node::Place;
     use crate::hccl::comm;
     let root = comm::get_root_info().unwrap();
-    let places = [Place { node: 0, superpod: 0 }, Place { node: 5, superpod: 1 }];
+    let places = [
+        Place {
+            node: 0,
+            superpod: 0,
+        },
+        Place {
+            node: 5,
+            superpod: 1,
+        },
+    ];
     let spans = std::thread::scope(|s| {
         let ranks: Vec<_> = (0..2u32)
             .map(|rank| {
@@ -215,7 +231,10 @@ fn a_rank_placed_explicitly_is_where_it_says() {
                 })
             })
             .collect();
-        ranks.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+        ranks
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect::<Vec<_>>()
     });
     assert_eq!(spans, [(true, places[1]), (true, places[0])]);
 }
