@@ -14,11 +14,18 @@ use symheap::{
 use crate::harness::EmuSession;
 use crate::processes::{failed, placement, rank_job_in};
 
-/// On `comm`: a pool, an fp32 AllReduce of every rank's `rank + 1`, the path the pool
-/// predicted before it ran and the paths its stats counted: `(sum, predicted, counted)`.
-fn pooled_all_reduce(
-    comm: &symheap::Comm,
-) -> symheap::Result<(Vec<f32>, CollectivePath, Vec<(CollectivePath, u64)>)> {
+/// What one rank saw of a pooled AllReduce.
+struct Pooled {
+    /// The result.
+    sum: Vec<f32>,
+    /// The path `SymPool::path` predicted before it ran.
+    predicted: CollectivePath,
+    /// The AllReduces the pool's stats counted, by path.
+    counted: Vec<(CollectivePath, u64)>,
+}
+
+/// On `comm`: a pool and an fp32 AllReduce of every rank's `rank + 1`.
+fn pooled_all_reduce(comm: &symheap::Comm) -> symheap::Result<Pooled> {
     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
     let mut v = SymVec::from_host(&pool, &[comm.rank() as f32 + 1.0; 8])?;
     let predicted = pool.path(Collective::AllReduce, &v, &v);
@@ -31,63 +38,75 @@ fn pooled_all_reduce(
         .filter(|c| c.kind == Collective::AllReduce)
         .map(|c| (c.path, c.count))
         .collect();
-    Ok((v.to_host()?, predicted, counted))
+    Ok(Pooled {
+        sum: v.to_host()?,
+        predicted,
+        counted,
+    })
+}
+
+/// What a thread job on two nodes saw: each rank's AllReduce and whether its communicator
+/// spans SuperPoDs, and how many collectives the emulator ran on each path meanwhile.
+struct TwoNodes {
+    ranks: Vec<(Pooled, bool)>,
+    symmetric: u64,
+    staged: u64,
 }
 
 /// Runs [`pooled_all_reduce`] on 2 nodes of 2 ranks each, as threads, in SuperPoDs of
-/// `nodes_per_superpod` nodes: every rank's outcome, and how many collectives the emulator
-/// ran on the symmetric and on the staged path meanwhile.
-fn two_nodes(nodes_per_superpod: u32) -> (Vec<(Vec<f32>, CollectivePath, bool)>, u64, u64) {
+/// `nodes_per_superpod` nodes.
+fn two_nodes(nodes_per_superpod: u32) -> TwoNodes {
     let layout = NodeLayout::new(2, 2).nodes_per_superpod(nodes_per_superpod);
     let config = CommConfig::new().exec_timeout_secs(60);
     let before = emu::testing::counters();
-    let outcomes = emu::launch_nodes_with(&layout, &config, |world| {
+    let ranks = emu::launch_nodes_with(&layout, &config, |world| {
         // Device = local rank, as a multi-node job's processes are.
         assert_eq!(world.runtime().current_device()?, world.rank() % 2);
-        let (sum, predicted, counted) = pooled_all_reduce(world)?;
+        let pooled = pooled_all_reduce(world)?;
+        let counted = [(pooled.predicted, 1)];
         assert_eq!(
-            counted,
-            [(predicted, 1)],
+            pooled.counted, counted,
             "the pool counted what it predicted"
         );
-        Ok((sum, predicted, world.spans_superpods()))
+        Ok((pooled, world.spans_superpods()))
     })
     .unwrap();
     let after = emu::testing::counters();
-    (
-        outcomes,
-        after.symmetric_collectives - before.symmetric_collectives,
-        after.staged_collectives - before.staged_collectives,
-    )
+    TwoNodes {
+        ranks,
+        symmetric: after.symmetric_collectives - before.symmetric_collectives,
+        staged: after.staged_collectives - before.staged_collectives,
+    }
 }
 
 #[test]
 fn a_collective_across_two_superpods_stages_as_the_pool_predicts() {
     let session = EmuSession::start();
     // One node per SuperPoD: the 2 nodes are 2 SuperPoDs.
-    let (outcomes, symmetric, staged) = two_nodes(1);
-    for (sum, predicted, spans) in &outcomes {
-        assert_eq!(sum, &[10.0; 8], "1 + 2 + 3 + 4");
-        assert_eq!(*predicted, CollectivePath::Staged(Staged::CrossSuperPod));
+    let run = two_nodes(1);
+    for (pooled, spans) in &run.ranks {
+        assert_eq!(pooled.sum, [10.0; 8], "1 + 2 + 3 + 4");
+        let staged = CollectivePath::Staged(Staged::CrossSuperPod);
+        assert_eq!(pooled.predicted, staged);
         assert!(spans);
     }
-    assert_eq!(symmetric, 0, "no window, nothing symmetric");
+    assert_eq!(run.symmetric, 0, "no window, nothing symmetric");
     // Per rank at least the pool's warm-up and the AllReduce staged.
-    assert!(staged >= 4 * 2, "{staged}");
+    assert!(run.staged >= 4 * 2, "{}", run.staged);
     session.assert_clean();
 }
 
 #[test]
 fn the_same_collective_within_one_superpod_is_symmetric_across_nodes() {
     let session = EmuSession::start();
-    let (outcomes, symmetric, _) = two_nodes(24);
-    for (sum, predicted, spans) in &outcomes {
-        assert_eq!(sum, &[10.0; 8]);
-        assert_eq!(*predicted, CollectivePath::Symmetric);
+    let run = two_nodes(24);
+    for (pooled, spans) in &run.ranks {
+        assert_eq!(pooled.sum, [10.0; 8]);
+        assert_eq!(pooled.predicted, CollectivePath::Symmetric);
         assert!(!spans);
     }
     // Per rank: the warm-up and the AllReduce, on windows.
-    assert_eq!(symmetric, 4 * 2);
+    assert_eq!(run.symmetric, 4 * 2);
     session.assert_clean();
 }
 
@@ -114,10 +133,11 @@ fn rank_across_superpods() {
     let comm = symheap::Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(60)).unwrap();
     assert!(comm.spans_superpods());
     let before = emu::testing::counters().symmetric_collectives;
-    let (sum, predicted, counted) = pooled_all_reduce(&comm).unwrap();
-    assert_eq!(sum, [10.0; 8]);
-    assert_eq!(predicted, CollectivePath::Staged(Staged::CrossSuperPod));
-    assert_eq!(counted, [(predicted, 1)]);
+    let pooled = pooled_all_reduce(&comm).unwrap();
+    assert_eq!(pooled.sum, [10.0; 8]);
+    let staged = CollectivePath::Staged(Staged::CrossSuperPod);
+    assert_eq!(pooled.predicted, staged);
+    assert_eq!(pooled.counted, [(staged, 1)]);
     assert_eq!(emu::testing::counters().symmetric_collectives, before);
 }
 

@@ -111,7 +111,11 @@ impl Segment {
         }
         let heap = Heap::new(size, block_granularity).map_err(Error::from)?;
         let mapping = Mapping::allocate_aligned(comm.runtime(), size, alignment, comm.device());
-        let (mapping, window, attached) = register_everywhere(comm, groups, stream, mapping)?;
+        let Registered {
+            mapping,
+            window,
+            attached,
+        } = register_everywhere(comm, groups, stream, mapping)?;
         let segment = Segment {
             heap,
             infos: Vec::new(),
@@ -191,7 +195,11 @@ impl Segment {
     ) -> Result<(), Unmade> {
         let mapped = PhysicalMemory::allocate(comm.runtime(), self.size, comm.device())
             .and_then(|physical| Mapping::new(&self.range, 0, &Arc::new(physical)));
-        let (mapping, window, attached) = register_everywhere(comm, groups, stream, mapped)?;
+        let Registered {
+            mapping,
+            window,
+            attached,
+        } = register_everywhere(comm, groups, stream, mapped)?;
         self.handle.set(handle_of(window.as_ref()));
         self.window = window;
         self.mapping = Some(mapping);
@@ -219,13 +227,12 @@ fn handle_of(window: Option<&Window>) -> WindowHandle {
 /// came later than the timeout), or a warm-up cannot be queued, the failure is not agreed
 /// ([`Unmade::agreed`]): the ranks are at different steps, and the windows go to
 /// `HcclCommDestroy`.
-#[allow(clippy::type_complexity)]
 fn register_everywhere(
     comm: &Comm,
     groups: &[Comm],
     stream: &Stream,
     mapped: Result<Mapping>,
-) -> Result<(Arc<Mapping>, Option<Window>, Vec<Window>), Unmade> {
+) -> Result<Registered, Unmade> {
     let what = "allocate and map their memory for a segment";
     let mapping = Arc::new(agreed(comm.try_agree(what, mapped), |_| Vec::new())?);
     // Every rank of a communicator sees the same topology: all skip, or all register.
@@ -272,7 +279,20 @@ fn register_everywhere(
             agreed: false,
         });
     }
-    Ok((mapping, window, attached))
+    Ok(Registered {
+        mapping,
+        window,
+        attached,
+    })
+}
+
+/// A segment's memory and its windows ([`register_everywhere`]).
+struct Registered {
+    mapping: Arc<Mapping>,
+    /// The window in the pool's communicator, unless it spans SuperPoDs.
+    window: Option<Window>,
+    /// The windows in the attached groups that have windows, in attach order.
+    attached: Vec<Window>,
 }
 
 /// Every rank's registrations, agreed over `comm` once each was attempted (one that fails

@@ -582,7 +582,7 @@ pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<CommHandle>> {
     // Every rank is on the calling thread's node: its init threads take its place.
     let place = calling_place()?;
     init_ranks(devices, &|rank, d, cancel| {
-        node::set_thread_node(place.node, Some(place.superpod)).or_else(|why| para(why))?;
+        node::set_thread_node(place.node, Some(place.superpod)).or_else(para)?;
         device::set(d).map_err(|e| Fail {
             code: HcclResult::HCCL_E_RUNTIME,
             msg: e.msg,

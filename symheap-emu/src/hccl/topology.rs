@@ -104,6 +104,18 @@ impl Topology {
     pub(crate) fn superpod_count(&self) -> usize {
         self.superpods
     }
+
+    /// Whether the ranks' nodes rule out the symmetric path although the communicator has
+    /// windows: its ranks are on several nodes and each node has one of them, or the nodes
+    /// have different numbers of them. HCCL's `IsSupportSymmetricMemory` refuses
+    /// `deviceNumPerAggregation_ == 1` and `multiModuleDiffDeviceNumMode_` (hicann/hcomm
+    /// `hccl_communicator_host.cc`). (A one-rank communicator, which HCCL refuses the same
+    /// way, is left as the emulator always had it.)
+    pub(crate) fn nodes_rule_out_windows(&self) -> bool {
+        let sizes = &self.layers[0].instance_sizes;
+        let uneven = sizes.iter().any(|&s| s != sizes[0]);
+        uneven || (sizes.len() > 1 && sizes[0] == 1)
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +143,11 @@ mod tests {
         assert_eq!(t.layers[0].ranks, [0, 1, 2, 3]);
         assert_eq!(t.layers[0].instance_sizes, [4]);
         assert!(!t.spans_superpods());
+        assert!(!t.nodes_rule_out_windows());
+        assert!(
+            !Topology::new(vec![at(0, 0)], 0).nodes_rule_out_windows(),
+            "one rank"
+        );
     }
 
     #[test]
@@ -143,6 +160,7 @@ mod tests {
         assert_eq!(t.layers[1].ranks, [0, 1, 2, 3], "its SuperPoD");
         assert_eq!(t.layers[1].instance_sizes, [4]);
         assert!(!t.spans_superpods());
+        assert!(!t.nodes_rule_out_windows());
         assert_eq!(t.place(3), at(1, 0));
     }
 
@@ -160,6 +178,7 @@ mod tests {
         assert_eq!(t.layers[2].instance_sizes, [5]);
         assert!(t.spans_superpods());
         assert_eq!(t.superpod_count(), 2);
+        assert!(t.nodes_rule_out_windows(), "nodes of 2, 1 and 2 ranks");
     }
 
     #[test]
@@ -168,5 +187,6 @@ mod tests {
         let t = Topology::new(vec![at(0, 0), at(1, 1)], 0);
         assert_eq!(t.layer_ids, [0, 1, 2]);
         assert_eq!(t.layers[1].ranks, [0]);
+        assert!(t.nodes_rule_out_windows(), "one rank per node");
     }
 }

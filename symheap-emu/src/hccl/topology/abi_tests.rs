@@ -13,8 +13,11 @@ use crate::testutil::{
 
 const G: usize = crate::GRANULARITY;
 
-/// The layers of `r`'s communicator: `(ids, per layer (own instance's ranks, instance sizes))`.
-fn rank_graph(r: &Rank) -> (Vec<u32>, Vec<(Vec<u32>, Vec<u32>)>) {
+/// Per layer of a rank graph: the ranks of the rank's own instance, and every instance's size.
+type Layers = Vec<(Vec<u32>, Vec<u32>)>;
+
+/// The layers of `r`'s communicator: their ids, and each as [`Layers`] has it.
+fn rank_graph(r: &Rank) -> (Vec<u32>, Layers) {
     let h = hccl();
     let (mut ids, mut count) = (null_mut(), 0u32);
     // SAFETY: a live communicator and valid out-pointers; the lists the emulator returns
