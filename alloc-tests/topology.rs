@@ -149,3 +149,25 @@ fn across_two_superpods_as_processes() {
     let outcome = job.run().expect("the ranks start");
     assert!(outcome.success(), "{}", failed(&outcome));
 }
+
+#[test]
+fn one_rank_per_node_stages_as_the_pool_predicts() {
+    let session = EmuSession::start();
+    let before = emu::testing::counters().symmetric_collectives;
+    // A data-parallel group's shape: one rank on each of 2 nodes of one SuperPoD.
+    let ranks = emu::launch_nodes(2, 1, |world| {
+        assert!(!world.spans_superpods());
+        assert!(world.has_uneven_nodes());
+        pooled_all_reduce(world)
+    })
+    .unwrap();
+    for pooled in &ranks {
+        assert_eq!(pooled.sum, [3.0; 8]);
+        let staged = CollectivePath::Staged(Staged::RanksPerNode);
+        assert_eq!(pooled.predicted, staged);
+        assert_eq!(pooled.counted, [(staged, 1)]);
+    }
+    let symmetric = emu::testing::counters().symmetric_collectives - before;
+    assert_eq!(symmetric, 0, "windows registered, but nothing symmetric");
+    session.assert_clean();
+}

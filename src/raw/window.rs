@@ -285,7 +285,7 @@ impl Comm {
         let in_windows = windowed(input, input_len)? && windowed(output, output_len)?;
         Ok(crate::path_rules::predict(
             kind,
-            false,
+            self.placement(),
             self.expands_on_ai_cpu(),
             self.rank_count(),
             in_windows,

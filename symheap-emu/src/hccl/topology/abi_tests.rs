@@ -241,3 +241,30 @@ fn a_rank_placed_explicitly_is_where_it_says() {
     });
     assert_eq!(spans, [(true, places[1]), (true, places[0])]);
 }
+
+#[test]
+fn one_rank_per_node_or_uneven_nodes_stage_on_windows() {
+    let _g = test_lock();
+    // Two nodes of one rank (each device 0), then nodes of 2 and 1 ranks: windows register
+    // (one SuperPoD), yet HCCL's symmetric path needs the same count, above one, per node.
+    let layouts: [(u32, fn(u32) -> (u32, i32, Option<u32>)); 2] = [
+        (2, |rank| (rank, 0, None)),
+        (3, |rank| (rank / 2, (rank % 2) as i32, None)),
+    ];
+    for (n, at) in layouts {
+        let staged = counters().staged_collectives;
+        let symmetric = counters().symmetric_collectives;
+        let sums = run_ranks_at(n, &test_config(), at, |r| {
+            let buf = DevBuf::new(at(r.rank).1 as u32, 2 * G);
+            let win = register(r, &buf);
+            let sum = all_reduce(r, &buf_view(&buf, 0), &buf_view(&buf, G));
+            crate::testutil::deregister(win);
+            buf.free();
+            sum
+        });
+        let total = (1..=n).sum::<u32>() as f32;
+        assert!(sums.iter().all(|s| *s == [total; 4]), "{sums:?}");
+        assert_eq!(counters().symmetric_collectives, symmetric, "{n} ranks");
+        assert_eq!(counters().staged_collectives - staged, u64::from(n));
+    }
+}
