@@ -171,3 +171,23 @@ fn one_rank_per_node_stages_as_the_pool_predicts() {
     assert_eq!(symmetric, 0, "windows registered, but nothing symmetric");
     session.assert_clean();
 }
+
+/// A C program written for CANN (`alloc-tests/c/rank_graph.c`), compiled with `-Werror`
+/// against the emulator's headers and linked with `-lhccl -lascendcl`, run as 4 processes on
+/// 2 nodes in 2 SuperPoDs: the rank graph through the C ABI, the window refused with
+/// `HCCL_E_NOT_SUPPORT`, and a staged AllReduce.
+#[test]
+fn a_c_program_reads_the_rank_graph_across_superpods() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("alloc-tests");
+    let include = format!("-I{}", root.join("emu-cdylib/include").display());
+    let flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", &include];
+    let program =
+        crate::dlopen::compile_for_cann("rank-graph", "cc", &flags, &root.join("c/rank_graph.c"));
+    let outcome = symheap_tools::launcher::Job::new(4, program)
+        .env("SYMHEAP_EMU_NODES_PER_SUPERPOD", "1")
+        .grace(Duration::from_secs(20))
+        .capture_output()
+        .run()
+        .unwrap();
+    assert!(outcome.success(), "{}", failed(&outcome));
+}

@@ -170,16 +170,25 @@ impl Segment {
     /// deregistration failed keeps its memory mapped, with the communicator, which frees it
     /// once destroyed).
     pub(super) fn unregister(&mut self) -> Result<()> {
+        let mapping = self.mapping.take();
         let mut result = Ok(());
         for w in self.attached.drain(..) {
             result = result.and(w.deregister());
         }
-        if let Some(w) = self.window.take() {
-            result = result.and(w.deregister());
+        match self.window.take() {
+            // The window is the memory's last holder: its deregistration unmaps and frees it
+            // (or, failing, leaves it to the communicator), reporting the error.
+            Some(w) => {
+                drop(mapping);
+                result = result.and(w.deregister());
+            }
+            // No window (the communicator spans SuperPoDs): the segment releases its memory.
+            None => {
+                if let Some(mapping) = mapping.and_then(Arc::into_inner) {
+                    result = result.and(mapping.release());
+                }
+            }
         }
-        // The windows' deregistration gave up their hold: this was the last, unless one
-        // failed (then its communicator frees the memory once destroyed).
-        self.mapping = None;
         result
     }
 

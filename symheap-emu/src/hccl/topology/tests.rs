@@ -1,6 +1,8 @@
-//! Nodes and SuperPoDs through the C ABI: devices per node, the rank graph, windows refused
+//! A communicator's topology: its rank graph from places, and through the C ABI: devices per node, the rank graph, windows refused
 //! on a communicator spanning SuperPoDs and its collectives staged, windows across the nodes
 //! of one SuperPoD.
+
+use super::*;
 
 use std::ptr::null_mut;
 
@@ -267,4 +269,71 @@ fn one_rank_per_node_or_uneven_nodes_stage_on_windows() {
         assert_eq!(counters().symmetric_collectives, symmetric, "{n} ranks");
         assert_eq!(counters().staged_collectives - staged, u64::from(n));
     }
+}
+
+// The topology from places, without the C ABI.
+
+fn at(node: u32, superpod: u32) -> Place {
+    Place { node, superpod }
+}
+
+#[test]
+fn a_word_carries_a_place_both_ways() {
+    for p in [at(0, 0), at(23, 0), at(4095, 170), at(7, 4095)] {
+        assert_eq!(place_of(word(p)), p);
+    }
+}
+
+#[test]
+fn one_node_has_one_layer() {
+    let t = Topology::new(vec![at(0, 0); 4], 2);
+    assert_eq!(t.layer_ids, [0]);
+    assert_eq!(t.layers[0].ranks, [0, 1, 2, 3]);
+    assert_eq!(t.layers[0].instance_sizes, [4]);
+    assert!(!t.spans_superpods());
+    assert!(!t.nodes_rule_out_windows());
+    assert!(
+        !Topology::new(vec![at(0, 0)], 0).nodes_rule_out_windows(),
+        "one rank"
+    );
+}
+
+#[test]
+fn nodes_of_one_superpod_have_two_layers_as_hccl_s_rank_graph() {
+    // Two nodes of two ranks each, the ranks interleaved.
+    let t = Topology::new(vec![at(0, 0), at(1, 0), at(0, 0), at(1, 0)], 1);
+    assert_eq!(t.layer_ids, [0, 1]);
+    assert_eq!(t.layers[0].ranks, [1, 3], "rank 1's node");
+    assert_eq!(t.layers[0].instance_sizes, [2, 2]);
+    assert_eq!(t.layers[1].ranks, [0, 1, 2, 3], "its SuperPoD");
+    assert_eq!(t.layers[1].instance_sizes, [4]);
+    assert!(!t.spans_superpods());
+    assert!(!t.nodes_rule_out_windows());
+    assert_eq!(t.place(3), at(1, 0));
+}
+
+#[test]
+fn superpods_add_a_third_layer_and_span() {
+    // Nodes 0 and 1 in SuperPoD 0, node 2 in SuperPoD 1.
+    let places = vec![at(0, 0), at(0, 0), at(1, 0), at(2, 1), at(2, 1)];
+    let t = Topology::new(places, 3);
+    assert_eq!(t.layer_ids, [0, 1, 2]);
+    assert_eq!(t.layers[0].ranks, [3, 4]);
+    assert_eq!(t.layers[0].instance_sizes, [2, 1, 2]);
+    assert_eq!(t.layers[1].ranks, [3, 4], "rank 3's SuperPoD");
+    assert_eq!(t.layers[1].instance_sizes, [3, 2]);
+    assert_eq!(t.layers[2].ranks, [0, 1, 2, 3, 4]);
+    assert_eq!(t.layers[2].instance_sizes, [5]);
+    assert!(t.spans_superpods());
+    assert_eq!(t.superpod_count(), 2);
+    assert!(t.nodes_rule_out_windows(), "nodes of 2, 1 and 2 ranks");
+}
+
+#[test]
+fn one_node_per_superpod_skips_no_layer() {
+    // Two one-node SuperPoDs: more than one node, so layer 1 exists (each SuperPoD).
+    let t = Topology::new(vec![at(0, 0), at(1, 1)], 0);
+    assert_eq!(t.layer_ids, [0, 1, 2]);
+    assert_eq!(t.layers[1].ranks, [0]);
+    assert!(t.nodes_rule_out_windows(), "one rank per node");
 }
