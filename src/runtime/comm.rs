@@ -215,7 +215,17 @@ impl Comm {
         config: &CommConfig,
         parent: Option<(Comm, Vec<u32>)>,
     ) -> Result<Comm> {
-        let placement = placement(rt, raw)?;
+        let placement = match placement(rt, raw) {
+            Ok(placement) => placement,
+            Err(e) => {
+                // Not yet owned by a `Comm`, whose drop would destroy it.
+                // SAFETY: `raw` is the live communicator just made, destroyed exactly once.
+                if let Err(destroyed) = unsafe { calls::HcclCommDestroy(rt, raw) } {
+                    rt.record_drop_error(destroyed);
+                }
+                return Err(e);
+            }
+        };
         let comm = Comm {
             inner: Arc::new(CommInner {
                 rt: rt.clone(),
