@@ -244,12 +244,15 @@ fn a_rank_placed_explicitly_is_where_it_says() {
     assert_eq!(spans, [(true, places[1]), (true, places[0])]);
 }
 
+/// Where rank `r` is: its node, its device there, its SuperPoD if given.
+type At = fn(u32) -> (u32, i32, Option<u32>);
+
 #[test]
 fn one_rank_per_node_or_uneven_nodes_stage_on_windows() {
     let _g = test_lock();
     // Two nodes of one rank (each device 0), then nodes of 2 and 1 ranks: windows register
     // (one SuperPoD), yet HCCL's symmetric path needs the same count, above one, per node.
-    let layouts: [(u32, fn(u32) -> (u32, i32, Option<u32>)); 2] = [
+    let layouts: [(u32, At); 2] = [
         (2, |rank| (rank, 0, None)),
         (3, |rank| (rank / 2, (rank % 2) as i32, None)),
     ];
