@@ -482,7 +482,10 @@ impl Comm {
     /// ([`Staged::CrossSuperPod`](crate::Staged::CrossSuperPod)). Learned once, when the
     /// communicator is made, from HCCL's rank graph (`HcclRankGraphGetLayers`: a layer 2,
     /// the layer across SuperPoDs, exists only then); `false` where the library lacks the
-    /// rank graph.
+    /// rank graph. A [`SymPool`](crate::SymPool) on such a communicator maps its segments
+    /// without registering them: its blocks' `window()` is
+    /// [`WindowHandle::NONE`](crate::raw::WindowHandle::NONE), and an attached group that
+    /// spans SuperPoDs gets no windows either.
     pub fn spans_superpods(&self) -> bool {
         self.inner.placement.spans_superpods
     }
