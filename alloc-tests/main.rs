@@ -33,4 +33,5 @@ mod soak;
 mod storage;
 mod streams;
 mod support;
+mod topology;
 mod views;

@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-pub use symheap_emu::{GRANULARITY, acl_api, hccl_api, testing};
+pub use symheap_emu::{GRANULARITY, acl_api, hccl_api, testing, topology};
 
 use crate::raw::{Backend, Origin};
 use crate::runtime::{Comm, CommConfig, RootInfo, Runtime};
@@ -93,6 +93,131 @@ where
     T: Send,
     F: Fn(&Comm) -> Result<T> + Sync,
 {
+    launch_on(rt, ranks, None, config, f)
+}
+
+/// How the ranks of a thread job sit on emulated nodes ([`launch_nodes`]): `nodes` nodes of
+/// `ranks_per_node` ranks each, rank `r` on node `r / ranks_per_node` and on device
+/// `r % ranks_per_node` of it (its local rank, as torchrun numbers ranks), and the nodes in
+/// SuperPoDs of `nodes_per_superpod` (by default `SYMHEAP_EMU_NODES_PER_SUPERPOD`, or 24: a
+/// CloudMatrix384).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLayout {
+    nodes: u32,
+    ranks_per_node: u32,
+    nodes_per_superpod: Option<u32>,
+}
+
+impl NodeLayout {
+    /// `nodes` nodes of `ranks_per_node` ranks each, in SuperPoDs of the default size.
+    pub fn new(nodes: u32, ranks_per_node: u32) -> NodeLayout {
+        NodeLayout {
+            nodes,
+            ranks_per_node,
+            nodes_per_superpod: None,
+        }
+    }
+
+    /// The same nodes, in SuperPoDs of `nodes` nodes each (node `n` in SuperPoD
+    /// `n / nodes`): symmetric windows work only within one.
+    pub fn nodes_per_superpod(self, nodes: u32) -> NodeLayout {
+        NodeLayout {
+            nodes_per_superpod: Some(nodes),
+            ..self
+        }
+    }
+
+    /// How many ranks the job has: nodes × ranks per node.
+    pub fn ranks(&self) -> u32 {
+        self.nodes.saturating_mul(self.ranks_per_node)
+    }
+
+    /// Rank `rank`'s node, its device on that node, and its SuperPoD where the layout sets
+    /// one.
+    fn place(&self, rank: u32) -> (u32, u32, Option<u32>) {
+        let node = rank / self.ranks_per_node;
+        let superpod = self.nodes_per_superpod.map(|k| node / k);
+        (node, rank % self.ranks_per_node, superpod)
+    }
+
+    /// `Error::InvalidArgument` for a layout without ranks or with empty SuperPoDs.
+    fn check(&self) -> Result<()> {
+        if self.nodes == 0 || self.ranks_per_node == 0 {
+            return Err(Error::invalid(format!(
+                "a node layout needs at least one node of at least one rank, not {} x {}",
+                self.nodes, self.ranks_per_node
+            )));
+        }
+        if self.nodes_per_superpod == Some(0) {
+            return Err(Error::invalid("a SuperPoD has at least one node, not 0"));
+        }
+        Ok(())
+    }
+}
+
+/// [`launch`] with the ranks on emulated nodes: `nodes` nodes of `ranks_per_node` ranks
+/// each, every rank's thread on its node and on device = its local rank there (as a
+/// multi-node job's processes are), so a job of 24 nodes × 16 runs as threads of this one
+/// process. The communicator knows each rank's node and SuperPoD: on one spanning SuperPoDs
+/// (more than 24 nodes by default, or see [`launch_nodes_with`]) windows cannot be
+/// registered and collectives stage.
+///
+/// # Errors
+/// As for [`launch`]; [`Error::InvalidArgument`] for 0 nodes or 0 ranks per node.
+///
+/// # Examples
+/// ```
+/// // 2 nodes of 2 ranks: global ranks 0..4, each on device = its local rank.
+/// let devices = symheap::emu::launch_nodes(2, 2, |comm| comm.runtime().current_device())?;
+/// assert_eq!(devices, [0, 1, 0, 1]);
+/// # Ok::<(), symheap::Error>(())
+/// ```
+pub fn launch_nodes<T, F>(nodes: u32, ranks_per_node: u32, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
+    launch_nodes_with(
+        &NodeLayout::new(nodes, ranks_per_node),
+        &CommConfig::default(),
+        f,
+    )
+}
+
+/// [`launch_nodes`] with a given layout (SuperPoDs of a given size) and communicator
+/// configuration, on the emulator this crate links ([`Runtime::emulated`]: a thread's node is
+/// that emulator's to set).
+///
+/// # Errors
+/// As for [`launch_nodes`]; [`Error::InvalidArgument`] for a SuperPoD of 0 nodes.
+pub fn launch_nodes_with<T, F>(layout: &NodeLayout, config: &CommConfig, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
+    layout.check()?;
+    launch_on(
+        &Runtime::emulated()?,
+        layout.ranks(),
+        Some(layout),
+        config,
+        f,
+    )
+}
+
+/// [`launch_with`], with the ranks on the nodes of `layout` when given (each on device =
+/// its local rank), else each on device = its rank.
+fn launch_on<T, F>(
+    rt: &Runtime,
+    ranks: u32,
+    layout: Option<&NodeLayout>,
+    config: &CommConfig,
+    f: F,
+) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&Comm) -> Result<T> + Sync,
+{
     if ranks == 0 {
         return Err(Error::invalid("launch needs at least one rank"));
     }
@@ -105,7 +230,7 @@ where
             .map(|rank| {
                 let (root, f, clock, gate) = (&root, &f, &clock, &gate);
                 let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
-                    let result = run_rank(rt, (rank, ranks), root, config, gate, f);
+                    let result = run_rank(rt, (rank, ranks), layout, root, config, gate, f);
                     (result, clock.fetch_add(1, Ordering::SeqCst))
                 });
                 spawned.map_err(|e| {
@@ -148,11 +273,13 @@ where
     Ok(results)
 }
 
-/// One rank's thread of [`launch_with`]: binds the thread to device `rank`, meets the other
-/// ranks at `gate`, joins the communicator and runs `f` on it.
+/// One rank's thread of [`launch_with`]: binds the thread to device `rank` (or, with a
+/// `layout`, puts it on its node and binds it to its local device), meets the other ranks at
+/// `gate`, joins the communicator and runs `f` on it.
 fn run_rank<T, F>(
     rt: &Runtime,
     (rank, ranks): (u32, u32),
+    layout: Option<&NodeLayout>,
     root: &RootInfo,
     config: &CommConfig,
     gate: &Gate,
@@ -163,7 +290,15 @@ where
 {
     let run = || {
         let arrival = gate.arrival(rank);
-        arrival.pass(rt.set_device(rank))?;
+        let bound = match layout.map(|l| l.place(rank)) {
+            Some((node, device, superpod)) => {
+                symheap_emu::topology::set_thread_node(node, superpod)
+                    .map_err(Error::invalid)
+                    .and_then(|()| rt.set_device(device))
+            }
+            None => rt.set_device(rank),
+        };
+        arrival.pass(bound)?;
         let comm = Comm::init(rt, ranks, root, rank, config)?;
         let value = f(&comm)?;
         if comm.handles() > 1 {

@@ -78,7 +78,7 @@ impl SymPool {
         // not skip the registrations its peers make.
         let name = group.name();
         let own = state.groups.is_empty().then(|| shared.comm().name());
-        let mut attempts: Vec<Result<Window>> = state
+        let mut attempts: Vec<Result<Option<Window>>> = state
             .segments
             .iter()
             .map(|(_, segment)| segment.register_in(group))
@@ -90,6 +90,10 @@ impl SymPool {
         if let Some(e) = local.into_iter().flatten().next() {
             attempts.push(Err(e.clone()));
         }
+        // A group spanning SuperPoDs has no windows (every rank's group spans alike): its
+        // collectives on the pool's memory stage.
+        let attempts: Vec<Result<Window>> =
+            attempts.into_iter().filter_map(Result::transpose).collect();
         let what = "register the pool in an attached group";
         let windows = super::segment::agree_on_all(&shared.comm(), what, attempts)
             .map_err(|unmade| shared.unmade(unmade))?;

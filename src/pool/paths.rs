@@ -50,6 +50,7 @@ impl PathCounts {
 pub(crate) fn predict(comm: &Comm, kind: Collective, in_windows: bool) -> CollectivePath {
     path_rules::predict(
         kind,
+        comm.placement(),
         comm.expands_on_ai_cpu(),
         comm.rank_count(),
         in_windows,

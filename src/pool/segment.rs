@@ -1,13 +1,21 @@
 //! A segment: one physical allocation, mapped and registered as one window, with the heap that
 //! carves it. A block never spans two segments, so `(window, offset)` is the segment's window
 //! and the block's heap offset.
+//!
+//! On a communicator whose ranks span SuperPoDs HCCL has no windows
+//! ([`Comm::spans_superpods`]): there the segment is mapped memory only, its window handle
+//! null, and every collective on it stages
+//! ([`Staged::CrossSuperPod`](crate::Staged::CrossSuperPod)). The same holds for each
+//! attached group that spans SuperPoDs.
 
 use crate::heap::Heap;
 
 use super::tags::BlockInfo;
 use std::sync::Arc;
 
-use crate::raw::{DevicePtr, Mapping, PhysicalMemory, VirtualRange, Window, WindowCell};
+use crate::raw::{
+    DevicePtr, Mapping, PhysicalMemory, VirtualRange, Window, WindowCell, WindowHandle,
+};
 use crate::runtime::{Agreed, Comm, Element, Stream};
 use crate::{Error, Result};
 
@@ -56,15 +64,20 @@ pub(super) struct Segment {
     pub(super) infos: Vec<BlockInfo>,
     pub(super) base: DevicePtr,
     /// The handle of the window in the pool's communicator, shared with the segment's
-    /// blocks: a wake registers anew and replaces it.
+    /// blocks: a wake registers anew and replaces it (null on a communicator spanning
+    /// SuperPoDs, which has no windows).
     pub(super) handle: Arc<WindowCell>,
     pub(super) size: u64,
-    /// The same memory's windows in the pool's attached groups, in attach order (declared
-    /// before `window`, so they are deregistered first, in that order, on every rank).
+    /// The same memory's windows in the pool's attached groups that have windows, in attach
+    /// order (declared before `window`, so they are deregistered first, in that order, on
+    /// every rank).
     pub(super) attached: Vec<Window>,
-    /// Owns the mapping, so the memory outlives its registration; `None` while the pool
-    /// sleeps (the memory is unmapped and freed).
+    /// The window in the pool's communicator; `None` while the pool sleeps, and always on a
+    /// communicator spanning SuperPoDs.
     window: Option<Window>,
+    /// Owns the mapping with the windows, so the memory outlives its registrations; `None`
+    /// while the pool sleeps (the memory is unmapped and freed).
+    mapping: Option<Arc<Mapping>>,
     /// The address range, kept while the pool sleeps so that a wake maps at the same
     /// addresses (declared last: released after the mapping).
     range: Arc<VirtualRange>,
@@ -98,25 +111,32 @@ impl Segment {
         }
         let heap = Heap::new(size, block_granularity).map_err(Error::from)?;
         let mapping = Mapping::allocate_aligned(comm.runtime(), size, alignment, comm.device());
-        let (window, attached) = register_everywhere(comm, groups, stream, mapping)?;
+        let Registered {
+            mapping,
+            window,
+            attached,
+        } = register_everywhere(comm, groups, stream, mapping)?;
         let segment = Segment {
             heap,
             infos: Vec::new(),
-            base: window.ptr(),
-            handle: Arc::new(WindowCell::new(window.handle())),
+            base: mapping.ptr(),
+            handle: Arc::new(WindowCell::new(handle_of(window.as_ref()))),
             size,
             attached,
-            range: Arc::clone(window.mapping().range()),
-            window: Some(window),
+            range: Arc::clone(mapping.range()),
+            window,
+            mapping: Some(mapping),
         };
         Ok(segment)
     }
 
     /// Registers the segment's memory in `group` too (collective within the group): the new
-    /// window, whose offsets are the segment's.
-    pub(super) fn register_in(&self, group: &Comm) -> Result<Window> {
-        match &self.window {
-            Some(window) => Window::register(group, window.mapping()),
+    /// window, whose offsets are the segment's; `None` for a group spanning SuperPoDs, which
+    /// has no windows.
+    pub(super) fn register_in(&self, group: &Comm) -> Result<Option<Window>> {
+        match &self.mapping {
+            Some(_) if group.spans_superpods() => Ok(None),
+            Some(mapping) => Window::register(group, mapping).map(Some),
             None => Err(crate::Error::invalid(
                 "a sleeping segment has no memory to register",
             )),
@@ -132,6 +152,7 @@ impl Segment {
         if let Some(w) = self.window.take() {
             w.leave_to_destroy();
         }
+        self.mapping = None;
     }
 
     /// Deregisters the windows (collective, in each group and then in the pool's
@@ -149,12 +170,24 @@ impl Segment {
     /// deregistration failed keeps its memory mapped, with the communicator, which frees it
     /// once destroyed).
     pub(super) fn unregister(&mut self) -> Result<()> {
+        let mapping = self.mapping.take();
         let mut result = Ok(());
         for w in self.attached.drain(..) {
             result = result.and(w.deregister());
         }
-        if let Some(w) = self.window.take() {
-            result = result.and(w.deregister());
+        match self.window.take() {
+            // The window is the memory's last holder: its deregistration unmaps and frees it
+            // (or, failing, leaves it to the communicator), reporting the error.
+            Some(w) => {
+                drop(mapping);
+                result = result.and(w.deregister());
+            }
+            // No window (the communicator spans SuperPoDs): the segment releases its memory.
+            None => {
+                if let Some(mapping) = mapping.and_then(Arc::into_inner) {
+                    result = result.and(mapping.release());
+                }
+            }
         }
         result
     }
@@ -171,18 +204,30 @@ impl Segment {
     ) -> Result<(), Unmade> {
         let mapped = PhysicalMemory::allocate(comm.runtime(), self.size, comm.device())
             .and_then(|physical| Mapping::new(&self.range, 0, &Arc::new(physical)));
-        let (window, attached) = register_everywhere(comm, groups, stream, mapped)?;
-        self.handle.set(window.handle());
-        self.window = Some(window);
+        let Registered {
+            mapping,
+            window,
+            attached,
+        } = register_everywhere(comm, groups, stream, mapped)?;
+        self.handle.set(handle_of(window.as_ref()));
+        self.window = window;
+        self.mapping = Some(mapping);
         self.attached = attached;
         Ok(())
     }
 }
 
+/// The window handle blocks of a segment read: its window's, or null where the pool's
+/// communicator spans SuperPoDs and has none.
+fn handle_of(window: Option<&Window>) -> WindowHandle {
+    window.map_or(WindowHandle::NONE, Window::handle)
+}
+
 /// Registers `mapped` (a segment's memory, or this rank's error making it) in `comm` and in
-/// each of `groups`, then enqueues one warm-up collective on each window: HCCL defers part
-/// of a registration's work to the first collective that uses it. Returns the windows, the
-/// world's and the groups' in order. Collective over `comm`.
+/// each of `groups` (not in those spanning SuperPoDs, which have no windows), then enqueues
+/// one warm-up collective on each communicator: HCCL defers part of a registration's work to
+/// the first collective that uses it. Returns the mapping and the windows, the world's (if
+/// it has windows) and the groups' in order. Collective over `comm`.
 ///
 /// Every step is agreed, in the world and in the groups: one that fails on some ranks leaves
 /// their peers waiting in theirs until the exec timeout, and the agreement makes every rank
@@ -196,44 +241,67 @@ fn register_everywhere(
     groups: &[Comm],
     stream: &Stream,
     mapped: Result<Mapping>,
-) -> Result<(Window, Vec<Window>), Unmade> {
+) -> Result<Registered, Unmade> {
     let what = "allocate and map their memory for a segment";
-    let mapping = agreed(comm.try_agree(what, mapped), |_| Vec::new())?;
-    let window = Window::register(comm, &Arc::new(mapping));
-    let window = agreed(comm.try_agree("register a segment", window), |w| vec![w])?;
+    let mapping = Arc::new(agreed(comm.try_agree(what, mapped), |_| Vec::new())?);
+    // Every rank of a communicator sees the same topology: all skip, or all register.
+    let window = match comm.spans_superpods() {
+        true => None,
+        false => {
+            let window = Window::register(comm, &mapping);
+            Some(agreed(comm.try_agree("register a segment", window), |w| {
+                vec![w]
+            })?)
+        }
+    };
+    let give_up = |window: Option<Window>| window.map(Window::leave_to_destroy);
     // Every registration is agreed before any warm-up is queued: a failure then drops
     // (deregisters) windows that no queued work uses.
     let mut attached = Vec::new();
     if !groups.is_empty() {
         let attempts = groups
             .iter()
-            .map(|g| Window::register(g, window.mapping()))
+            .filter(|g| !g.spans_superpods())
+            .map(|g| Window::register(g, &mapping))
             .collect();
         let what = "register a segment in every attached group";
         match agree_on_all(comm, what, attempts) {
             Ok(windows) => attached = windows,
             Err(unmade) => {
                 if !unmade.agreed {
-                    window.leave_to_destroy();
+                    give_up(window);
                 }
                 return Err(unmade);
             }
         }
     }
     // Groups are no larger than the world: their warm-ups fit where the world's does.
-    let base = window.ptr();
+    let base = mapping.ptr();
     let queued = std::iter::once(comm)
         .chain(groups)
         .try_for_each(|c| warm_up(c, base, stream));
     if let Err(error) = queued {
         attached.into_iter().for_each(Window::leave_to_destroy);
-        window.leave_to_destroy();
+        give_up(window);
         return Err(Unmade {
             error,
             agreed: false,
         });
     }
-    Ok((window, attached))
+    Ok(Registered {
+        mapping,
+        window,
+        attached,
+    })
+}
+
+/// A segment's memory and its windows ([`register_everywhere`]).
+struct Registered {
+    mapping: Arc<Mapping>,
+    /// The window in the pool's communicator, unless it spans SuperPoDs.
+    window: Option<Window>,
+    /// The windows in the attached groups that have windows, in attach order.
+    attached: Vec<Window>,
 }
 
 /// Every rank's registrations, agreed over `comm` once each was attempted (one that fails

@@ -19,6 +19,10 @@ impl std::fmt::Debug for WindowHandle {
 }
 
 impl WindowHandle {
+    /// No window: what a pool's blocks report on a communicator that spans SuperPoDs, where
+    /// HCCL has no windows ([`Comm::spans_superpods`]).
+    pub const NONE: WindowHandle = WindowHandle(0);
+
     /// The raw handle.
     pub fn as_raw(self) -> HcclCommSymWindow {
         self.0 as HcclCommSymWindow
@@ -249,9 +253,10 @@ impl Comm {
     }
 
     /// The path a `kind` collective from `[input, +input_len)` to `[output, +output_len)`
-    /// takes on this communicator, by HCCL's rules (`IsSupportSymmetricMemory`): the kind,
-    /// more than one rank, AI CPU expansion, and each buffer wholly inside one of this
-    /// communicator's windows, found with `HcclCommSymWinGet` as HCCL finds them.
+    /// takes on this communicator, by HCCL's rules (`IsSupportSymmetricMemory`): ranks in one
+    /// SuperPoD ([`spans_superpods`](Self::spans_superpods)), the kind, more than one rank,
+    /// AI CPU expansion, and each buffer wholly inside one of this communicator's windows,
+    /// found with `HcclCommSymWinGet` as HCCL finds them.
     ///
     /// # Errors
     /// [`Error::Unsupported`](crate::Error::Unsupported) on libraries without symmetric
@@ -273,9 +278,14 @@ impl Comm {
             }
             Err(e) => Err(e),
         };
+        if self.spans_superpods() {
+            // No windows to look up: HCCL makes this communicator none.
+            return Ok(crate::CollectivePath::Staged(crate::Staged::CrossSuperPod));
+        }
         let in_windows = windowed(input, input_len)? && windowed(output, output_len)?;
         Ok(crate::path_rules::predict(
             kind,
+            self.placement(),
             self.expands_on_ai_cpu(),
             self.rank_count(),
             in_windows,

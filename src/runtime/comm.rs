@@ -159,6 +159,8 @@ struct CommInner {
     agreement: Mutex<Option<Arc<Mapping>>>,
     /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
     ai_cpu: bool,
+    /// Where its ranks are, as HCCL's checks need it (from its rank graph).
+    placement: crate::path_rules::Placement,
     /// Set once [`Comm::release`] destroyed it while handles remained.
     released: AtomicBool,
     /// The settings it was made with: a split's default.
@@ -213,6 +215,17 @@ impl Comm {
         config: &CommConfig,
         parent: Option<(Comm, Vec<u32>)>,
     ) -> Result<Comm> {
+        let placement = match placement(rt, raw) {
+            Ok(placement) => placement,
+            Err(e) => {
+                // Not yet owned by a `Comm`, whose drop would destroy it.
+                // SAFETY: `raw` is the live communicator just made, destroyed exactly once.
+                if let Err(destroyed) = unsafe { calls::HcclCommDestroy(rt, raw) } {
+                    rt.record_drop_error(destroyed);
+                }
+                return Err(e);
+            }
+        };
         let comm = Comm {
             inner: Arc::new(CommInner {
                 rt: rt.clone(),
@@ -227,6 +240,7 @@ impl Comm {
                     config.as_raw().hcclOpExpansionMode,
                     std::env::var("HCCL_OP_EXPANSION_MODE").ok().as_deref(),
                 ),
+                placement,
                 config: config.clone(),
                 parent,
                 released: AtomicBool::new(false),
@@ -462,6 +476,34 @@ impl Comm {
         self.inner.ai_cpu
     }
 
+    /// Whether the communicator's ranks are in more than one SuperPoD (an Atlas A3
+    /// SuperPoD: 384 NPUs joined by HCCS). HCCL then has no symmetric windows on it: it
+    /// refuses to register them and stages every collective
+    /// ([`Staged::CrossSuperPod`](crate::Staged::CrossSuperPod)). Learned once, when the
+    /// communicator is made, from HCCL's rank graph (`HcclRankGraphGetLayers`: a layer 2,
+    /// the layer across SuperPoDs, exists only then); `false` where the library lacks the
+    /// rank graph. A [`SymPool`](crate::SymPool) on such a communicator maps its segments
+    /// without registering them: its blocks' `window()` is
+    /// [`WindowHandle::NONE`](crate::raw::WindowHandle::NONE), and an attached group that
+    /// spans SuperPoDs gets no windows either.
+    pub fn spans_superpods(&self) -> bool {
+        self.inner.placement.spans_superpods
+    }
+
+    /// Whether the communicator's ranks are on several nodes (servers), one on each, or on
+    /// nodes holding different numbers of them: HCCL then stages every collective although
+    /// windows register ([`Staged::RanksPerNode`](crate::Staged::RanksPerNode)). Learned
+    /// once, when the communicator is made, from HCCL's rank graph (layer 0's instance sizes,
+    /// `HcclRankGraphGetInstSizeListByLayer`); `false` where the library lacks it.
+    pub fn has_uneven_nodes(&self) -> bool {
+        self.inner.placement.uneven_nodes
+    }
+
+    /// Where the ranks are, as HCCL's path checks need it.
+    pub(crate) fn placement(&self) -> crate::path_rules::Placement {
+        self.inner.placement
+    }
+
     /// Where [`Comm::agree`] keeps its scratch memory.
     pub(super) fn agreement_slot(&self) -> &Mutex<Option<Arc<Mapping>>> {
         &self.inner.agreement
@@ -560,4 +602,47 @@ impl Drop for CommInner {
             self.rt.record_drop_error(e);
         }
     }
+}
+
+/// Where the ranks of the communicator `raw` are, from HCCL's rank graph for an Atlas A3
+/// (hicann/hcomm `rank_graph.cc`, `RankGraphV1::InitNetLayer`): layer 0 is the server, and
+/// its instance sizes are the rank counts of the servers; layer 1 the SuperPoD (when there
+/// are several servers); layer 2, every rank, exists only when there are several SuperPoDs.
+/// A library without the rank graph says nothing: one server, one SuperPoD.
+fn placement(rt: &Runtime, raw: HcclComm) -> Result<crate::path_rules::Placement> {
+    let (mut layers, mut count) = (std::ptr::null_mut(), 0u32);
+    // SAFETY: a live communicator and valid out-pointers; the list the library returns is
+    // its own, read at once below.
+    match unsafe { calls::HcclRankGraphGetLayers(rt, raw, &mut layers, &mut count) } {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    }
+    let spans_superpods = !layers.is_null()
+        // SAFETY: the library returned `count` layer numbers at `layers`.
+        && unsafe { std::slice::from_raw_parts(layers, count as usize) }.contains(&2);
+    let (mut sizes, mut servers) = (std::ptr::null_mut(), 0u32);
+    // SAFETY: as above; layer 0 always exists.
+    match unsafe {
+        calls::HcclRankGraphGetInstSizeListByLayer(rt, raw, 0, &mut sizes, &mut servers)
+    } {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) => {
+            return Ok(crate::path_rules::Placement {
+                spans_superpods,
+                uneven_nodes: false,
+            });
+        }
+        Err(e) => return Err(e),
+    }
+    let sizes: &[u32] = match sizes.is_null() {
+        true => &[],
+        // SAFETY: the library returned `servers` rank counts at `sizes`.
+        false => unsafe { std::slice::from_raw_parts(sizes, servers as usize) },
+    };
+    let uneven_nodes = sizes.iter().any(|&s| s != sizes[0]) || (sizes.len() > 1 && sizes[0] == 1);
+    Ok(crate::path_rules::Placement {
+        spans_superpods,
+        uneven_nodes,
+    })
 }

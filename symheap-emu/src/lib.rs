@@ -10,6 +10,7 @@ mod ipc;
 pub mod testing;
 #[cfg(test)]
 mod testutil;
+pub mod topology;
 
 // The C types, as `crate::sys::..` throughout.
 use symheap_sys as sys;

@@ -206,6 +206,17 @@ pub(crate) fn run_ranks<R: Send>(
     config: &HcclCommConfig,
     body: impl Fn(&Rank) -> R + Sync,
 ) -> Vec<R> {
+    run_ranks_at(n, config, |rank| (0, rank as i32, None), body)
+}
+
+/// [`run_ranks`] with rank `r`'s thread on emulated node `at(r).0`, device `at(r).1` of that
+/// node and, when `at(r).2` names one, that SuperPoD.
+pub(crate) fn run_ranks_at<R: Send>(
+    n: u32,
+    config: &HcclCommConfig,
+    at: impl Fn(u32) -> (u32, i32, Option<u32>) + Sync,
+    body: impl Fn(&Rank) -> R + Sync,
+) -> Vec<R> {
     let (a, h) = (acl(), hccl());
     let mut root = HcclRootInfo::default();
     // SAFETY: valid out-pointer.
@@ -213,12 +224,14 @@ pub(crate) fn run_ranks<R: Send>(
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
-                let (root, body) = (&root, &body);
+                let (root, body, at) = (&root, &body, &at);
                 s.spawn(move || {
                     let (mut comm, mut stream) = (null_mut(), null_mut());
+                    let (node, device, superpod) = at(rank);
+                    crate::topology::set_thread_node(node, superpod).unwrap();
                     // SAFETY: valid pointers; handles are destroyed below.
                     unsafe {
-                        ok((a.aclrtSetDevice)(rank as i32));
+                        ok((a.aclrtSetDevice)(device));
                         hok((h.HcclCommInitRootInfoConfig)(
                             n, root, rank, config, &mut comm,
                         ));
@@ -251,12 +264,16 @@ struct Teardown<'a>(&'a Rank);
 impl Drop for Teardown<'_> {
     fn drop(&mut self) {
         let (a, h, r) = (acl(), hccl(), self.0);
-        // SAFETY: handles made by `run_ranks`, destroyed only here.
+        let mut device = -1;
+        // SAFETY: handles made by `run_ranks`, destroyed only here; a valid out-pointer.
         let codes = unsafe {
             (
                 (a.aclrtDestroyStream)(r.stream),
                 (h.HcclCommDestroy)(r.comm),
-                (a.aclrtResetDevice)(r.rank as i32),
+                match (a.aclrtGetDevice)(&mut device) {
+                    0 => (a.aclrtResetDevice)(device),
+                    failed => failed,
+                },
             )
         };
         if !std::thread::panicking() {

@@ -91,6 +91,12 @@ macro_rules! hccl_functions {
                 HcclCommInitClusterInfoConfig(clusterInfo: *const c_char, rank: u32, config: *mut HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
                 // Issue 33, part A: what CANN's HCCL test tool calls.
                 HcclGetCommConfigCapability() -> u32;
+                // Topology (issue 33, part C): the rank graph of hicann/hcomm
+                // `include/hccl/hccl_rank_graph.h`.
+                HcclRankGraphGetLayers(comm: HcclComm, netLayers: *mut *mut u32, netLayerNum: *mut u32) -> HcclResult;
+                HcclRankGraphGetRankSizeByLayer(comm: HcclComm, netLayer: u32, rankNum: *mut u32) -> HcclResult;
+                HcclRankGraphGetRanksByLayer(comm: HcclComm, netLayer: u32, ranks: *mut *mut u32, rankNum: *mut u32) -> HcclResult;
+                HcclRankGraphGetInstSizeListByLayer(comm: HcclComm, netLayer: u32, instSizeList: *mut *mut u32, listSize: *mut u32) -> HcclResult;
             }
         }
     };

@@ -33,15 +33,29 @@ pub enum Staged {
     SingleRank,
     /// A buffer is not in a window of this communicator.
     NotInWindow,
+    /// The communicator's ranks are in more than one SuperPoD: HCCL makes it no symmetric
+    /// memory (windows need HCCS, which ends at the SuperPoD), refuses to register windows on
+    /// it and stages every collective (hicann/hcomm `hccl_communicator_host.cc`,
+    /// `InitSymmetricMemory` and `RegisterWindow`: "Cross-SuperNode not support symmetric
+    /// memory").
+    CrossSuperPod,
+    /// The communicator's ranks are on several nodes (servers), one on each, or the nodes
+    /// have different numbers of them: HCCL's symmetric algorithms need the same number, more
+    /// than one, on every server (`IsSupportSymmetricMemory` refuses
+    /// `deviceNumPerAggregation_ == 1` and `multiModuleDiffDeviceNumMode_`). A data-parallel
+    /// group of one rank per node is the common case.
+    RanksPerNode,
 }
 
 impl Staged {
     /// Every reason, in declaration order.
-    pub const ALL: [Staged; 4] = [
+    pub const ALL: [Staged; 6] = [
         Staged::Kind,
         Staged::Expansion,
         Staged::SingleRank,
         Staged::NotInWindow,
+        Staged::CrossSuperPod,
+        Staged::RanksPerNode,
     ];
 
     /// What the reason means, in a few words.
@@ -53,6 +67,12 @@ impl Staged {
             Staged::Expansion => "the communicator does not expand collectives on the AI CPU",
             Staged::SingleRank => "a one-rank communicator has no symmetric windows",
             Staged::NotInWindow => "a buffer is not in a window of this communicator",
+            Staged::CrossSuperPod => {
+                "the communicator spans SuperPoDs, where HCCL has no symmetric windows"
+            }
+            Staged::RanksPerNode => {
+                "the communicator's nodes hold one rank each, or different numbers of ranks"
+            }
         }
     }
 }

@@ -21,7 +21,9 @@ use crate::acl::graph;
 use crate::acl::profiling;
 use crate::base::errors::{self, AclResult, param, take_recent};
 use crate::base::handle::{EventHandle, ModelHandle, PhysicalHandle, StreamHandle};
-use crate::{acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::stream};
+use crate::{
+    acl::copy, acl::device, acl::event, acl::host, acl::init, acl::memory, acl::node, acl::stream,
+};
 
 /// Writes `value` through the C out-pointer `out`, which must not be null.
 ///
@@ -42,6 +44,9 @@ fn non_null<T>(ptr: *const T, what: &str) -> AclResult {
 /// `aclInit`: `ACL_ERROR_REPEAT_INITIALIZE` when already initialised, as CANN. The emulator
 /// needs no initialisation: no other call depends on it.
 pub(super) fn aclInit(_: args::aclInit) -> AclResult {
+    // An unusable SYMHEAP_EMU_NODE or SYMHEAP_EMU_NODES_PER_SUPERPOD fails here, before the
+    // first device is set, and changes nothing.
+    node::check_environment()?;
     init::PROCESS.init()
 }
 
@@ -67,7 +72,7 @@ pub(super) unsafe fn aclrtGetDevice(a: args::aclrtGetDevice) -> AclResult {
     non_null(a.deviceId, "deviceId")?;
     let id = device::current()?;
     // SAFETY: the caller's contract; checked non-null above.
-    unsafe { put(a.deviceId, id as i32, "deviceId") }
+    unsafe { put(a.deviceId, id.id as i32, "deviceId") }
 }
 
 /// `aclrtResetDevice`: unbinds the calling thread if it is bound to `device_id`.

@@ -26,7 +26,7 @@ use crate::sys::HcclResult;
 use symheap_types::DataType;
 
 use crate::acl::stream;
-use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null};
+use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
 use crate::base::handle::{CommHandle, StreamHandle};
 use crate::hccl::comm;
 use crate::hccl::p2p;
@@ -68,10 +68,11 @@ impl Kind {
 }
 
 /// A communicator init or destroy kept for `HcclGroupEnd`, which runs it on a thread of its
-/// own bound to the device of the thread that called it.
+/// own bound to the device (and on the node) of the thread that called it.
 struct Job {
     name: &'static str,
-    device: u32,
+    device: crate::acl::device::Device,
+    place: crate::acl::node::Place,
     run: Box<dyn FnOnce() -> HcclRes + Send>,
 }
 
@@ -204,11 +205,13 @@ pub(crate) fn keep_management(
             format!("{name} in a group: {}", e.msg),
         )
     })?;
+    let place = crate::acl::node::current_place().or_else(|e| para(e.msg))?;
     GROUP.with_borrow_mut(|g| {
         admit(g, Kind::Management)?;
         g.jobs.push(Job {
             name,
             device,
+            place,
             run: Box::new(run),
         });
         Ok(())
@@ -222,11 +225,18 @@ fn run_jobs(jobs: Vec<Job>) -> HcclRes {
         .into_iter()
         .enumerate()
         .map(|(i, job)| {
-            let Job { name, device, run } = job;
+            let Job {
+                name,
+                device,
+                place,
+                run,
+            } = job;
             let spawned = std::thread::Builder::new()
                 .name(format!("symheap-emu-group-{i}"))
                 .spawn(move || {
-                    crate::acl::device::set(device as i32)
+                    crate::acl::node::set_thread_node(place.node, Some(place.superpod))
+                        .or_else(|why| hccl_fail(HcclResult::HCCL_E_RUNTIME, why))?;
+                    crate::acl::device::set(device.id as i32)
                         .or_else(|e| hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg))?;
                     run()
                 });

@@ -860,3 +860,99 @@ pub(super) fn HcclGetCommConfigCapability(_: args::HcclGetCommConfigCapability) 
 
 /// `HCCL_COMM_CONFIG_RESERVED`: the last value of `HcclCommConfigCapability`.
 const HCCL_COMM_CONFIG_RESERVED: u32 = 12;
+// Topology (issue 33, part C): the rank graph, as HCCL builds it for an Atlas A3 (layer 0
+// the rank's node, 1 its SuperPoD when there are several nodes, 2 every rank when there are
+// several SuperPoDs: `crate::hccl::topology`). The lists returned live in the communicator,
+// as HCCL's do ("managed by the library, the caller must not free them"), until it is
+// destroyed.
+
+/// The layer `net_layer` of `c`'s rank graph, or `HCCL_E_PARA` (hicann/hcomm
+/// `rank_graph.cc`, `RankGraphV1::GetInstSizeByNetLayer` & co.).
+fn layer(c: &comm::Comm, net_layer: u32) -> HcclRes<&crate::hccl::topology::Layer> {
+    let layers = &c.topology.layers;
+    layers.get(net_layer as usize).map_or_else(
+        || {
+            crate::base::errors::para(format!(
+                "netLayer {net_layer} is not a layer of this communicator (its layers are \
+                 0..{})",
+                layers.len()
+            ))
+        },
+        Ok,
+    )
+}
+
+/// `HcclRankGraphGetLayers`: the layer numbers of the communicator's rank graph.
+///
+/// # Safety
+/// `HcclRankGraphGetLayers`'s contract: its pointer arguments are null or valid for what it
+/// writes through them.
+pub(super) unsafe fn HcclRankGraphGetLayers(a: args::HcclRankGraphGetLayers) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
+    non_null(a.netLayers, "netLayers")?;
+    non_null(a.netLayerNum, "netLayerNum")?;
+    let ids = &c.topology.layer_ids;
+    // SAFETY: the caller's contract; both checked non-null above. The list lives as long as
+    // the communicator (HCCL's contract for it).
+    unsafe {
+        put(a.netLayers, ids.as_ptr().cast_mut(), "netLayers")?;
+        put(a.netLayerNum, ids.len() as u32, "netLayerNum")
+    }
+}
+
+/// `HcclRankGraphGetRankSizeByLayer`: how many ranks the calling rank's instance of the
+/// layer has (its node, its SuperPoD, or every rank).
+///
+/// # Safety
+/// `HcclRankGraphGetRankSizeByLayer`'s contract: its pointer argument is null or valid for
+/// writing.
+pub(super) unsafe fn HcclRankGraphGetRankSizeByLayer(
+    a: args::HcclRankGraphGetRankSizeByLayer,
+) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
+    non_null(a.rankNum, "rankNum")?;
+    let size = layer(&c, a.netLayer)?.ranks.len() as u32;
+    // SAFETY: the caller's contract; checked non-null above.
+    unsafe { put(a.rankNum, size, "rankNum") }
+}
+
+/// `HcclRankGraphGetRanksByLayer`: the ranks of the calling rank's instance of the layer.
+///
+/// # Safety
+/// `HcclRankGraphGetRanksByLayer`'s contract: its pointer arguments are null or valid for
+/// what it writes through them.
+pub(super) unsafe fn HcclRankGraphGetRanksByLayer(
+    a: args::HcclRankGraphGetRanksByLayer,
+) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
+    non_null(a.ranks, "ranks")?;
+    non_null(a.rankNum, "rankNum")?;
+    let ranks = &layer(&c, a.netLayer)?.ranks;
+    // SAFETY: the caller's contract; both checked non-null above. The list lives as long as
+    // the communicator.
+    unsafe {
+        put(a.ranks, ranks.as_ptr().cast_mut(), "ranks")?;
+        put(a.rankNum, ranks.len() as u32, "rankNum")
+    }
+}
+
+/// `HcclRankGraphGetInstSizeListByLayer`: the rank count of every instance of the layer (each
+/// node, each SuperPoD, or all ranks), in the order of their indices.
+///
+/// # Safety
+/// `HcclRankGraphGetInstSizeListByLayer`'s contract: its pointer arguments are null or valid
+/// for what it writes through them.
+pub(super) unsafe fn HcclRankGraphGetInstSizeListByLayer(
+    a: args::HcclRankGraphGetInstSizeListByLayer,
+) -> HcclRes {
+    let c = comm::lookup(CommHandle::from_c(a.comm))?;
+    non_null(a.instSizeList, "instSizeList")?;
+    non_null(a.listSize, "listSize")?;
+    let sizes = &layer(&c, a.netLayer)?.instance_sizes;
+    // SAFETY: the caller's contract; both checked non-null above. The list lives as long as
+    // the communicator.
+    unsafe {
+        put(a.instSizeList, sizes.as_ptr().cast_mut(), "instSizeList")?;
+        put(a.listSize, sizes.len() as u32, "listSize")
+    }
+}

@@ -1,19 +1,40 @@
-//! Devices: how many there are, which one the calling thread is bound to, each device's
+//! Devices: how many each node has, which one the calling thread is bound to, each device's
 //! memory limit, and its per-device (per-context) settings: the float overflow mode, and
 //! whether its streams stop on failure.
+//!
+//! Device ids are per emulated node ([`crate::acl::node`]): a [`Device`] is a node and an id
+//! on it, so threads of one process playing ranks of many nodes each have their own devices.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
+use crate::acl::node::{self, MAX_NODES};
 use crate::base::errors::{AclResult, acl_fail, param};
 use crate::ipc::os;
 use crate::sys::{
     ACL_ERROR_RT_CONTEXT_NULL, ACL_ERROR_RT_INVALID_DEVICEID, aclrtFloatOverflowMode,
 };
 
-/// The most devices the emulator can have (the size of its per-device tables).
+/// The most devices a node can have (the size of a node's table of device contexts).
 pub(crate) const MAX_DEVICES: usize = 64;
+
+/// One emulated device: device `id` of emulated node `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Device {
+    pub(crate) node: u32,
+    pub(crate) id: u32,
+}
+
+impl std::fmt::Display for Device {
+    /// `device 3` on node 0 (every single-node job), `device 3 of node 2` elsewhere.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.node {
+            0 => write!(f, "device {}", self.id),
+            node => write!(f, "device {} of node {node}", self.id),
+        }
+    }
+}
 
 /// The environment variable that sets how many devices the emulator has (read once).
 pub(crate) const DEVICE_COUNT_ENV: &str = "SYMHEAP_EMU_DEVICE_COUNT";
@@ -46,16 +67,37 @@ pub(crate) fn count() -> u32 {
     *COUNT.get_or_init(|| parse_device_count(std::env::var(DEVICE_COUNT_ENV).ok().as_deref()))
 }
 
-/// Each device's float overflow mode (`INFNAN`, 1, by default, as on Atlas A2 / A3). Kept only
-/// for `aclrtGetDeviceSatMode`: CANN's streams take it when created, but the emulator's
-/// reductions give IEEE results (Inf and NaN, as `INFNAN`) in both modes, so its streams need
-/// no copy.
-static SAT_MODE: [AtomicI32; MAX_DEVICES] = [const { AtomicI32::new(1) }; MAX_DEVICES];
+/// A device's context settings.
+struct Context {
+    /// The float overflow mode (`INFNAN`, 1, by default, as on Atlas A2 / A3). Kept only for
+    /// `aclrtGetDeviceSatMode`: CANN's streams take it when created, but the emulator's
+    /// reductions give IEEE results (Inf and NaN, as `INFNAN`) in both modes, so its streams
+    /// need no copy.
+    sat_mode: AtomicI32,
+    /// Whether the context is in stop-on-failure mode (set by
+    /// `aclrtSetStreamFailureMode(_, ACL_STOP_ON_FAILURE)` on any of its streams or NULL;
+    /// cleared by `aclrtResetDevice`).
+    stop_on_failure: AtomicBool,
+}
 
-/// Whether each device's context is in stop-on-failure mode (set by
-/// `aclrtSetStreamFailureMode(_, ACL_STOP_ON_FAILURE)` on any of its streams or NULL; cleared by
-/// `aclrtResetDevice`).
-static STOP_ON_FAILURE: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+/// The contexts of one node's devices.
+type NodeContexts = [Context; MAX_DEVICES];
+
+/// Every node's device contexts, made when a thread first names a device of the node: a job
+/// of one node costs one table, and one process can hold the devices of all 4096 nodes.
+static CONTEXTS: [OnceLock<Box<NodeContexts>>; MAX_NODES as usize] =
+    [const { OnceLock::new() }; MAX_NODES as usize];
+
+/// `device`'s context settings.
+fn context(device: Device) -> &'static Context {
+    let node = CONTEXTS[device.node as usize].get_or_init(|| {
+        Box::new(std::array::from_fn(|_| Context {
+            sat_mode: AtomicI32::new(aclrtFloatOverflowMode::ACL_RT_OVERFLOW_MODE_INFNAN.0),
+            stop_on_failure: AtomicBool::new(false),
+        }))
+    });
+    &node[device.id as usize]
+}
 
 /// The most physical memory an emulated device has by default: 64 GiB, as an Atlas A3 die.
 const DEVICE_HBM: u64 = 64 << 30;
@@ -64,7 +106,7 @@ const DEVICE_HBM: u64 = 64 << 30;
 static LIMIT: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    static CURRENT: Cell<Option<u32>> = const { Cell::new(None) };
+    static CURRENT: Cell<Option<Device>> = const { Cell::new(None) };
 }
 
 /// Sets the physical memory each emulated device has (by default 64 GiB, or the host's RAM if
@@ -92,39 +134,49 @@ pub(crate) fn host_ram() -> u64 {
     *RAM.get_or_init(|| os::meminfo("MemTotal").unwrap_or(DEVICE_HBM))
 }
 
-/// Checks a device id: `0..count()`.
-pub(crate) fn check_id(id: i32) -> AclResult<u32> {
+/// Checks a device id of the calling thread's node: `0..count()`; the device it names.
+///
+/// # Errors
+/// `ACL_ERROR_RT_INVALID_DEVICEID` for an id out of range; `ACL_ERROR_INVALID_PARAM` when
+/// `SYMHEAP_EMU_NODE` is set to something that is not a node.
+pub(crate) fn check_id(id: i32) -> AclResult<Device> {
     let n = count();
     match u32::try_from(id) {
-        Ok(id) if id < n => Ok(id),
+        Ok(id) if id < n => Ok(Device {
+            node: node::current_node()?,
+            id,
+        }),
         _ => acl_fail(
             ACL_ERROR_RT_INVALID_DEVICEID,
             format!(
-                "device id {id} is not in 0..{n} (the emulator has {n} devices; {DEVICE_COUNT_ENV} sets how many)"
+                "device id {id} is not in 0..{n} (the emulator has {n} devices per node; \
+                 {DEVICE_COUNT_ENV} sets how many, {} which node a process is on)",
+                node::NODE_ENV
             ),
         ),
     }
 }
 
-/// `aclrtSetDevice`: binds the calling thread to device `id`.
+/// `aclrtSetDevice`: binds the calling thread to device `id` of its node.
 pub(crate) fn set(id: i32) -> AclResult {
-    let id = check_id(id)?;
-    CURRENT.with(|c| c.set(Some(id)));
+    let device = check_id(id)?;
+    CURRENT.with(|c| c.set(Some(device)));
     Ok(())
 }
 
-/// `aclrtResetDevice`: releases the thread's binding if it is to device `id`, and ends the
-/// device's context settings: its stop-on-failure mode and overflow mode return to the
-/// defaults.
+/// `aclrtResetDevice`: releases the thread's binding if it is to device `id` (of its node),
+/// and ends the device's context settings: its stop-on-failure mode and overflow mode return
+/// to the defaults.
 pub(crate) fn reset(id: i32) -> AclResult {
-    let id = check_id(id)?;
+    let device = check_id(id)?;
     CURRENT.with(|c| {
-        if c.get() == Some(id) {
+        if c.get() == Some(device) {
             c.set(None);
         }
     });
-    STOP_ON_FAILURE[id as usize].store(false, Ordering::Relaxed);
-    SAT_MODE[id as usize].store(
+    let context = context(device);
+    context.stop_on_failure.store(false, Ordering::Relaxed);
+    context.sat_mode.store(
         aclrtFloatOverflowMode::ACL_RT_OVERFLOW_MODE_INFNAN.0,
         Ordering::Relaxed,
     );
@@ -146,28 +198,30 @@ pub(crate) fn set_sat_mode(mode: aclrtFloatOverflowMode) -> AclResult {
             mode.0
         ));
     }
-    SAT_MODE[id as usize].store(mode.0, Ordering::Relaxed);
+    context(id).sat_mode.store(mode.0, Ordering::Relaxed);
     Ok(())
 }
 
 /// The overflow mode of `device` (`aclrtGetDeviceSatMode`).
-pub(crate) fn sat_mode(device: u32) -> aclrtFloatOverflowMode {
-    aclrtFloatOverflowMode(SAT_MODE[device as usize].load(Ordering::Relaxed))
+pub(crate) fn sat_mode(device: Device) -> aclrtFloatOverflowMode {
+    aclrtFloatOverflowMode(context(device).sat_mode.load(Ordering::Relaxed))
 }
 
 /// Puts `device`'s context in stop-on-failure mode: every stream of it stops at its first
 /// failed task.
-pub(crate) fn set_stop_on_failure(device: u32) {
-    STOP_ON_FAILURE[device as usize].store(true, Ordering::Relaxed);
+pub(crate) fn set_stop_on_failure(device: Device) {
+    context(device)
+        .stop_on_failure
+        .store(true, Ordering::Relaxed);
 }
 
 /// Whether `device`'s context is in stop-on-failure mode.
-pub(crate) fn stops_on_failure(device: u32) -> bool {
-    STOP_ON_FAILURE[device as usize].load(Ordering::Relaxed)
+pub(crate) fn stops_on_failure(device: Device) -> bool {
+    context(device).stop_on_failure.load(Ordering::Relaxed)
 }
 
 /// The calling thread's device, or the error `aclrtGetDevice` gives without one.
-pub(crate) fn current() -> AclResult<u32> {
+pub(crate) fn current() -> AclResult<Device> {
     match CURRENT.with(Cell::get) {
         Some(id) => Ok(id),
         None => acl_fail(
@@ -308,7 +362,10 @@ mod tests {
             ok((a.aclrtSetDevice)(13));
             ok(get(&mut mode));
             assert_eq!(mode, Mode::ACL_RT_OVERFLOW_MODE_INFNAN);
-            assert_eq!(super::sat_mode(14), Mode::ACL_RT_OVERFLOW_MODE_SATURATION);
+            assert_eq!(
+                super::sat_mode(super::Device { node: 0, id: 14 }),
+                Mode::ACL_RT_OVERFLOW_MODE_SATURATION
+            );
             ok((a.aclrtResetDevice)(13));
             // Resetting the device ends its context: the default again.
             ok((a.aclrtResetDevice)(14));

@@ -63,7 +63,7 @@ struct State {
     /// The stream the capture began on, its mode, its device and the thread that began it.
     origin: StreamHandle,
     mode: aclmdlRICaptureMode,
-    device: u32,
+    device: device::Device,
     thread: ThreadId,
     items: Vec<(StreamHandle, Item)>,
     /// Streams that joined the capture (the origin not among them).
@@ -83,7 +83,7 @@ pub(crate) struct Model {
 static MODELS: Registry<ModelHandle, Model> = Registry::new(ranks::MODELS);
 
 /// Captures in progress, per device and mode (the context's count of `CaptureModeEnter`).
-static ACTIVE: RankedMutex<Vec<(u32, [u32; 3])>> =
+static ACTIVE: RankedMutex<Vec<(device::Device, [u32; 3])>> =
     RankedMutex::new(ranks::ACTIVE_CAPTURES, Vec::new());
 
 thread_local! {
@@ -94,7 +94,7 @@ thread_local! {
 }
 
 /// Counts a capture of `mode` on `device` in or out.
-fn count_capture(device: u32, mode: aclmdlRICaptureMode, delta: i32) {
+fn count_capture(device: device::Device, mode: aclmdlRICaptureMode, delta: i32) {
     let m = mode as usize;
     let mut active = lock(&ACTIVE);
     match active.iter_mut().find(|(d, _)| *d == device) {

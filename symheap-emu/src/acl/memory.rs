@@ -18,7 +18,7 @@ use crate::sys::{
 };
 
 use crate::GRANULARITY;
-use crate::acl::device::{self, MAX_DEVICES};
+use crate::acl::device::{self, Device};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{AclResult, Fail, acl_fail, invalid, param};
 use crate::base::handle::PhysicalHandle;
@@ -34,7 +34,7 @@ pub(crate) struct Physical {
     /// Bytes.
     pub(crate) size: usize,
     /// The device it was allocated on.
-    pub(crate) device: u32,
+    pub(crate) device: Device,
     /// The memfd's device and inode numbers: what names it in every descriptor of it, so a
     /// peer's mapping of it (received over a socket) can be traced back to it.
     id: (u64, u64),
@@ -88,7 +88,7 @@ pub(crate) struct DeviceAlloc {
     space: os::Space,
     phys: Arc<Physical>,
     /// The device it was allocated on.
-    device: u32,
+    device: Device,
     /// The bytes counted against the device's memory (CANN's rounding, not the mapping's).
     counted: u64,
 }
@@ -160,10 +160,13 @@ struct State {
     regions: BTreeMap<usize, Region>,
     /// Live `aclrtMalloc` allocations by start address.
     mallocs: BTreeMap<usize, Arc<DeviceAlloc>>,
-    /// Physical bytes allocated per device.
-    used: [u64; MAX_DEVICES],
+    /// Physical bytes allocated per device (devices with none left out, so a process whose
+    /// threads play ranks of many nodes keeps an entry per device it uses).
+    used: BTreeMap<Device, u64>,
+    /// The sum of `used`: what this process's devices hold of the host's RAM.
+    used_total: u64,
     /// Bytes of HCCL's own buffers per device: the communicators' ([`Charge`]).
-    hccl: [u64; MAX_DEVICES],
+    hccl: BTreeMap<Device, u64>,
 }
 
 static STATE: RankedMutex<State> = RankedMutex::new(
@@ -174,8 +177,9 @@ static STATE: RankedMutex<State> = RankedMutex::new(
         physicals: BTreeMap::new(),
         regions: BTreeMap::new(),
         mallocs: BTreeMap::new(),
-        used: [0; MAX_DEVICES],
-        hccl: [0; MAX_DEVICES],
+        used: BTreeMap::new(),
+        used_total: 0,
+        hccl: BTreeMap::new(),
     },
 );
 
@@ -206,10 +210,43 @@ impl State {
         (r.end > addr).then_some((start, r))
     }
 
+    /// The bytes of `device`'s memory in use: physical allocations and HCCL's buffers.
+    fn device_used(&self, device: Device) -> u64 {
+        self.used.get(&device).copied().unwrap_or(0) + self.hccl.get(&device).copied().unwrap_or(0)
+    }
+
+    /// Counts `bytes` more physical memory on `device`.
+    fn add_used(&mut self, device: Device, bytes: u64) {
+        *self.used.entry(device).or_default() += bytes;
+        self.used_total += bytes;
+    }
+
+    /// Gives `bytes` of physical memory back to `device` (a device left with none has no
+    /// entry).
+    fn take_used(&mut self, device: Device, bytes: u64) {
+        if let Some(used) = self.used.get_mut(&device) {
+            *used -= bytes;
+            if *used == 0 {
+                self.used.remove(&device);
+            }
+        }
+        self.used_total -= bytes;
+    }
+
+    /// Gives `bytes` of HCCL's buffers back to `device`.
+    fn take_hccl(&mut self, device: Device, bytes: u64) {
+        if let Some(held) = self.hccl.get_mut(&device) {
+            *held -= bytes;
+            if *held == 0 {
+                self.hccl.remove(&device);
+            }
+        }
+    }
+
     /// Fails unless `bytes` more fit `device`'s memory limit; `asked` says what asked.
-    fn check_device(&self, device: u32, bytes: u64, asked: &str) -> AclResult {
+    fn check_device(&self, device: Device, bytes: u64, asked: &str) -> AclResult {
         let limit = device::memory_limit();
-        let used = self.used[device as usize] + self.hccl[device as usize];
+        let used = self.device_used(device);
         if used.saturating_add(bytes) > limit {
             return acl_fail(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -225,11 +262,11 @@ impl State {
 
     /// Fails unless `size` more bytes fit `device`'s memory limit, and the host's RAM: all
     /// devices' memory together, and what the host has available now.
-    fn check_limit(&self, device: u32, size: usize) -> AclResult {
+    fn check_limit(&self, device: Device, size: usize) -> AclResult {
         let size = size as u64;
         self.check_device(device, size, &format!("asked for {size} bytes"))?;
         let ram = device::host_ram();
-        let all: u64 = self.used.iter().sum();
+        let all = self.used_total;
         let available = os::meminfo("MemAvailable").unwrap_or(ram);
         if all.saturating_add(size) > ram || size > available {
             return acl_fail(
@@ -296,7 +333,7 @@ impl State {
             return None;
         }
         let e = self.physicals.remove(&handle)?;
-        self.used[e.phys.device as usize] -= e.phys.size as u64;
+        self.take_used(e.phys.device, e.phys.size as u64);
         Some(e)
     }
 
@@ -442,13 +479,13 @@ pub(crate) fn malloc_physical(
             imports: 0,
         },
     );
-    st.used[device as usize] += size as u64;
+    st.add_used(device, size as u64);
     counters::inc(Counter::PhysicalAllocations);
     Ok(handle)
 }
 
 /// The device whose memory `prop` asks for (its location must be a device).
-fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<u32> {
+fn location_device(prop: &aclrtPhysicalMemProp) -> AclResult<Device> {
     if prop.location.r#type != ACL_MEM_LOCATION_TYPE_DEVICE {
         return param(format!(
             "location type {} is not ACL_MEM_LOCATION_TYPE_DEVICE",
@@ -656,10 +693,10 @@ pub(crate) fn unmap(addr: usize) -> AclResult {
 }
 
 /// `aclrtGetMemInfo` for `device`: `(free, total)` bytes.
-pub(crate) fn mem_info(device: u32) -> (u64, u64) {
+pub(crate) fn mem_info(device: Device) -> (u64, u64) {
     let limit = device::memory_limit();
     let st = state();
-    let used = st.used[device as usize] + st.hccl[device as usize];
+    let used = st.device_used(device);
     (limit.saturating_sub(used), limit)
 }
 
@@ -668,7 +705,7 @@ pub(crate) fn mem_info(device: u32) -> (u64, u64) {
 /// back by [`Charge::release`] or when dropped.
 #[derive(Debug)]
 pub(crate) struct Charge {
-    device: u32,
+    device: Device,
     bytes: u64,
     live: AtomicBool,
 }
@@ -677,14 +714,14 @@ pub(crate) struct Charge {
 /// counts them (HCCL allocates them with `aclrtMallocWithCfg`): `ACL_ERROR_RT_MEMORY_ALLOCATION`
 /// if they do not fit the device's memory. (Not held against the host's RAM as allocations
 /// are: the emulator's buffers are memfd pages touched only as the staged path uses them.)
-pub(crate) fn charge(device: u32, size: usize) -> AclResult<Charge> {
+pub(crate) fn charge(device: Device, size: usize) -> AclResult<Charge> {
     let Some(bytes) = malloc_counted(size) else {
         return invalid(format!("size {size} is too large"));
     };
     let bytes = bytes as u64;
     let mut st = state();
     st.check_device(device, bytes, &format!("HCCL's buffers need {bytes} bytes"))?;
-    st.hccl[device as usize] += bytes;
+    *st.hccl.entry(device).or_default() += bytes;
     Ok(Charge {
         device,
         bytes,
@@ -694,14 +731,14 @@ pub(crate) fn charge(device: u32, size: usize) -> AclResult<Charge> {
 
 impl Charge {
     /// The device the bytes are taken from.
-    pub(crate) fn device(&self) -> u32 {
+    pub(crate) fn device(&self) -> Device {
         self.device
     }
 
     /// Gives the bytes back to the device (once; later calls do nothing).
     pub(crate) fn release(&self) {
         if self.live.swap(false, Ordering::AcqRel) {
-            state().hccl[self.device as usize] -= self.bytes;
+            state().take_hccl(self.device, self.bytes);
         }
     }
 }
@@ -745,7 +782,7 @@ fn malloc_counted(size: usize) -> Option<usize> {
 /// addressable range is exactly `size` bytes from the returned address, which is page-aligned
 /// (a mapping where the kernel chooses; CANN documents 64-byte alignment), not
 /// necessarily granule-aligned.
-pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
+pub(crate) fn malloc(device: Device, size: usize) -> AclResult<usize> {
     if size == 0 {
         return invalid("size is 0");
     }
@@ -797,7 +834,7 @@ pub(crate) fn malloc(device: u32, size: usize) -> AclResult<usize> {
         },
     );
     st.mallocs.insert(base, alloc);
-    st.used[device as usize] += counted as u64;
+    st.add_used(device, counted as u64);
     counters::inc(Counter::DeviceAllocations);
     Ok(base)
 }
@@ -826,7 +863,7 @@ pub(crate) fn free(addr: usize) -> AclResult {
     st.mallocs.remove(&addr);
     st.physicals.remove(&alloc.phys.handle);
     st.regions.remove(&addr);
-    st.used[alloc.device as usize] -= alloc.counted;
+    st.take_used(alloc.device, alloc.counted);
     drop(st);
     // Unmapped here unless queued work still pins it (then when that work is dropped).
     drop(alloc);

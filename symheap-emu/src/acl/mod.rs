@@ -9,6 +9,7 @@ pub(crate) mod host;
 pub(crate) mod host_func;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod node;
 pub(crate) mod order;
 pub(crate) mod profiling;
 pub(crate) mod stream;

@@ -64,7 +64,7 @@ struct Queue {
 
 struct Shared {
     /// The device the stream was created on: whose context's failure mode applies too.
-    device: u32,
+    device: device::Device,
     queue: RankedMutex<Queue>,
     /// Signalled when a task is enqueued or the stream shuts down.
     work: Condvar,
@@ -86,7 +86,7 @@ pub(crate) struct Stream {
 
 impl Queue {
     /// Whether a failure now stops the stream: its own mode, or its device's context's.
-    fn stopped(&self, device: u32) -> bool {
+    fn stopped(&self, device: device::Device) -> bool {
         self.failure.is_some() && (self.stop || device::stops_on_failure(device))
     }
 
@@ -378,7 +378,7 @@ pub(crate) fn wait_for(stream: &Stream, until: Option<Instant>) -> AclResult {
 
 impl Stream {
     /// The device the stream was created on.
-    pub(crate) fn device(&self) -> u32 {
+    pub(crate) fn device(&self) -> device::Device {
         self.shared.device
     }
 
@@ -940,7 +940,10 @@ mod tests {
             }
         });
         // aclrtResetDevice (in on_stream) ended the context's stop mode.
-        assert!(!device::stops_on_failure(15));
+        assert!(!device::stops_on_failure(device::Device {
+            node: 0,
+            id: 15
+        }));
         assert_eq!(
             set_mode(null_mut(), ACL_STOP_ON_FAILURE),
             ACL_ERROR_RT_CONTEXT_NULL

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::sys::{HcclCommConfig, HcclResult};
 
-use crate::acl::device;
-use crate::base::errors::{HcclRes, hccl_fail};
+use crate::acl::{device, node};
+use crate::base::errors::{HcclRes, hccl_fail, para};
 use crate::base::handle::CommHandle;
 use crate::base::json::Json;
 use crate::hccl::comm::{self, Meeting, Member};
@@ -50,43 +50,31 @@ pub(crate) fn init(path: &[u8], rank: u32, config: &HcclCommConfig) -> HcclRes<C
     // The config is loaded before the table, as CANN's `commConfig.Load`.
     let exec = comm::settings(config, 1)?.timeout;
     let doc = load(path, comm::connect_timeout(exec)?)?;
-    let claim = DeviceClaim::take(device)?;
+    let claim = DeviceClaim::take(device.id)?;
     let table = rank_table::parse(&doc, device::count())?;
-    table.check_rank(rank, device)?;
+    table.check_rank(rank, device.id)?;
     let n = table.ranks.len() as u32;
     let settings = comm::settings(config, n)?;
     let meeting = meeting_of(&table);
     let name = comm::comm_name(config).unwrap_or_else(|| WORLD_GROUP.as_bytes().to_vec());
+    // Where this rank runs, as the table says: its node (server) and SuperPoD.
+    let per_pod = node::nodes_per_superpod().or_else(para)?;
+    let place = table.places(per_pod)[rank as usize];
     let member = Member {
         n,
         rank,
         name,
         parent: None,
+        place: node::Place {
+            node: place.node,
+            superpod: place.super_pod,
+        },
     };
-    let handle = comm::form(&member, &settings, meeting.clone(), |staging, timeout| {
-        self_hosted::serve_or_join(&meeting, n, rank, staging, timeout, &RANK_TABLE)
+    let handle = comm::form(&member, &settings, meeting.clone(), |place, staging, timeout| {
+        self_hosted::serve_or_join(&meeting, n, rank, place, staging, timeout, &RANK_TABLE)
     })?;
     claim.keep(handle);
-    // Where this rank runs, as the table says: its node (server) and SuperPoD.
-    let place = table.places(nodes_per_super_pod())[rank as usize];
-    tracing::debug!(
-        rank,
-        device = place.device,
-        node = place.node,
-        super_pod = place.super_pod,
-        "rank-table communicator formed"
-    );
     Ok(handle)
-}
-
-/// How many nodes (servers) make a SuperPoD where a table has no `super_pod_list`:
-/// `SYMHEAP_EMU_NODES_PER_SUPERPOD`, or 24 (CloudMatrix384: 24 nodes of 16 NPUs).
-pub(crate) fn nodes_per_super_pod() -> u32 {
-    std::env::var("SYMHEAP_EMU_NODES_PER_SUPERPOD")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|&k| k > 0)
-        .unwrap_or(24)
 }
 
 /// Where the ranks of `table` meet ([`keyed::rank_table_meeting`]).

@@ -10,6 +10,7 @@ use crate::sys::{
     HCCL_COMM_CONFIG_MAGIC_WORD, HCCL_EXP_BUFFER_BYTES, HcclCommConfig, HcclResult, HcclRootInfo,
 };
 
+use crate::acl::node::{self, Place};
 use crate::acl::{device, memory};
 use crate::base::counters::{self, Counter};
 use crate::base::errors::{Fail, HcclRes, hccl_fail, hccl_non_null, para};
@@ -19,6 +20,7 @@ use crate::base::registry::Registry;
 use crate::hccl::expansion::{self, Expansion};
 use crate::hccl::memory_range::Ranges;
 use crate::hccl::names;
+use crate::hccl::topology::{self, Topology};
 use crate::hccl::window::{SymHeap, Window, forget_window};
 use crate::ipc::host_threads::HostThreads;
 use crate::ipc::os;
@@ -102,6 +104,8 @@ pub(crate) struct Comm {
     pub(crate) stride: usize,
     /// How its collectives are expanded: only AI CPU expansion uses windows.
     pub(crate) expansion: Expansion,
+    /// Where its ranks are (node and SuperPoD of each), learned at init.
+    pub(crate) topology: Topology,
     coll_seq: AtomicU64,
     host_seq: AtomicU64,
     /// The symmetric heap, reserved at the first window registration.
@@ -349,22 +353,44 @@ pub(crate) fn settings(config: &HcclCommConfig, n: u32) -> HcclRes<Settings> {
 }
 
 /// `HcclCommInitRootInfoConfig` (after the null checks): joins the group named by `root` as
-/// `rank` of `n` and waits until all ranks have joined.
+/// `rank` of `n` and waits until all ranks have joined. The rank is where the calling thread
+/// is ([`node::current_place`]: its node, and its SuperPoD).
 pub(crate) fn init(
     n: u32,
     root: &HcclRootInfo,
     rank: u32,
     config: &HcclCommConfig,
 ) -> HcclRes<CommHandle> {
-    init_cancellable(n, root, rank, config, &AtomicBool::new(false))
+    init_cancellable(n, root, rank, config, None, &AtomicBool::new(false))
 }
 
-/// [`init`], which stops waiting for the other ranks once `cancel` is raised.
+/// [`init`] for a rank whose node and SuperPoD are given (`place`; a rank table names them),
+/// not taken from where the calling thread is.
+#[cfg(test)]
+pub(crate) fn init_placed(
+    n: u32,
+    root: &HcclRootInfo,
+    rank: u32,
+    config: &HcclCommConfig,
+    place: Place,
+) -> HcclRes<CommHandle> {
+    init_cancellable(n, root, rank, config, Some(place), &AtomicBool::new(false))
+}
+
+/// The calling thread's place ([`node::current_place`]) in HCCL's codes: an unusable
+/// `SYMHEAP_EMU_NODE` or `SYMHEAP_EMU_NODES_PER_SUPERPOD` is `HCCL_E_PARA`.
+fn calling_place() -> HcclRes<Place> {
+    node::current_place().or_else(|e| para(e.msg))
+}
+
+/// [`init`], which stops waiting for the other ranks once `cancel` is raised; at `place`, or
+/// where the calling thread is.
 fn init_cancellable(
     n: u32,
     root: &HcclRootInfo,
     rank: u32,
     config: &HcclCommConfig,
+    place: Option<Place>,
     cancel: &AtomicBool,
 ) -> HcclRes<CommHandle> {
     if n == 0 {
@@ -381,34 +407,44 @@ fn init_cancellable(
         return para("rootInfo was not made by HcclGetRootInfo");
     };
     let name = comm_name(config).unwrap_or_else(|| root.name.clone().into_bytes());
+    let place = match place {
+        Some(given) => given,
+        None => calling_place()?,
+    };
     let member = Member {
         n,
         rank,
         name,
         parent: None,
+        place,
     };
-    form(&member, &settings, root.clone(), |staging, timeout| {
-        join(&root, n, rank, staging, timeout, cancel)
-    })
+    form(
+        &member,
+        &settings,
+        root.clone(),
+        |place, staging, timeout| join(&root, n, rank, place, staging, timeout, cancel),
+    )
 }
 
-/// Who a rank is in the group it forms: its rank of `n`, the group's name, and the global
-/// communicator a sub-communicator was split from.
+/// Who a rank is in the group it forms: its rank of `n`, the group's name, the global
+/// communicator a sub-communicator was split from, and where the rank is.
 pub(crate) struct Member {
     pub(crate) n: u32,
     pub(crate) rank: u32,
     pub(crate) name: Vec<u8>,
     pub(crate) parent: Option<CommHandle>,
+    pub(crate) place: Place,
 }
 
 /// Makes this rank's staging memfd, meets the group at `meeting` through `join` (given the
-/// memfd and how long to wait for the others), maps every rank's staging buffer and
-/// registers the communicator: its handle.
+/// rank's place word, the memfd and how long to wait for the others), maps every rank's
+/// staging buffer and registers the communicator, with the topology the ranks' places make:
+/// its handle.
 pub(crate) fn form(
     member: &Member,
     settings: &Settings,
     meeting: Meeting,
-    join: impl FnOnce(BorrowedFd<'_>, Duration) -> HcclRes<(Rendezvous, Vec<OwnedFd>)>,
+    join: impl FnOnce(u64, BorrowedFd<'_>, Duration) -> HcclRes<(Rendezvous, Vec<OwnedFd>)>,
 ) -> HcclRes<CommHandle> {
     let &Member { n, rank, .. } = member;
     // Made before joining, so a failure here leaves the peers' group untouched.
@@ -433,7 +469,8 @@ pub(crate) fn form(
     // The staging buffer, then the point-to-point area of the same size.
     let staging = os::memfd(2 * buffer).map_err(memory_error)?;
     let timeout = connect_timeout(settings.timeout)?;
-    let (rv, stagings) = join(staging.as_fd(), timeout)?;
+    let (rv, stagings) = join(topology::word(member.place), staging.as_fd(), timeout)?;
+    let topology = Topology::from_words(rv.places(), rank);
     check_buffer_sizes(&stagings, 2 * buffer)?;
     let map = |offset| {
         stagings
@@ -465,6 +502,7 @@ pub(crate) fn form(
             timeout: settings.timeout,
             stride: settings.stride,
             expansion: settings.expansion,
+            topology,
             coll_seq: AtomicU64::new(0),
             host_seq: AtomicU64::new(0),
             heap: RankedMutex::new(ranks::COMM_HEAP, None),
@@ -535,12 +573,15 @@ pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<CommHandle>> {
     let n = devices.len() as u32;
     let root = get_root_info()?;
     let config = HcclCommConfig::init();
+    // Every rank is on the calling thread's node: its init threads take its place.
+    let place = calling_place()?;
     init_ranks(devices, &|rank, d, cancel| {
+        node::set_thread_node(place.node, Some(place.superpod)).or_else(para)?;
         device::set(d).map_err(|e| Fail {
             code: HcclResult::HCCL_E_RUNTIME,
             msg: e.msg,
         })?;
-        init_cancellable(n, &root, rank, &config, cancel)
+        init_cancellable(n, &root, rank, &config, Some(place), cancel)
     })
 }
 
@@ -635,11 +676,21 @@ fn join(
     root: &Meeting,
     n: u32,
     rank: u32,
+    place: u64,
     staging: BorrowedFd<'_>,
     timeout: Duration,
     cancel: &AtomicBool,
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
-    let joined = Rendezvous::join(&root.name, &root.session, n, rank, staging, timeout, cancel);
+    let joined = Rendezvous::join(
+        &root.name,
+        &root.session,
+        n,
+        rank,
+        place,
+        staging,
+        timeout,
+        cancel,
+    );
     joined.or_else(|e| join_failed(e, rank, timeout))
 }
 
@@ -808,7 +859,7 @@ impl Comm {
 /// `coll_comm_mgr.cc`, `LegacyGetHcclOpInfoCtx`): ranks of one job that are threads of one
 /// process share their communicators' names, and each finds its own. Of several of one name
 /// on one device, the one made last (HCCL's map keeps the last it was given).
-pub(crate) fn with_name(name: &[u8], device: Option<u32>) -> Option<CommHandle> {
+pub(crate) fn with_name(name: &[u8], device: Option<device::Device>) -> Option<CommHandle> {
     let all = COMMS.all();
     let device = device.or_else(|| all.iter().map(|(_, c)| c.buffers.device()).min())?;
     all.iter()
@@ -969,6 +1020,7 @@ mod tests {
             &root,
             2,
             0,
+            0,
             staging.as_fd(),
             Duration::from_millis(200),
             &never,
@@ -1106,7 +1158,7 @@ mod tests {
                 return hccl_fail(HcclResult::HCCL_E_INTERNAL, "rank 1 breaks");
             }
             super::device::set(d).unwrap();
-            super::init_cancellable(3, &root, rank, &config, cancel)
+            super::init_cancellable(3, &root, rank, &config, None, cancel)
         })
         .unwrap_err();
         assert_eq!(err.code, HcclResult::HCCL_E_INTERNAL, "{}", err.msg);

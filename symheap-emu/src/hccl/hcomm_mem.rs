@@ -33,7 +33,7 @@ pub(crate) fn alloc(size: usize) -> HcclRes<usize> {
     };
     let device = device::current().or_else(|e| runtime("aclrtGetDevice", e))?;
     let addr = memory::reserve(len, 0, 0, 0).or_else(|e| runtime("aclrtReserveMemAddress", e))?;
-    let prop = aclrtPhysicalMemProp::device_huge(device);
+    let prop = aclrtPhysicalMemProp::device_huge(device.id);
     let handle = match memory::malloc_physical(len, &prop, 0) {
         Ok(handle) => handle,
         Err(e) => {

@@ -22,5 +22,6 @@ pub(crate) mod staged;
 pub(crate) mod steps;
 pub(crate) mod sub_comm;
 pub(crate) mod symmetric;
+pub(crate) mod topology;
 pub(crate) mod v_layout;
 pub(crate) mod window;

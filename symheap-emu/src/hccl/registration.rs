@@ -216,6 +216,20 @@ pub(crate) fn register(
     if flag != 1 {
         return para(format!("flag is {flag}, must be 1"));
     }
+    // HCCL has no symmetric memory on a communicator whose ranks span SuperPoDs (windows
+    // need HCCS, which ends at the SuperPoD): `HcclCommunicator::RegisterWindow` refuses
+    // before anything else (hicann/hcomm `hccl_communicator_host.cc`). Every rank sees the
+    // same topology, so every rank fails alike, without a rendezvous.
+    if comm.topology.spans_superpods() {
+        return hccl_fail(
+            HcclResult::HCCL_E_NOT_SUPPORT,
+            format!(
+                "the communicator's ranks are in {} SuperPoDs: HCCL supports symmetric windows \
+                 only within one SuperPoD (its collectives stage through the HCCL buffer)",
+                comm.topology.superpod_count()
+            ),
+        );
+    }
     let prep = prepare(comm, addr, size)?;
     let votes = prep
         .vote(size)

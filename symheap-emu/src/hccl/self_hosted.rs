@@ -33,11 +33,12 @@ const RETRY: Duration = Duration::from_millis(2);
 const BOUND_NOT_LISTENING: Duration = Duration::from_secs(2);
 
 /// Hosts the members' rendezvous at `meeting` if no member has yet (binding its name), then
-/// joins it as `rank` of `n`, sharing `staging`, waiting up to `timeout` in all.
+/// joins it as `rank` of `n` at `place` (its topology word), sharing `staging`, waiting up to `timeout` in all.
 pub(crate) fn serve_or_join(
     meeting: &Meeting,
     n: u32,
     rank: u32,
+    place: u64,
     staging: BorrowedFd<'_>,
     timeout: Duration,
     purpose: &Purpose,
@@ -64,6 +65,7 @@ pub(crate) fn serve_or_join(
             &meeting.session,
             n,
             rank,
+            place,
             staging,
             left,
             &never,

@@ -41,7 +41,8 @@ use crate::ipc::wire::{Conn, Listener, Reader, Writer, out_of_descriptors, poll_
 
 /// Client-to-hub message tags.
 pub(crate) mod to_hub {
-    /// `key, n, rank` and the rank's staging memfd: join.
+    /// `key, n, rank, place` and the rank's staging memfd: join. The place is a word the
+    /// rank brings for every rank to learn (the hccl wing packs its node and SuperPoD in it).
     pub(crate) const HELLO: u8 = 1;
     /// `step key, payload` and any memfds: this rank's value for a step.
     pub(crate) const DEPOSIT: u8 = 2;
@@ -54,7 +55,8 @@ pub(crate) mod to_hub {
 /// Hub-to-client message tags.
 pub(crate) mod to_rank {
     /// Every rank joined: the host's pid, then `count, pids`, every rank's process id in rank
-    /// order; every rank's staging memfd follows, in rank order, then the board's.
+    /// order, then `count, places`, every rank's place word in rank order; every rank's
+    /// staging memfd follows, in rank order, then the board's.
     pub(crate) const WELCOME: u8 = 10;
     /// `reason`: the join was refused.
     pub(crate) const REJECT: u8 = 11;
@@ -95,6 +97,8 @@ struct Member {
     /// dropped.
     accepted: Instant,
     staging: Option<OwnedFd>,
+    /// The place word of the rank's HELLO.
+    place: u64,
     left: bool,
     /// Why this connection may not join, told in answer to its first message: answered
     /// then, not at once, since closing a socket with its join unread would reset the
@@ -384,6 +388,7 @@ impl Hub {
             pidfd: None,
             accepted: Instant::now(),
             staging: None,
+            place: 0,
             left: false,
             refused,
         });
@@ -471,7 +476,9 @@ impl Hub {
     fn hello(&mut self, i: usize, r: &mut Reader<'_>, mut fds: Vec<OwnedFd>) {
         #[cfg(test)]
         tests_hook::hello(&self.session);
-        let (Some(session), Some(n), Some(rank)) = (r.blob(), r.u32(), r.u32()) else {
+        let (Some(session), Some(n), Some(rank), Some(place)) =
+            (r.blob(), r.u32(), r.u32(), r.u64())
+        else {
             return self.reject(i, "malformed join");
         };
         if !same_secret(session, &self.session) {
@@ -523,6 +530,7 @@ impl Hub {
         self.members[i].rank = Some(rank);
         self.members[i].pidfd = pidfd;
         self.members[i].staging = Some(staging);
+        self.members[i].place = place;
         if forms {
             return self.form(n);
         }
@@ -579,6 +587,10 @@ impl Hub {
             .u32(self.members.len() as u32);
         for m in &self.members {
             w.u32(m.pid);
+        }
+        w.u32(self.members.len() as u32);
+        for m in &self.members {
+            w.u64(m.place);
         }
         for m in self.remote_first() {
             let _ = m.conn.send(&w.bytes, &fds);

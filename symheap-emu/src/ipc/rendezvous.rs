@@ -89,6 +89,8 @@ pub(crate) struct Rendezvous {
     /// Every rank's process id, in rank order, and the host's: whom a failure blames
     /// ([`crate::ipc::blame`]).
     pids: Vec<u32>,
+    /// Every rank's place word (what it brought to its join), in rank order.
+    places: Vec<u64>,
     host_pid: u32,
     /// Readable once the host's process ends, when it is another process: its sockets may
     /// outlive it in a `fork()`ed child.
@@ -145,13 +147,16 @@ pub(crate) fn deadline(timeout: Duration) -> Instant {
 
 impl Rendezvous {
     /// Joins the hub on abstract socket `name` as `rank` of `n`, handing it this rank's
-    /// `staging` memfd, and waits up to `timeout` for every rank, or until `cancel` is
-    /// raised: then every rank's staging memfd, in rank order.
+    /// `staging` memfd and its `place` (a word every rank learns: [`Rendezvous::places`]),
+    /// and waits up to `timeout` for every rank, or until `cancel` is raised: then every
+    /// rank's staging memfd, in rank order.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn join(
         name: &str,
         session: &[u8],
         n: u32,
         rank: u32,
+        place: u64,
         staging: BorrowedFd<'_>,
         timeout: Duration,
         cancel: &AtomicBool,
@@ -165,7 +170,12 @@ impl Rendezvous {
                 ConnectError::Stranger { pid, uid } => JoinError::Stranger { pid, uid },
             })?;
             let mut hello = Writer::default();
-            hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+            hello
+                .u8(to_hub::HELLO)
+                .blob(session)
+                .u32(n)
+                .u32(rank)
+                .u64(place);
             let sent = conn.send(&hello.bytes, &[staging]);
             let welcome = match sent {
                 Ok(()) => await_group(&conn, n, rank, until, cancel)?,
@@ -201,7 +211,9 @@ impl Rendezvous {
         let _welcome = r.u8();
         let host_pid = r.u32().unwrap_or(0);
         let pids = ranks(&mut r);
-        if pids.len() != n as usize {
+        let count = r.u32().unwrap_or(0);
+        let places: Vec<u64> = (0..count).map_while(|_| r.u64()).collect();
+        if pids.len() != n as usize || places.len() != n as usize {
             return Err(JoinError::Refused("a malformed answer to a join".into()));
         }
         // The ranks that live in the process running the rendezvous hub: lost with it.
@@ -229,6 +241,7 @@ impl Rendezvous {
             board,
             host_ranks,
             pids,
+            places,
             host_pid,
             host_pidfd,
             posts: AtomicU64::new(0),
@@ -388,6 +401,11 @@ impl Rendezvous {
             .collect();
         pids.dedup();
         blame::blame(&pids, why);
+    }
+
+    /// Every rank's place word, in rank order (what each brought to its join).
+    pub(crate) fn places(&self) -> &[u64] {
+        &self.places
     }
 
     /// The board the ranks share (collective steps, point-to-point mailboxes).
@@ -768,6 +786,20 @@ mod tests {
         (name, session)
     }
 
+    /// The place word rank `rank` brings to a join in these tests.
+    fn place_of(rank: u32) -> u64 {
+        (u64::from(rank) << 32) | u64::from(rank * 3 + 1)
+    }
+
+    #[test]
+    fn every_rank_learns_every_place_in_rank_order() {
+        let ranks = group(3);
+        let expected: Vec<u64> = (0..3).map(place_of).collect();
+        for rv in &ranks {
+            assert_eq!(rv.places(), expected);
+        }
+    }
+
     /// `n` ranks joined to a fresh hub, each from its own thread.
     fn group(n: u32) -> Vec<Rendezvous> {
         let (name, session) = hub();
@@ -786,6 +818,7 @@ mod tests {
                             &session,
                             n,
                             rank,
+                            place_of(rank),
                             staging.as_fd(),
                             LONG,
                             &AtomicBool::new(false),
@@ -931,7 +964,12 @@ mod tests {
         let conn = Conn::connect(name, &hub::admitted_users().unwrap(), LONG).unwrap();
         let staging = os::memfd(4096).unwrap();
         let mut hello = Writer::default();
-        hello.u8(to_hub::HELLO).blob(session).u32(n).u32(rank);
+        hello
+            .u8(to_hub::HELLO)
+            .blob(session)
+            .u32(n)
+            .u32(rank)
+            .u64(0);
         conn.send(&hello.bytes, &[staging.as_fd()]).unwrap();
         let answer = conn.recv().unwrap().unwrap();
         let mut r = Reader::new(&answer.bytes);
@@ -1051,8 +1089,16 @@ mod tests {
         std::thread::spawn(move || {
             let staging = os::memfd(4096).unwrap();
             let never = AtomicBool::new(false);
-            let joined =
-                Rendezvous::join(&name, &session, n, rank, staging.as_fd(), timeout, &never);
+            let joined = Rendezvous::join(
+                &name,
+                &session,
+                n,
+                rank,
+                0,
+                staging.as_fd(),
+                timeout,
+                &never,
+            );
             let _ = done.send((joined.map(drop), started.elapsed()));
         });
         ended.recv_timeout(watchdog).ok()
