@@ -143,7 +143,7 @@ fn install(name: &str) -> PathBuf {
 
 /// A Makefile in CANN's style (`alloc-tests/cann-make`: `ASCEND_DIR`, `-Werror`, `-lhccl
 /// -lacl_rt -lmsprofiler`, `include/acl/acl_prof.h`) builds its program against the layout, and
-/// the program, which checks the calls issue 33 added with CANN's codes, passes as 4 processes.
+/// the program, which checks the calls added for CANN's 2026 tools with CANN's codes, passes as 4 processes.
 #[test]
 fn a_makefile_in_canns_style_builds_against_the_layout_and_its_program_passes() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -1,4 +1,4 @@
-//! Issue 33's HCCL functions through the C ABI: a C program written for CANN
+//! The HCCL functions of CANN's 2026 headers through the C ABI: a C program written for CANN
 //! (`alloc-tests/c/hccl_group_calls.c`), compiled with `-Wall -Wextra -Werror` against the
 //! emulator's headers (`alloc-tests/emu-cdylib/include`, as `install.sh` lays them out) and
 //! linked with `-lhccl -lascendcl`, checks the answers and error codes of `HcclGroupStart` /

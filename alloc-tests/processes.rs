@@ -28,9 +28,15 @@ fn rank_job(ranks: u32, rank_test: &str) -> Job {
 
 /// The job that runs the test `module::rank_test` of this binary as `ranks` processes.
 pub(crate) fn rank_job_in(module: &str, ranks: u32, rank_test: &str) -> Job {
+    rank_job_on_nodes(module, 1, ranks, rank_test)
+}
+
+/// [`rank_job_in`] as `nodes` emulated nodes of `per_node` ranks each
+/// (`symheap-run --nnodes nodes --nproc-per-node per_node`).
+pub(crate) fn rank_job_on_nodes(module: &str, nodes: u32, per_node: u32, rank_test: &str) -> Job {
     let exe = std::env::current_exe().expect("the test binary's path");
     let name = format!("{module}::{rank_test}");
-    Job::new(ranks, exe)
+    Job::on_nodes(nodes, per_node, exe)
         .args([name.as_str(), "--exact", "--ignored", "--nocapture"])
         .arg("--test-threads=1")
         .grace(Duration::from_secs(20))

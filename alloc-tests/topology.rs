@@ -12,7 +12,7 @@ use symheap::{
 };
 
 use crate::harness::EmuSession;
-use crate::processes::{failed, placement, rank_job_in};
+use crate::processes::{failed, placement, rank_job_on_nodes};
 
 /// What one rank saw of a pooled AllReduce.
 struct Pooled {
@@ -121,14 +121,13 @@ fn a_node_layout_without_ranks_is_refused() {
     assert!(err.to_string().contains("SuperPoD"), "{err}");
 }
 
-/// One rank of [`across_two_superpods_as_processes`]: on node `rank / 2` (the launcher
-/// cannot yet set `SYMHEAP_EMU_NODE` per rank), its SuperPoD the node's, since the job sets
+/// One rank of [`across_two_superpods_as_processes`]: on node `rank / 2` (the launcher's
+/// `SYMHEAP_EMU_NODE`), its SuperPoD the node's, since the job sets
 /// `SYMHEAP_EMU_NODES_PER_SUPERPOD=1`.
 #[test]
 #[ignore = "one rank of a multi-process test"]
 fn rank_across_superpods() {
-    let rank = placement();
-    emu::topology::set_thread_node(rank / 2, None).unwrap();
+    placement();
     let rt = symheap::Runtime::emulated().unwrap();
     let comm = symheap::Comm::from_env(&rt, CommConfig::new().exec_timeout_secs(60)).unwrap();
     assert!(comm.spans_superpods());
@@ -143,7 +142,7 @@ fn rank_across_superpods() {
 
 #[test]
 fn across_two_superpods_as_processes() {
-    let job = rank_job_in("topology", 4, "rank_across_superpods")
+    let job = rank_job_on_nodes("topology", 2, 2, "rank_across_superpods")
         .env("SYMHEAP_EMU_NODES_PER_SUPERPOD", "1")
         .grace(Duration::from_secs(20));
     let outcome = job.run().expect("the ranks start");
@@ -183,7 +182,7 @@ fn a_c_program_reads_the_rank_graph_across_superpods() {
     let flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", &include];
     let program =
         crate::dlopen::compile_for_cann("rank-graph", "cc", &flags, &root.join("c/rank_graph.c"));
-    let outcome = symheap_tools::launcher::Job::new(4, program)
+    let outcome = symheap_tools::launcher::Job::on_nodes(2, 2, program)
         .env("SYMHEAP_EMU_NODES_PER_SUPERPOD", "1")
         .grace(Duration::from_secs(20))
         .capture_output()

@@ -2,10 +2,8 @@
 //! registration, a 1 KiB and a 1 MiB AllReduce, the pool's host overhead per collective, and
 //! memory per rank, at 4, 16, 64, 128 and 384 ranks. Ranks are processes started through the
 //! launcher as nodes of 16 (`symheap-run --nnodes N --nproc-per-node 16`; 4 ranks are one node
-//! of 4): this bench re-runs itself as the ranks. Then the same as threads of one process
-//! (`symheap::emu::launch`), where the emulator lets that many ranks share a process (64
-//! devices a process today, `SYMHEAP_EMU_DEVICE_COUNT=64`, which the bench sets; more once
-//! devices are per node).
+//! of 4): this bench re-runs itself as the ranks. Then the same as threads of one process, on
+//! nodes of 16 too (`symheap::emu::launch_nodes`).
 //!
 //! `SCALE_RANKS=4,16` picks the counts (default `4,16,64,128,384`), `SCALE_ITERS=N` the
 //! iterations of each timed collective (default 10; the 1 MiB AllReduce runs a third as many,
@@ -309,13 +307,17 @@ fn parse_samples(output: &str) -> Vec<Sample> {
         .collect()
 }
 
-/// `ranks` threads of this process.
+/// `ranks` threads of this process, as nodes of 16 (fewer ranks: one node of them all).
 fn as_threads(ranks: u32) -> std::result::Result<(Vec<Sample>, f64), String> {
     let started = Instant::now();
     let iters = iters();
     SHARERS.store(ranks, std::sync::atomic::Ordering::Relaxed);
-    let samples =
-        symheap::emu::launch(ranks, |comm| measure(comm, iters)).map_err(|e| e.to_string())?;
+    let (nodes, per_node) = match ranks % 16 {
+        0 => (ranks / 16, 16),
+        _ => (1, ranks),
+    };
+    let samples = symheap::emu::launch_nodes(nodes, per_node, |comm| measure(comm, iters))
+        .map_err(|e| e.to_string())?;
     Ok((samples, started.elapsed().as_secs_f64()))
 }
 
@@ -369,11 +371,6 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::FAILURE
             }
         };
-    }
-    if std::env::var_os("SYMHEAP_EMU_DEVICE_COUNT").is_none() {
-        // SAFETY: no other thread runs yet. The most devices one process may have, so that
-        // as many ranks as fit run as threads (each thread its own device).
-        unsafe { std::env::set_var("SYMHEAP_EMU_DEVICE_COUNT", "64") };
     }
     let counts: Vec<u32> = std::env::var("SCALE_RANKS")
         .ok()

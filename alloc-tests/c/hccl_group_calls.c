@@ -1,4 +1,4 @@
-/* Issue 33's HCCL functions, the way a C program written for CANN calls them: grouped calls
+/* The HCCL functions of CANN's 2026 headers, the way a C program written for CANN calls them: grouped calls
  * (HcclGroupStart / HcclGroupEnd / HcclGroupStatusGet), HcclCommGetHandleWithName,
  * HcclSetConfig / HcclGetConfig and HcclSymWinGetPeerPointer. It includes <hccl/hccl.h> and
  * <hccl/hccl_sym_win.h> (alloc-tests/emu-cdylib/include, declared as CANN declares them), links

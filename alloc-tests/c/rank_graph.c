@@ -1,12 +1,9 @@
 /* A C program written for CANN that reads HCCL's rank graph (hccl/hccl_rank_graph.h) and
  * registers a symmetric window, as one rank of a job of 2 nodes x 2 NPUs in 2 SuperPoDs
- * (SYMHEAP_EMU_NODES_PER_SUPERPOD=1, set for the job): every rank is on device = its local
- * rank, the communicator has the layers 0 (node), 1 (SuperPoD) and 2 (across SuperPoDs),
+ * (symheap-run --nnodes 2 --nproc-per-node 2, with SYMHEAP_EMU_NODES_PER_SUPERPOD=1): every
+ * rank is on device = its local rank (LOCAL_RANK), the communicator has the layers 0 (node), 1 (SuperPoD) and 2 (across SuperPoDs),
  * HcclCommSymWinRegister answers HCCL_E_NOT_SUPPORT as CANN does across SuperPoDs, and an
- * AllReduce still sums. Exits non-zero at the first difference.
- *
- * Until the launcher sets SYMHEAP_EMU_NODE per rank (symheap-run --nnodes), the program puts
- * itself on node rank / 2 before its first ACL call. */
+ * AllReduce still sums. Exits non-zero at the first difference. */
 #define _POSIX_C_SOURCE 200809L
 #include <acl/acl.h>
 #include <hccl/hccl.h>
@@ -83,10 +80,9 @@ int main(void)
     g_rank = atoi(env("SYMHEAP_RANK"));
     uint32_t n = (uint32_t)atoi(env("SYMHEAP_WORLD_SIZE"));
     CHECK(n == 4);
-    uint32_t node = (uint32_t)g_rank / 2, local = (uint32_t)g_rank % 2;
-    char node_text[16];
-    snprintf(node_text, sizeof node_text, "%u", node);
-    CHECK(setenv("SYMHEAP_EMU_NODE", node_text, 1) == 0);
+    uint32_t local = (uint32_t)atoi(env("LOCAL_RANK"));
+    CHECK(local == (uint32_t)g_rank % 2);
+    CHECK(atoi(env("SYMHEAP_EMU_NODE")) == g_rank / 2);
 
     EXPECT(aclInit(NULL), ACL_SUCCESS);
     uint32_t count = 0;

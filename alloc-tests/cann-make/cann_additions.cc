@@ -1,6 +1,6 @@
 // One rank of a 4-rank CANN program (launched by symheap-run or alloc-tests' Job, which set
 // SYMHEAP_RANK, SYMHEAP_WORLD_SIZE, SYMHEAP_DEVICE and SYMHEAP_ROOT_INFO) that checks, through
-// the C ABI and CANN's declarations, the calls issue 33 added to the emulator, with the codes
+// the C ABI and CANN's declarations, the calls added for CANN's 2026 tools to the emulator, with the codes
 // CANN gives: HcclGetCommConfigCapability, aclrtCreateEventWithFlag / aclrtResetEvent, the
 // profiling API with nothing to profile (acl/acl_prof.h, libmsprofiler.so), and
 // HcclReduceScatter / HcclAlltoAll / HcclBarrier / HcclGetCommAsyncError, which the library

@@ -77,7 +77,7 @@ macro_rules! hccl_functions {
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
                 HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
                 HcommMemFree(ptr: *mut c_void) -> HcclResult;
-                // Issue 33's additions (part B): grouped calls, communicators by name, the
+                // grouped calls, communicators by name, the
                 // process-wide configuration, and peers' addresses in a window.
                 HcclGroupStart() -> HcclResult;
                 HcclGroupEnd() -> HcclResult;
@@ -86,12 +86,12 @@ macro_rules! hccl_functions {
                 HcclSetConfig(config: HcclConfig, configValue: HcclConfigValue) -> HcclResult;
                 HcclGetConfig(config: HcclConfig, configValue: *mut HcclConfigValue) -> HcclResult;
                 HcclSymWinGetPeerPointer(winHandle: HcclCommSymWindow, offset: usize, peerRank: u32, ptr: *mut *mut c_void) -> HcclResult;
-                // Rank tables (issue 33, part E): hicann/hcomm include/hccl/hccl_comm.h.
+                // Rank tables: hicann/hcomm include/hccl/hccl_comm.h.
                 HcclCommInitClusterInfo(clusterInfo: *const c_char, rank: u32, comm: *mut HcclComm) -> HcclResult;
                 HcclCommInitClusterInfoConfig(clusterInfo: *const c_char, rank: u32, config: *mut HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
-                // Issue 33, part A: what CANN's HCCL test tool calls.
+                // what CANN's HCCL test tool calls.
                 HcclGetCommConfigCapability() -> u32;
-                // Topology (issue 33, part C): the rank graph of hicann/hcomm
+                // Topology: the rank graph of hicann/hcomm
                 // `include/hccl/hccl_rank_graph.h`.
                 HcclRankGraphGetLayers(comm: HcclComm, netLayers: *mut *mut u32, netLayerNum: *mut u32) -> HcclResult;
                 HcclRankGraphGetRankSizeByLayer(comm: HcclComm, netLayer: u32, rankNum: *mut u32) -> HcclResult;
@@ -163,7 +163,7 @@ macro_rules! acl_functions {
                 aclmdlRICaptureThreadExchangeMode(mode: *mut aclmdlRICaptureMode) -> aclError;
                 aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError;
                 aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError;
-                // Issue 33, part A: events with flags, and the profiling API (`acl/acl_prof.h`,
+                // events with flags, and the profiling API (`acl/acl_prof.h`,
                 // exported under `libmsprofiler.so`).
                 aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
                 aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;

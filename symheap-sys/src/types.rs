@@ -88,7 +88,7 @@ pub const ACL_ERROR_RT_CAPTURE_MODE_BLOCK_ASYNC: aclError = 107041;
 /// The capture was invalidated (runtime).
 pub const ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED: aclError = 507903;
 
-// The profiling API (`acl/acl_prof.h`, `libmsprofiler.so`; issue 33, part A).
+// The profiling API (`acl/acl_prof.h`, `libmsprofiler.so`).
 /// `aclprofConfig`: a profiling configuration (opaque; `aclprofCreateConfig` makes one).
 pub type aclprofConfig = c_void;
 /// `aclprofAicoreEvents`: AI Core events to profile (opaque; CANN requires NULL).
@@ -712,7 +712,7 @@ const_assert_eq!(size_of::<HcclDataType>(), 4);
 const_assert_eq!(size_of::<HcclReduceOp>(), 4);
 const_assert_eq!(size_of::<aclrtMemcpyKind>(), 4);
 
-// Issue 33's additions (part B): the process-wide configuration of `HcclSetConfig` /
+// the process-wide configuration of `HcclSetConfig` /
 // `HcclGetConfig` (hicann/hcomm `include/hccl/hccl_types.h`).
 
 c_enum! {

@@ -581,7 +581,7 @@ pub(super) fn aclrtDestroyEvent(a: args::aclrtDestroyEvent) -> AclResult {
     event::destroy(EventHandle::from_c(a.event))
 }
 
-// Issue 33, part A: events with flags, and the profiling API of `libmsprofiler.so`
+// events with flags, and the profiling API of `libmsprofiler.so`
 // (`acl/acl_prof.h`), which collects nothing (see `acl::profiling`).
 
 /// `aclrtCreateEventWithFlag`: an event with flags, reusable without a reset.

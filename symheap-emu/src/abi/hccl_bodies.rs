@@ -679,7 +679,7 @@ pub(super) fn HcclCommDeactivateCommMemory(a: args::HcclCommDeactivateCommMemory
     lock(&c.ranges).deactivate(a.virPtr as usize)
 }
 
-// Issue 33's additions (part B): grouped calls, communicators by name, the process-wide
+// grouped calls, communicators by name, the process-wide
 // configuration, and peers' addresses in a window.
 
 /// `HcclGroupStart`: opens a group on the calling thread (or nests one more level); see
@@ -782,7 +782,7 @@ pub(super) unsafe fn HcclSymWinGetPeerPointer(a: args::HcclSymWinGetPeerPointer)
     unsafe { put(a.ptr, addr as *mut c_void, "ptr") }
 }
 
-// Rank tables (issue 33, part E).
+// Rank tables.
 
 /// The longest `clusterInfo` read, its NUL included: CANN takes paths of at most 4096 bytes.
 const CLUSTER_INFO_MAX: usize = 4096;
@@ -850,7 +850,7 @@ pub(super) unsafe fn HcclCommInitClusterInfoConfig(
     unsafe { init_cluster_info(a.clusterInfo, a.rank, Some(a.config.cast_const()), a.comm) }
 }
 
-// Issue 33, part A.
+// What CANN's HCCL test tool calls.
 
 /// `HcclGetCommConfigCapability`: `HCCL_COMM_CONFIG_RESERVED` (12), as hcomm's op_base.cc
 /// answers: every `HcclCommConfig` field before it is accepted at init.
@@ -860,7 +860,7 @@ pub(super) fn HcclGetCommConfigCapability(_: args::HcclGetCommConfigCapability) 
 
 /// `HCCL_COMM_CONFIG_RESERVED`: the last value of `HcclCommConfigCapability`.
 const HCCL_COMM_CONFIG_RESERVED: u32 = 12;
-// Topology (issue 33, part C): the rank graph, as HCCL builds it for an Atlas A3 (layer 0
+// Topology: the rank graph, as HCCL builds it for an Atlas A3 (layer 0
 // the rank's node, 1 its SuperPoD when there are several nodes, 2 every rank when there are
 // several SuperPoDs: `crate::hccl::topology`). The lists returned live in the communicator,
 // as HCCL's do ("managed by the library, the caller must not free them"), until it is

@@ -849,7 +849,7 @@ impl Comm {
     }
 }
 
-// Issue 33 (part B): communicators by name (`HcclCommGetHandleWithName`).
+// communicators by name (`HcclCommGetHandleWithName`).
 
 /// `HcclCommGetHandleWithName`: the live communicator of this process named `name` (what
 /// `HcclGetCommName` answers) among those made on `device`, or, when the calling thread has

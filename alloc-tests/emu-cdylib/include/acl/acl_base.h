@@ -32,7 +32,7 @@ static const int ACL_ERROR_REPEAT_INITIALIZE = 100002;
 static const int ACL_ERROR_REPEAT_FINALIZE = 100037;
 static const int ACL_ERROR_BAD_ALLOC = 200000;
 static const int ACL_ERROR_API_NOT_SUPPORT = 200001;
-/* Issue 33, part A: the profiling API's codes. */
+/* the profiling API's codes. */
 static const int ACL_ERROR_INVALID_FILE = 100003;
 static const int ACL_ERROR_PROF_ALREADY_RUN = 100042;
 static const int ACL_ERROR_PROF_NOT_RUN = 100043;

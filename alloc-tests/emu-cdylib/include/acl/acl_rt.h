@@ -131,7 +131,7 @@ ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event);
 #define ACL_EVENT_SYNC 0x00000001U
 #define ACL_EVENT_TIME_LINE 0x00000008U
 ACL_FUNC_VISIBILITY aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag);
-/* Issue 33, part A: an event with flags that is reset before it is recorded again on the
+/* an event with flags that is reset before it is recorded again on the
  * device (on the emulator every event is reusable), and the reset. */
 #define ACL_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002U
 #define ACL_EVENT_DEVICE_USE_ONLY 0x00000010U

@@ -100,9 +100,9 @@ extern HcclResult HcclCommSymWinDeregister(HcclCommSymWindow winHandle);
 extern HcclResult HcclCommSymWinGet(HcclComm comm, void *ptr, size_t size,
                                     HcclCommSymWindow *winHandle, size_t *offset);
 
-/* Issue 33's additions (part B), declared as hicann/hcomm's include/hccl/hccl_comm.h declares
- * them (CANN's hccl.h includes hccl_comm.h): grouped calls, communicators by name and the
- * process-wide configuration. HcclSymWinGetPeerPointer is in hccl/hccl_sym_win.h. */
+/* Grouped calls, communicators by name and the process-wide configuration, declared as
+ * hicann/hcomm's include/hccl/hccl_comm.h declares them (CANN's hccl.h includes hccl_comm.h).
+ * HcclSymWinGetPeerPointer is in hccl/hccl_sym_win.h. */
 extern HcclResult HcclGroupStart();
 extern HcclResult HcclGroupEnd();
 extern HcclResult HcclGroupStatusGet(bool *isGroupEnabled);
@@ -117,7 +117,7 @@ extern HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank
 extern HcclResult HcclCommInitClusterInfoConfig(const char *clusterInfo, uint32_t rank,
                                                 HcclCommConfig *config, HcclComm *comm);
 
-/* Issue 33, part A: exported all along, and declared as hicann/hccl's include/hccl.h and
+/* exported all along, and declared as hicann/hccl's include/hccl.h and
  * hicann/hcomm's include/hccl/hccl_comm.h declare them. */
 extern HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
                                     HcclDataType dataType, HcclReduceOp op, HcclComm comm,

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-/* Issue 33's addition (part B). The address of rank peerRank's byte `offset` of a registered
+/* The address of rank peerRank's byte `offset` of a registered
  * window. Device-side only in CANN (AI CPU kernels, AI CPU expansion); on the emulator it
  * answers inside a host function queued on a stream (aclrtLaunchHostFunc), its device code. */
 extern HcclResult HcclSymWinGetPeerPointer(HcclCommSymWindow winHandle, size_t offset,

@@ -131,7 +131,7 @@ typedef struct HcclCommConfigDef {
     uint32_t hcclChannelSqDepth;
 } HcclCommConfig;
 
-/* Issue 33's additions (part B): the process-wide configuration of HcclSetConfig /
+/* the process-wide configuration of HcclSetConfig /
  * HcclGetConfig, as hicann/hcomm's include/hccl/hccl_types.h declares it (a typedef added so
  * that C, not only C++, can name the union without the keyword). */
 typedef enum {
@@ -149,7 +149,7 @@ static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes"
 _Static_assert(sizeof(HcclCommConfig) == 2248, "HcclCommConfig v11 is 2248 bytes");
 #endif
 
-/* Issue 33, part A: the configuration fields a library may support, in the order they were
+/* the configuration fields a library may support, in the order they were
  * added; HcclGetCommConfigCapability returns a number above every supported one. */
 typedef enum {
     HCCL_COMM_CONFIG_BUFFER_SIZE = 0,
