@@ -80,9 +80,9 @@ int main(void)
     g_rank = atoi(env("SYMHEAP_RANK"));
     uint32_t n = (uint32_t)atoi(env("SYMHEAP_WORLD_SIZE"));
     CHECK(n == 4);
+    uint32_t node = (uint32_t)atoi(env("SYMHEAP_EMU_NODE"));
     uint32_t local = (uint32_t)atoi(env("LOCAL_RANK"));
-    CHECK(local == (uint32_t)g_rank % 2);
-    CHECK(atoi(env("SYMHEAP_EMU_NODE")) == g_rank / 2);
+    CHECK(node == (uint32_t)g_rank / 2 && local == (uint32_t)g_rank % 2);
 
     EXPECT(aclInit(NULL), ACL_SUCCESS);
     uint32_t count = 0;
