@@ -150,7 +150,11 @@ fn hcomm_sources() -> PathBuf {
         .args(["cat-file", "-e", &format!("HEAD:{EXAMPLE}/main.cc")])
         .status()
         .is_ok_and(|s| s.success());
-    assert!(found, "{} holds no {EXAMPLE}/main.cc at HEAD", repo.display());
+    assert!(
+        found,
+        "{} holds no {EXAMPLE}/main.cc at HEAD",
+        repo.display()
+    );
     repo
 }
 

@@ -70,9 +70,14 @@ pub(crate) fn init(path: &[u8], rank: u32, config: &HcclCommConfig) -> HcclRes<C
             superpod: place.super_pod,
         },
     };
-    let handle = comm::form(&member, &settings, meeting.clone(), |place, staging, timeout| {
-        self_hosted::serve_or_join(&meeting, n, rank, place, staging, timeout, &RANK_TABLE)
-    })?;
+    let handle = comm::form(
+        &member,
+        &settings,
+        meeting.clone(),
+        |place, staging, timeout| {
+            self_hosted::serve_or_join(&meeting, n, rank, place, staging, timeout, &RANK_TABLE)
+        },
+    )?;
     claim.keep(handle);
     Ok(handle)
 }

@@ -69,9 +69,22 @@ pub(crate) fn create(global: &Comm, req: &Request) -> HcclRes<CommHandle> {
         // A sub-communicator's rank is where the global communicator's is.
         place: global.topology.place(global.rank),
     };
-    let handle = comm::form(&member, &settings, meeting.clone(), |place, staging, timeout| {
-        self_hosted::serve_or_join(&meeting, n, req.sub_rank, place, staging, timeout, &SUB_COMM)
-    })?;
+    let handle = comm::form(
+        &member,
+        &settings,
+        meeting.clone(),
+        |place, staging, timeout| {
+            self_hosted::serve_or_join(
+                &meeting,
+                n,
+                req.sub_rank,
+                place,
+                staging,
+                timeout,
+                &SUB_COMM,
+            )
+        },
+    )?;
     let compared = comm::lookup(handle).and_then(|sub| compare_calls(&sub, req, &settings));
     if let Err(e) = compared {
         let _ = comm::destroy(handle);
