@@ -374,7 +374,12 @@ fn main() -> std::process::ExitCode {
     }
     let counts: Vec<u32> = std::env::var("SCALE_RANKS")
         .ok()
-        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .map(|v| {
+            v.split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .filter(|&n| n > 0)
+                .collect()
+        })
         .unwrap_or_else(|| vec![4, 16, 64, 128, 384]);
     let threads = std::env::var("SCALE_THREADS").map_or(true, |v| v != "0");
     let mut failed = false;

@@ -77,8 +77,9 @@ macro_rules! hccl_functions {
                 HcclCommDeactivateCommMemory(comm: HcclComm, virPtr: *mut c_void) -> HcclResult;
                 HcommMemAlloc(ptr: *mut *mut c_void, size: usize) -> HcclResult;
                 HcommMemFree(ptr: *mut c_void) -> HcclResult;
-                // grouped calls, communicators by name, the
-                // process-wide configuration, and peers' addresses in a window.
+                // Grouped calls, communicators by name, the process-wide configuration, and
+                // peers' addresses in a window: hicann/hcomm include/hccl/hccl_comm.h and
+                // hccl_sym_win.h.
                 HcclGroupStart() -> HcclResult;
                 HcclGroupEnd() -> HcclResult;
                 HcclGroupStatusGet(isGroupEnabled: *mut bool) -> HcclResult;
@@ -89,10 +90,9 @@ macro_rules! hccl_functions {
                 // Rank tables: hicann/hcomm include/hccl/hccl_comm.h.
                 HcclCommInitClusterInfo(clusterInfo: *const c_char, rank: u32, comm: *mut HcclComm) -> HcclResult;
                 HcclCommInitClusterInfoConfig(clusterInfo: *const c_char, rank: u32, config: *mut HcclCommConfig, comm: *mut HcclComm) -> HcclResult;
-                // what CANN's HCCL test tool calls.
+                // What CANN's HCCL test tool calls.
                 HcclGetCommConfigCapability() -> u32;
-                // Topology: the rank graph of hicann/hcomm
-                // `include/hccl/hccl_rank_graph.h`.
+                // Topology: the rank graph of hicann/hcomm include/hccl/hccl_rank_graph.h.
                 HcclRankGraphGetLayers(comm: HcclComm, netLayers: *mut *mut u32, netLayerNum: *mut u32) -> HcclResult;
                 HcclRankGraphGetRankSizeByLayer(comm: HcclComm, netLayer: u32, rankNum: *mut u32) -> HcclResult;
                 HcclRankGraphGetRanksByLayer(comm: HcclComm, netLayer: u32, ranks: *mut *mut u32, rankNum: *mut u32) -> HcclResult;
@@ -163,8 +163,8 @@ macro_rules! acl_functions {
                 aclmdlRICaptureThreadExchangeMode(mode: *mut aclmdlRICaptureMode) -> aclError;
                 aclmdlRIExecuteAsync(modelRI: aclmdlRI, stream: aclrtStream) -> aclError;
                 aclmdlRIDestroy(modelRI: aclmdlRI) -> aclError;
-                // events with flags, and the profiling API (`acl/acl_prof.h`,
-                // exported under `libmsprofiler.so`).
+                // Events with flags, and the profiling API (`acl/acl_prof.h`, exported under
+                // `libmsprofiler.so`).
                 aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
                 aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) -> aclError;
                 aclprofInit(profilerResultPath: *const c_char, length: usize) -> aclError;

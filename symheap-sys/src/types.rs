@@ -712,8 +712,7 @@ const_assert_eq!(size_of::<HcclDataType>(), 4);
 const_assert_eq!(size_of::<HcclReduceOp>(), 4);
 const_assert_eq!(size_of::<aclrtMemcpyKind>(), 4);
 
-// the process-wide configuration of `HcclSetConfig` /
-// `HcclGetConfig` (hicann/hcomm `include/hccl/hccl_types.h`).
+// The process-wide configuration of `HcclSetConfig` / `HcclGetConfig` (hicann/hcomm `include/hccl/hccl_types.h`).
 
 c_enum! {
     /// `HcclConfig`: a process-wide setting of `HcclSetConfig` / `HcclGetConfig`.

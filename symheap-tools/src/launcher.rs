@@ -12,9 +12,10 @@
 //! variables torchrun gives its workers ([`TORCHRUN_VARIABLES`]), so that a program written
 //! for torchrun finds its place unchanged. Every line a rank prints is prefixed with its
 //! global rank, `[rank R] `, on one node or many (the node and local rank follow from it, and
-//! scripts that read the output do not depend on the layout). When a rank fails (a non-zero exit or a signal), the others get a grace period
-//! to notice and exit on their own, then are killed. Only the rank processes themselves are
-//! killed: a rank that starts processes of its own must stop them.
+//! scripts that read the output do not depend on the layout). When a rank fails (a non-zero
+//! exit or a signal), the others get a grace period to notice and exit on their own, then are
+//! killed. Only the rank processes themselves are killed: a rank that starts processes of its
+//! own must stop them.
 //!
 //! The root info carries the key that lets a process join the job, so it lives in a directory
 //! made for the run that only this user can enter (mode 0700), removed when the run ends;

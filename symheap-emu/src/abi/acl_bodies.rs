@@ -581,7 +581,7 @@ pub(super) fn aclrtDestroyEvent(a: args::aclrtDestroyEvent) -> AclResult {
     event::destroy(EventHandle::from_c(a.event))
 }
 
-// events with flags, and the profiling API of `libmsprofiler.so`
+// Events with flags, and the profiling API of `libmsprofiler.so`
 // (`acl/acl_prof.h`), which collects nothing (see `acl::profiling`).
 
 /// `aclrtCreateEventWithFlag`: an event with flags, reusable without a reset.
@@ -658,9 +658,16 @@ pub(super) fn aclprofStop(a: args::aclprofStop) -> AclResult {
 /// `aclprofSetConfig`: a known setting with its value (without effect).
 ///
 /// # Safety
-/// `aclprofSetConfig`'s contract: `config` is null or a NUL-terminated string.
+/// `aclprofSetConfig`'s contract: `config` is null or a string of `configLength` bytes and
+/// its NUL.
 pub(super) unsafe fn aclprofSetConfig(a: args::aclprofSetConfig) -> AclResult {
-    // SAFETY: the caller's contract: NULL or a C string.
-    let value = (!a.config.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(a.config) });
+    let value = (!a.config.is_null()).then(|| {
+        let bound = a.configLength.saturating_add(1);
+        // SAFETY: the caller's contract: the string's bytes up to its NUL are readable; the
+        // loop stops at the first NUL, or after `configLength + 1` bytes (which a string of
+        // the stated length ends within).
+        let nul = (0..bound).find(|&i| unsafe { a.config.add(i).read() } == 0);
+        nul.map_or(profiling::ConfigLength::Longer, profiling::ConfigLength::Is)
+    });
     profiling::set_config(a.configType, value, a.configLength)
 }

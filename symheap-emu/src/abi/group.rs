@@ -234,7 +234,10 @@ fn run_jobs(jobs: Vec<Job>) -> HcclRes {
             let spawned = std::thread::Builder::new()
                 .name(format!("symheap-emu-group-{i}"))
                 .spawn(move || {
-                    crate::acl::node::set_thread_node(place.node, Some(place.superpod))
+                    // The device's node (the thread may have moved since it set the device);
+                    // its SuperPoD as the caller saw it when still on that node.
+                    let superpod = (place.node == device.node).then_some(place.superpod);
+                    crate::acl::node::set_thread_node(device.node, superpod)
                         .or_else(|why| hccl_fail(HcclResult::HCCL_E_RUNTIME, why))?;
                     crate::acl::device::set(device.id as i32)
                         .or_else(|e| hccl_fail(HcclResult::HCCL_E_RUNTIME, e.msg))?;

@@ -679,8 +679,27 @@ pub(super) fn HcclCommDeactivateCommMemory(a: args::HcclCommDeactivateCommMemory
     lock(&c.ranges).deactivate(a.virPtr as usize)
 }
 
-// grouped calls, communicators by name, the process-wide
-// configuration, and peers' addresses in a window.
+/// The bytes of the NUL-terminated string at `ptr` before its NUL, reading at most `max`
+/// bytes, and whether its NUL was among them (when not, the `max` bytes read).
+///
+/// # Safety
+/// `ptr` is non-null and its bytes are readable up to its first NUL or its `max`th byte,
+/// whichever comes first (a C string's contract).
+unsafe fn c_string(ptr: *const c_char, max: usize) -> (Vec<u8>, bool) {
+    let mut bytes = Vec::new();
+    while bytes.len() < max {
+        // SAFETY: the caller's contract; the loop reads no byte past the first NUL.
+        let byte = unsafe { ptr.add(bytes.len()).read() } as u8;
+        if byte == 0 {
+            return (bytes, true);
+        }
+        bytes.push(byte);
+    }
+    (bytes, false)
+}
+
+// Grouped calls, communicators by name, the process-wide configuration, and peers' addresses
+// in a window.
 
 /// `HcclGroupStart`: opens a group on the calling thread (or nests one more level); see
 /// [`group`].
@@ -712,22 +731,14 @@ pub(super) unsafe fn HcclGroupStatusGet(a: args::HcclGroupStatusGet) -> HcclRes 
 pub(super) unsafe fn HcclCommGetHandleWithName(a: args::HcclCommGetHandleWithName) -> HcclRes {
     non_null(a.commName, "commName")?;
     non_null(a.comm, "comm")?;
-    let mut name = Vec::new();
-    loop {
-        if name.len() == COMM_NAME_MAX_LENGTH {
-            return crate::base::errors::para(format!(
-                "commName has no NUL in its first {COMM_NAME_MAX_LENGTH} bytes: a \
-                 communicator's name is at most {} bytes",
-                COMM_NAME_MAX_LENGTH - 1
-            ));
-        }
-        // SAFETY: the caller's contract: the string's bytes up to its NUL are readable, and
-        // none is read past the first NUL.
-        let byte = unsafe { a.commName.add(name.len()).read() } as u8;
-        if byte == 0 {
-            break;
-        }
-        name.push(byte);
+    // SAFETY: the caller's contract: a NUL-terminated string.
+    let (name, terminated) = unsafe { c_string(a.commName, COMM_NAME_MAX_LENGTH) };
+    if !terminated {
+        return crate::base::errors::para(format!(
+            "commName has no NUL in its first {COMM_NAME_MAX_LENGTH} bytes: a communicator's \
+             name is at most {} bytes",
+            COMM_NAME_MAX_LENGTH - 1
+        ));
     }
     let device = crate::acl::device::current().ok();
     let Some(found) = comm::with_name(&name, device) else {
@@ -784,9 +795,6 @@ pub(super) unsafe fn HcclSymWinGetPeerPointer(a: args::HcclSymWinGetPeerPointer)
 
 // Rank tables.
 
-/// The longest `clusterInfo` read, its NUL included: CANN takes paths of at most 4096 bytes.
-const CLUSTER_INFO_MAX: usize = 4096;
-
 /// The shared body of both rank-table init calls, in CANN's order: the device, then
 /// `clusterInfo`, `comm` and `config` non-NULL (`HCCL_E_PTR`).
 ///
@@ -812,18 +820,10 @@ unsafe fn init_cluster_info(
         }
         None => HcclCommConfig::init(),
     };
-    // The path up to its NUL, reading at most `CLUSTER_INFO_MAX` bytes: a longer string is
-    // read only as far as it is refused.
-    let mut path = Vec::new();
-    for i in 0..CLUSTER_INFO_MAX {
-        // SAFETY: a NUL-terminated string (the caller's contract) is readable up to its NUL,
-        // and the loop stops there.
-        let b = unsafe { cluster_info.add(i).read() } as u8;
-        if b == 0 {
-            break;
-        }
-        path.push(b);
-    }
+    // The path up to its NUL, read no further than `cluster_info::PATH_MAX_BYTES` bytes: a
+    // longer string is read only as far as it is refused.
+    // SAFETY: the caller's contract: a NUL-terminated string.
+    let (path, _) = unsafe { c_string(cluster_info, cluster_info::PATH_MAX_BYTES) };
     let handle = cluster_info::init(&path, rank, &config)?;
     // SAFETY: the caller's contract; checked non-null above.
     unsafe { put(comm, handle.to_c(), "comm") }
@@ -860,11 +860,11 @@ pub(super) fn HcclGetCommConfigCapability(_: args::HcclGetCommConfigCapability) 
 
 /// `HCCL_COMM_CONFIG_RESERVED`: the last value of `HcclCommConfigCapability`.
 const HCCL_COMM_CONFIG_RESERVED: u32 = 12;
-// Topology: the rank graph, as HCCL builds it for an Atlas A3 (layer 0
-// the rank's node, 1 its SuperPoD when there are several nodes, 2 every rank when there are
-// several SuperPoDs: `crate::hccl::topology`). The lists returned live in the communicator,
-// as HCCL's do ("managed by the library, the caller must not free them"), until it is
-// destroyed.
+
+// Topology: the rank graph, as HCCL builds it for an Atlas A3 (layer 0 the rank's node,
+// 1 its SuperPoD when there are several nodes, 2 every rank when there are several
+// SuperPoDs: `crate::hccl::topology`). The lists returned live in the communicator, as
+// HCCL's do ("managed by the library, the caller must not free them"), until it is destroyed.
 
 /// The layer `net_layer` of `c`'s rank graph, or `HCCL_E_PARA` (hicann/hcomm
 /// `rank_graph.cc`, `RankGraphV1::GetInstSizeByNetLayer` & co.).

@@ -8,7 +8,6 @@
 //!
 //! The state is a few atomics, taken with no lock: no profiling call waits for anything.
 
-use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use crate::acl::device;
@@ -192,7 +191,7 @@ pub(crate) fn stop(config: usize) -> AclResult {
 /// collected).
 pub(crate) fn set_config(
     kind: aclprofConfigType,
-    value: Option<&CStr>,
+    value: Option<ConfigLength>,
     length: usize,
 ) -> AclResult {
     if !CONFIG_TYPES.contains(&kind) {
@@ -205,13 +204,25 @@ pub(crate) fn set_config(
     let Some(value) = value else {
         return invalid("config is NULL");
     };
-    if length == 0 || length != value.to_bytes().len() {
-        return invalid(format!(
-            "configLength {length} is not the length of config ({})",
-            value.to_bytes().len()
-        ));
+    match value {
+        ConfigLength::Is(n) if length != 0 && n == length => Ok(()),
+        ConfigLength::Is(n) => invalid(format!(
+            "configLength {length} is not the length of config ({n})"
+        )),
+        ConfigLength::Longer => invalid(format!(
+            "configLength {length} is not the length of config (no NUL in its first {} bytes)",
+            length.saturating_add(1)
+        )),
     }
-    Ok(())
+}
+
+/// What `aclprofSetConfig` found of its `config` string, read no further than `configLength`
+/// and its NUL.
+pub(crate) enum ConfigLength {
+    /// The string's length: a NUL at this index, at most `configLength`.
+    Is(usize),
+    /// No NUL in the first `configLength + 1` bytes: the string is longer than it says.
+    Longer,
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ use crate::hccl::self_hosted::{self, Purpose};
 use crate::ipc::keyed;
 
 /// The longest path CANN takes, its NUL included (`HcclCommInitClusterInfo.md`).
-const PATH_MAX_BYTES: usize = 4096;
+pub(crate) const PATH_MAX_BYTES: usize = 4096;
 /// The largest rank table read: a table of 384 ranks is about 100 KiB.
 const MAX_TABLE_BYTES: u64 = 64 << 20;
 /// How often a table whose `status` is not `"completed"` is read again (CANN: each second).
@@ -50,7 +51,7 @@ pub(crate) fn init(path: &[u8], rank: u32, config: &HcclCommConfig) -> HcclRes<C
     // The config is loaded before the table, as CANN's `commConfig.Load`.
     let exec = comm::settings(config, 1)?.timeout;
     let doc = load(path, comm::connect_timeout(exec)?)?;
-    let claim = DeviceClaim::take(device.id)?;
+    let claim = DeviceClaim::take(device)?;
     let table = rank_table::parse(&doc, device::count())?;
     table.check_rank(rank, device.id)?;
     let n = table.ranks.len() as u32;
@@ -176,9 +177,17 @@ fn read_file(path: &[u8], shown: &str) -> HcclRes<String> {
 }
 
 /// The devices with a rank-table communicator in this process: HCCL keeps one per device
-/// (`CheckOpBasedHcom`: a second init while one is live is `HCCL_E_UNAVAIL`). Each slot holds
-/// the live communicator's handle, [`FORMING`] while one is being made, or 0.
-static DEVICE_COMMS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+/// (`CheckOpBasedHcom`: a second init while one is live is `HCCL_E_UNAVAIL`). One slot per
+/// device of every node (slot `node * MAX_DEVICES + id`, made at the first rank-table init and
+/// zero pages until used); each holds the live communicator's handle, [`FORMING`] while one is
+/// being made, or 0.
+fn device_comms() -> &'static [AtomicUsize] {
+    static SLOTS: OnceLock<Box<[AtomicUsize]>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let slots = node::MAX_NODES as usize * device::MAX_DEVICES;
+        (0..slots).map(|_| AtomicUsize::new(0)).collect()
+    })
+}
 /// A slot's value while its device's communicator is being made.
 const FORMING: usize = usize::MAX;
 
@@ -189,11 +198,9 @@ struct DeviceClaim {
 
 impl DeviceClaim {
     /// Claims `device` (`HCCL_E_UNAVAIL` while another rank-table communicator of this process
-    /// lives on it, or is being made). A device beyond the slots is not tracked.
-    fn take(device: u32) -> HcclRes<DeviceClaim> {
-        let Some(slot) = DEVICE_COMMS.get(device as usize) else {
-            return Ok(DeviceClaim { slot: None });
-        };
+    /// lives on it, or is being made).
+    fn take(device: device::Device) -> HcclRes<DeviceClaim> {
+        let slot = &device_comms()[device.node as usize * device::MAX_DEVICES + device.id as usize];
         let mut seen = 0;
         loop {
             match slot.compare_exchange(seen, FORMING, Ordering::AcqRel, Ordering::Acquire) {

@@ -849,7 +849,7 @@ impl Comm {
     }
 }
 
-// communicators by name (`HcclCommGetHandleWithName`).
+// Communicators by name (`HcclCommGetHandleWithName`).
 
 /// `HcclCommGetHandleWithName`: the live communicator of this process named `name` (what
 /// `HcclGetCommName` answers) among those made on `device`, or, when the calling thread has

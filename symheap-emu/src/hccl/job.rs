@@ -384,8 +384,7 @@ impl Buffers {
 
 /// The symmetric path when `comm`'s ranks are in one SuperPoD, on nodes that each have the
 /// same number of them (more than one: `Topology::nodes_rule_out_windows`), `kind` may use
-/// windows, `comm`
-/// expands on the AI CPU and both buffers lie in windows of `comm` (what HCCL finds with
+/// windows, `comm` expands on the AI CPU and both buffers lie in windows of `comm` (what HCCL finds with
 /// `HcclCommSymWinGet`), the staged path otherwise. (A communicator spanning SuperPoDs has
 /// no windows, as HCCL makes it no symmetric memory; the check says so here too.)
 fn choose_path(comm: &Comm, kind: Collective, bufs: &Buffers, in_place: bool) -> Path {

@@ -684,7 +684,7 @@ mod tests {
         let me = unsafe { libc::geteuid() };
         let client = Conn::connect(&name, &[me], Duration::from_secs(5)).unwrap();
         let server = listener.accept().unwrap();
-        let memfds: Vec<OwnedFd> = (0..600)
+        let memfds: Vec<OwnedFd> = (0..300)
             .map(|_| crate::ipc::os::memfd(4096).unwrap())
             .collect();
         // Each memfd sized differently, to tell them apart on the other side.
@@ -705,7 +705,7 @@ mod tests {
             assert_eq!(before.bytes, b"before");
             let whole = server.recv().unwrap().unwrap();
             assert_eq!(whole.bytes, big);
-            assert_eq!(whole.fds.len(), 600);
+            assert_eq!(whole.fds.len(), 300);
             for (k, fd) in whole.fds.into_iter().enumerate() {
                 let size = std::fs::File::from(fd).metadata().unwrap().len();
                 assert_eq!(size, 4096 * (k as u64 + 1), "descriptor {k} out of order");

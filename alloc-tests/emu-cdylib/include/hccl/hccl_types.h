@@ -131,7 +131,7 @@ typedef struct HcclCommConfigDef {
     uint32_t hcclChannelSqDepth;
 } HcclCommConfig;
 
-/* the process-wide configuration of HcclSetConfig /
+/* The process-wide configuration of HcclSetConfig /
  * HcclGetConfig, as hicann/hcomm's include/hccl/hccl_types.h declares it (a typedef added so
  * that C, not only C++, can name the union without the keyword). */
 typedef enum {

@@ -277,6 +277,47 @@ fn a_device_takes_one_rank_table_communicator_at_a_time() {
     assert_clean();
 }
 
+/// Device 0 of node 0 and device 0 of node 1 are two devices: threads playing ranks of two
+/// servers, each on its node's device 0, each make their rank-table communicator.
+#[test]
+fn devices_of_different_nodes_each_take_a_rank_table_communicator() {
+    let _g = test_lock();
+    let dir = Dir::new("two-nodes");
+    let server = |s: u32| {
+        format!(
+            r#"{{"server_id": "rt-two-nodes-{s}", "device": [{{"device_id": "0",
+                 "device_ip": "10.9.1.{s}", "rank_id": "{s}"}}]}}"#
+        )
+    };
+    let table = format!(
+        r#"{{"status": "completed", "version": "1.0", "server_count": "2",
+             "server_list": [{}, {}]}}"#,
+        server(0),
+        server(1)
+    );
+    let path = dir.file("rank_table.json", &table);
+    std::thread::scope(|scope| {
+        let ranks: Vec<_> = (0..2u32)
+            .map(|rank| {
+                let path = &path;
+                scope.spawn(move || {
+                    crate::acl::node::set_thread_node(rank, None).unwrap();
+                    set_device(0);
+                    let comm = init(path, rank, None);
+                    let comm = comm.unwrap_or_else(|c| panic!("rank {rank}: {c:?}: {}", recent()));
+                    destroy(comm);
+                    reset_device(0);
+                    crate::acl::node::clear_thread_node();
+                })
+            })
+            .collect();
+        for rank in ranks {
+            rank.join().unwrap();
+        }
+    });
+    assert_clean();
+}
+
 #[test]
 fn a_table_is_read_again_until_its_status_is_completed() {
     let _g = test_lock();
