@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use symheap_tools::launcher::Job;
 
-/// Runs `script` in bash with `args` as `$1`, `$2`, ..., and returns whether it succeeded,
-/// with its output.
-fn bash(script: &str, args: &[&Path]) -> (bool, String) {
+/// Runs `script` in bash with `args` as `$1`, `$2`, ... and the variables `env`, and returns
+/// whether it succeeded, with its output.
+pub(crate) fn bash(script: &str, args: &[&Path], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new("bash")
         .arg("-c")
         .arg(script)
         .arg("bash")
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("bash runs");
     let text = format!(
@@ -34,7 +35,7 @@ fn the_install_layout_builds_and_runs_a_c_and_a_cpp_program_unchanged_as_4_proce
     let prefix = library.parent().unwrap().join("cann-prefix");
     let _ = std::fs::remove_dir_all(&prefix);
     let installer = root.join("alloc-tests/emu-cdylib/install.sh");
-    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library]);
+    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library], &[]);
     assert!(ok, "install.sh failed:\n{text}");
     for name in [
         "lib64/libhccl.so",
@@ -64,7 +65,7 @@ fn the_install_layout_builds_and_runs_a_c_and_a_cpp_program_unchanged_as_4_proce
                -I"$ASCEND_HOME_PATH/include" -L"$ASCEND_HOME_PATH/lib64" -lhccl -lascendcl \
                -o "$3""#
         );
-        let (ok, text) = bash(&build, &[&prefix, &source, &program]);
+        let (ok, text) = bash(&build, &[&prefix, &source, &program], &[]);
         assert!(ok, "building {} failed:\n{text}", source.display());
         // No rpath: the library is found through set_env.sh's LD_LIBRARY_PATH.
         let outcome = Job::new(4, "bash")
@@ -109,7 +110,7 @@ fn raw_load_after_set_env_finds_the_emulators_library() {
     let _ = std::fs::remove_dir_all(&prefix);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let installer = root.join("alloc-tests/emu-cdylib/install.sh");
-    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library]);
+    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library], &[]);
     assert!(ok, "install.sh failed:\n{text}");
     let exe = std::env::current_exe().unwrap();
     let outcome = Job::new(2, "bash")
@@ -136,7 +137,7 @@ fn install(name: &str) -> PathBuf {
     let prefix = library.parent().unwrap().join(name);
     let _ = std::fs::remove_dir_all(&prefix);
     let installer = root.join("alloc-tests/emu-cdylib/install.sh");
-    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library]);
+    let (ok, text) = bash(r#""$1" "$2" "$3""#, &[&installer, &prefix, &library], &[]);
     assert!(ok, "install.sh failed:\n{text}");
     prefix
 }
@@ -159,6 +160,7 @@ fn a_makefile_in_canns_style_builds_against_the_layout_and_its_program_passes() 
     let (ok, text) = bash(
         r#"source "$1/set_env.sh" && make -s -C "$2" OUT="$3""#,
         &[&prefix, &root.join("alloc-tests/cann-make"), &out],
+        &[],
     );
     assert!(ok, "the Makefile failed:\n{text}");
     let outcome = Job::new(4, "bash")

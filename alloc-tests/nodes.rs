@@ -6,24 +6,16 @@
 //! and is ignored in a normal run:
 //! `cargo test --release --test alloc-tests nodes:: -- --ignored --exact nodes::a_light_program_runs_as_24_nodes_of_16`.
 
-use std::time::Duration;
-
 use symheap::{Comm, CommConfig, PoolConfig, ReduceOp, Runtime, SymPool, SymVec};
-use symheap_tools::launcher::{Job, Outcome};
+use symheap_tools::launcher::Outcome;
 
 use crate::pool::random_program;
-use crate::processes::failed;
+use crate::processes::{failed, rank_job_on_nodes};
 
 /// The job that runs the test `nodes::rank_test` of this binary as `nodes` x `per_node`
 /// processes.
 fn on_nodes(nodes: u32, per_node: u32, rank_test: &str) -> Outcome {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let name = format!("nodes::{rank_test}");
-    Job::on_nodes(nodes, per_node, exe)
-        .args([name.as_str(), "--exact", "--ignored", "--nocapture"])
-        .arg("--test-threads=1")
-        .grace(Duration::from_secs(20))
-        .capture_output()
+    rank_job_on_nodes("nodes", nodes, per_node, rank_test)
         .run()
         .expect("the ranks start")
 }

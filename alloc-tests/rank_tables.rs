@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use symheap_tools::launcher::Job;
 
+use crate::cann_install::bash;
+
 /// 2 servers of 2 devices in 2 SuperPoDs (version 1.2): rank r on server r / 2, device r % 2.
 /// `{tag}` is replaced by a name of the test's own, so that jobs of different tests (which may
 /// run at once) never meet.
@@ -160,24 +162,6 @@ fn hcomm_sources() -> PathBuf {
 
 /// The official example's folder in hicann/hcomm.
 const EXAMPLE: &str = "examples/01_communicators/02_one_device_per_process_rank_table";
-
-/// Runs `script` in bash with `args` as `$1`, `$2`, ...: whether it succeeded, and its output.
-fn bash(script: &str, args: &[&Path], env: &[(&str, &str)]) -> (bool, String) {
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .arg("bash")
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("bash runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 /// An `MPI_HOME` for the example's Makefile (`$MPI_HOME/include`, `/lib`, `/bin/mpirun`), made
 /// of links to this machine's Open MPI, or `None` without one.

@@ -62,15 +62,9 @@ if [[ -n $hcomm ]]; then
   cp -R "$hcomm/examples/01_communicators" "$work/hcomm/"
   run hcomm-one_device_per_pthread "$work/hcomm/01_communicators/03_one_device_per_pthread" \
     make -s test
-  # Its Makefile links MPI as hccl_test's does: the same stand-in MPI_HOME for an OpenMPI with
-  # C++ bindings (see hccl_test.sh).
-  mpi_home=${MPI_HOME:-$(dirname "$(mpicc --showme:libdirs | tr ' ' '\n' | grep -m1 .)")}
-  if [[ -f $mpi_home/lib/libmpi_cxx.so ]]; then
-    mkdir -p "$work/mpi/lib"
-    ln -sfn "$mpi_home/include" "$work/mpi/include"
-    echo "INPUT($mpi_home/lib/libmpi_cxx.so $mpi_home/lib/libmpi.so)" >"$work/mpi/lib/libmpi.so"
-    mpi_home=$work/mpi
-  fi
+  # Its Makefile links MPI as hccl_test's does (see mpi_home.sh).
+  # shellcheck source=mpi_home.sh
+  source "$here/mpi_home.sh"
   export MPI_HOME=$mpi_home OMPI_MCA_btl_vader_single_copy_mechanism=none
   mpirun_args=(-n 4 --oversubscribe)
   [[ $(id -u) -eq 0 ]] && mpirun_args+=(--allow-run-as-root)

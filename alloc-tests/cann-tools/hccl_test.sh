@@ -37,19 +37,9 @@ rm -rf "$work/hccl_test" "$work/cann"
 cp -R "$src" "$work/hccl_test"
 "$here/../emu-cdylib/install.sh" "$work/cann" ${SYMHEAP_EMU_LIBRARY:+"$SYMHEAP_EMU_LIBRARY"}
 
-# The Makefile takes MPI from $(MPI_HOME)/include and links -L$(MPI_HOME)/lib -lmpi. Debian's
-# OpenMPI is built with its C++ bindings, which its mpi.h pulls into every C++ file, so -lmpi
-# alone leaves MPI::Comm & co. undefined; an OpenMPI built from source (the tool's usual
-# MPI) has no such bindings by default. For such an MPI, a stand-in MPI_HOME links both:
-# the same headers, and a libmpi.so that is a linker script naming libmpi_cxx.so and
-# libmpi.so. The Makefile stays as it is.
-mpi_home=${MPI_HOME:-$(dirname "$(mpicc --showme:libdirs | tr ' ' '\n' | grep -m1 .)")}
-if [[ -f $mpi_home/lib/libmpi_cxx.so ]]; then
-  mkdir -p "$work/mpi/lib"
-  ln -sfn "$mpi_home/include" "$work/mpi/include"
-  echo "INPUT($mpi_home/lib/libmpi_cxx.so $mpi_home/lib/libmpi.so)" >"$work/mpi/lib/libmpi.so"
-  mpi_home=$work/mpi
-fi
+# An MPI_HOME the Makefile can link against (see mpi_home.sh).
+# shellcheck source=mpi_home.sh
+source "$here/mpi_home.sh"
 
 echo "building hccl_test in $work/hccl_test with its Makefile"
 make -C "$work/hccl_test" -j"$(nproc)" MPI_HOME="$mpi_home" ASCEND_DIR="$work/cann" >"$work/build.log" 2>&1 ||
