@@ -260,11 +260,7 @@ fn run_jobs(jobs: Vec<Job>) -> HcclRes {
         if let (Err(f), Ok(())) = (outcome, &first) {
             first = Err(Fail {
                 code: f.code,
-                msg: format!(
-                    "{name} (the group's call {} on device {device}): {}",
-                    i + 1,
-                    f.msg
-                ),
+                msg: format!("{name} (the group's call {} on {device}): {}", i + 1, f.msg),
             });
         }
     }

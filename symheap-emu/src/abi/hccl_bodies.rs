@@ -742,10 +742,7 @@ pub(super) unsafe fn HcclCommGetHandleWithName(a: args::HcclCommGetHandleWithNam
     }
     let device = crate::acl::device::current().ok();
     let Some(found) = comm::with_name(&name, device) else {
-        let on = device.map_or_else(
-            || "in this process".to_owned(),
-            |d| format!("on device {d}"),
-        );
+        let on = device.map_or_else(|| "in this process".to_owned(), |d| format!("on {d}"));
         return crate::base::errors::para(format!(
             "no live communicator {on} is named {:?}",
             String::from_utf8_lossy(&name)

@@ -251,7 +251,7 @@ impl State {
             return acl_fail(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 format!(
-                    "device {device} out of memory: {asked}, {} of {limit} free \
+                    "{device} out of memory: {asked}, {} of {limit} free \
                      (emu::set_device_memory_limit)",
                     limit.saturating_sub(used)
                 ),
@@ -272,7 +272,7 @@ impl State {
             return acl_fail(
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 format!(
-                    "device {device}: asked for {size} bytes of emulated device memory, which is \
+                    "{device}: asked for {size} bytes of emulated device memory, which is \
                      host RAM: the host has {ram} bytes, {available} available, and this \
                      process's devices hold {all}"
                 ),

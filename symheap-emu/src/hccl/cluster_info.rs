@@ -209,8 +209,8 @@ impl DeviceClaim {
                     return hccl_fail(
                         HcclResult::HCCL_E_UNAVAIL,
                         format!(
-                            "another thread is making a rank-table communicator on device \
-                             {device}: HCCL makes one per device"
+                            "another thread is making a rank-table communicator on {device}: \
+                             HCCL makes one per device"
                         ),
                     );
                 }
@@ -220,7 +220,7 @@ impl DeviceClaim {
                     return hccl_fail(
                         HcclResult::HCCL_E_UNAVAIL,
                         format!(
-                            "device {device} already has a rank-table communicator \
+                            "{device} already has a rank-table communicator \
                              ({handle:#x}): HCCL makes one per device; destroy it first"
                         ),
                     );
