@@ -7,7 +7,8 @@
 //!
 //! `SCALE_RANKS=4,16` picks the counts (default `4,16,64,128,384`), `SCALE_ITERS=N` the
 //! iterations of each timed collective (default 10; the 1 MiB AllReduce runs a third as many,
-//! at least 2), `SCALE_THREADS=0` skips the threads. Each figure is the median over the ranks
+//! at least 2), `SCALE_THREADS=0` skips the threads, `SCALE_WARM_GIB=N` touches N GiB before
+//! each job (see [`warm_memory`]). Each figure is the median over the ranks
 //! of each rank's own median over the iterations:
 //!
 //! - `init`: `HcclCommInitRootInfo` of a world communicator, timed from a barrier on the job's
@@ -22,6 +23,10 @@
 //! - `pool overhead`: the host time of the pool's `all_reduce` call (1 KiB) minus the host time
 //!   of the same raw `HcclAllReduce` call on the same buffers and stream: what the pool adds
 //!   per collective (checks, bookkeeping, the enqueue), without the collective itself;
+//! - `register faults`: the minor page faults of `register` per rank (the warm-up collective
+//!   first touches every peer's window): work counted, so its growth shows even where CPU
+//!   times are noisy (on this virtual machine a fault that needs a fresh page costs up to 3x
+//!   more when the host has not backed the page yet);
 //! - `RSS` / `PSS`: `/proc/self/smaps_rollup` at the end. The emulated device memory is shared
 //!   memfd pages mapped into every rank's heap: RSS counts each rank's view of its peers'
 //!   pages in full, PSS shares them out, so PSS summed over the ranks is what the job takes.
@@ -40,11 +45,12 @@ use symheap_tools::launcher::{self, Job};
 const NODE: u32 = 16;
 /// The figures each rank reports, in the order of its `SCALE` line: each time as the wall
 /// time a rank waits and as the CPU time it costs per rank.
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "init ms",
     "init CPU ms",
     "register ms",
     "register CPU ms",
+    "register faults",
     "1 KiB us",
     "1 KiB CPU us",
     "1 MiB ms",
@@ -56,16 +62,17 @@ const COLUMNS: [&str; 11] = [
 
 /// The columns whose growth must stay at most linear: the costs per rank (CPU time, memory).
 /// Wall times on 2 cores grow by one more power: n ranks' work shares 2 cores.
-const BOUNDED: [usize; 6] = [1, 3, 5, 7, 9, 10];
+const BOUNDED: [usize; 7] = [1, 3, 4, 6, 8, 10, 11];
 
 /// What one rank measured, in [`COLUMNS`]' order.
-type Sample = [f64; 11];
+type Sample = [f64; 12];
 
-/// A wall time and the CPU time per rank it took, in seconds.
+/// A wall time and the CPU time per rank it took, in seconds, and the page faults per rank.
 #[derive(Clone, Copy)]
 struct Cost {
     wall: f64,
     cpu: f64,
+    faults: f64,
 }
 
 /// This process's CPU time (every thread: the rank's, its stream's, the rendezvous hub's).
@@ -79,6 +86,16 @@ fn process_cpu() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
+/// This process's minor page faults: a count of work that, unlike CPU time, does not depend
+/// on what else the machine runs meanwhile (a fault's own cost does).
+fn process_faults() -> f64 {
+    // SAFETY: getrusage writes one rusage this function owns; all zeroes is a valid one.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_minflt as f64
+}
+
 /// The ranks that share this process's CPU time: 1 for a rank process, all of them for
 /// threads (every thread runs the same collective at the same time, so the process's CPU
 /// time over one is every rank's).
@@ -86,24 +103,27 @@ static SHARERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new
 
 /// Times `f`: its wall time and the CPU time per rank it took.
 fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, Cost)> {
-    let (wall, cpu) = (Instant::now(), process_cpu());
+    let (wall, cpu, faults) = (Instant::now(), process_cpu(), process_faults());
     let value = f()?;
     let sharers = f64::from(SHARERS.load(std::sync::atomic::Ordering::Relaxed));
     let cost = Cost {
         wall: wall.elapsed().as_secs_f64(),
         cpu: (process_cpu() - cpu) / sharers,
+        faults: (process_faults() - faults) / sharers,
     };
     Ok((value, cost))
 }
 
-/// The median cost of `iters` runs of `f`, wall and CPU apart.
+/// The median cost of `iters` runs of `f`, wall, CPU and faults apart.
 fn median_cost_of(iters: usize, mut f: impl FnMut() -> Result<Cost>) -> Result<Cost> {
     let costs = (0..iters).map(|_| f()).collect::<Result<Vec<_>>>()?;
     let mut wall: Vec<f64> = costs.iter().map(|c| c.wall).collect();
     let mut cpu: Vec<f64> = costs.iter().map(|c| c.cpu).collect();
+    let mut faults: Vec<f64> = costs.iter().map(|c| c.faults).collect();
     Ok(Cost {
         wall: median(&mut wall),
         cpu: median(&mut cpu),
+        faults: median(&mut faults),
     })
 }
 
@@ -227,6 +247,7 @@ fn measure(comm: &Comm, iters: usize) -> Result<Sample> {
         init.cpu * 1e3,
         register.wall * 1e3,
         register.cpu * 1e3,
+        register.faults,
         small.wall * 1e6,
         small.cpu * 1e6,
         big.wall * 1e3,
@@ -257,7 +278,7 @@ fn rank() -> Result<()> {
 
 /// The medians over the ranks of each column of `samples`.
 fn medians(samples: &[Sample]) -> Sample {
-    let mut out = [f64::NAN; 11];
+    let mut out = [f64::NAN; 12];
     for (c, slot) in out.iter_mut().enumerate() {
         let mut column: Vec<f64> = samples.iter().map(|s| s[c]).collect();
         *slot = median(&mut column);
@@ -362,6 +383,21 @@ fn table(title: &str, rows: &[(u32, Sample, f64)]) {
     }
 }
 
+/// Touches and frees `SCALE_WARM_GIB` GiB (default 0) before each job. This virtual machine
+/// hands freed memory back to its host (virtio-balloon free page reporting), and a page the
+/// host must back again costs about 3x more to fault in (11 against 3 us here): a 384-rank job
+/// makes about a GiB of fresh page tables, so without this its CPU times measure the host.
+fn warm_memory() {
+    let gib: usize = std::env::var("SCALE_WARM_GIB")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    if gib > 0 {
+        // Non-zero, so every page is written (a zeroed allocation may stay unbacked).
+        drop(std::hint::black_box(vec![1u8; gib << 30]));
+    }
+}
+
 fn main() -> std::process::ExitCode {
     if launcher::in_a_rank() && std::env::args().any(|a| a == "--scale-rank") {
         return match rank() {
@@ -392,6 +428,7 @@ fn main() -> std::process::ExitCode {
         }
         let mut rows = Vec::new();
         for &ranks in &counts {
+            warm_memory();
             match run(ranks) {
                 Ok((samples, took)) => {
                     eprintln!("{title}: {ranks} ranks done in {took:.1} s");

@@ -361,7 +361,7 @@ pub(crate) fn init(
     rank: u32,
     config: &HcclCommConfig,
 ) -> HcclRes<CommHandle> {
-    init_cancellable(n, root, rank, config, None, &AtomicBool::new(false))
+    init_cancellable(n, root, rank, config, None, None)
 }
 
 /// [`init`] for a rank whose node and SuperPoD are given (`place`; a rank table names them),
@@ -374,7 +374,7 @@ pub(crate) fn init_placed(
     config: &HcclCommConfig,
     place: Place,
 ) -> HcclRes<CommHandle> {
-    init_cancellable(n, root, rank, config, Some(place), &AtomicBool::new(false))
+    init_cancellable(n, root, rank, config, Some(place), None)
 }
 
 /// The calling thread's place ([`node::current_place`]) in HCCL's codes: an unusable
@@ -383,7 +383,7 @@ fn calling_place() -> HcclRes<Place> {
     node::current_place().or_else(|e| para(e.msg))
 }
 
-/// [`init`], which stops waiting for the other ranks once `cancel` is raised; at `place`, or
+/// [`init`], which stops waiting for the other ranks once `cancel` (if any) is raised; at `place`, or
 /// where the calling thread is.
 fn init_cancellable(
     n: u32,
@@ -391,7 +391,7 @@ fn init_cancellable(
     rank: u32,
     config: &HcclCommConfig,
     place: Option<Place>,
-    cancel: &AtomicBool,
+    cancel: Option<&AtomicBool>,
 ) -> HcclRes<CommHandle> {
     if n == 0 {
         return para("nRanks is 0");
@@ -581,7 +581,7 @@ pub(crate) fn init_all(devices: &[i32]) -> HcclRes<Vec<CommHandle>> {
             code: HcclResult::HCCL_E_RUNTIME,
             msg: e.msg,
         })?;
-        init_cancellable(n, &root, rank, &config, Some(place), cancel)
+        init_cancellable(n, &root, rank, &config, Some(place), Some(cancel))
     })
 }
 
@@ -679,7 +679,7 @@ fn join(
     place: u64,
     staging: BorrowedFd<'_>,
     timeout: Duration,
-    cancel: &AtomicBool,
+    cancel: Option<&AtomicBool>,
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
     let joined = Rendezvous::join(
         &root.name,
@@ -1015,7 +1015,6 @@ mod tests {
         let root = super::parse_root(&root()).unwrap();
         let staging = super::os::memfd(4096).unwrap();
         let start = Instant::now();
-        let never = std::sync::atomic::AtomicBool::new(false);
         let err = super::join(
             &root,
             2,
@@ -1023,7 +1022,7 @@ mod tests {
             0,
             staging.as_fd(),
             Duration::from_millis(200),
-            &never,
+            None,
         )
         .err()
         .unwrap();
@@ -1158,7 +1157,7 @@ mod tests {
                 return hccl_fail(HcclResult::HCCL_E_INTERNAL, "rank 1 breaks");
             }
             super::device::set(d).unwrap();
-            super::init_cancellable(3, &root, rank, &config, None, cancel)
+            super::init_cancellable(3, &root, rank, &config, None, Some(cancel))
         })
         .unwrap_err();
         assert_eq!(err.code, HcclResult::HCCL_E_INTERNAL, "{}", err.msg);

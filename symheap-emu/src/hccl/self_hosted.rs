@@ -5,7 +5,6 @@
 //! that a process of an admitted user listens there before they send anything, and join.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::sys::HcclResult;
@@ -45,7 +44,6 @@ pub(crate) fn serve_or_join(
 ) -> HcclRes<(Rendezvous, Vec<OwnedFd>)> {
     let Purpose { what, remedy, same } = purpose;
     let until = deadline(timeout);
-    let never = AtomicBool::new(false);
     // Since when the name has been bound by a socket that refuses connections.
     let mut refused_since = None;
     loop {
@@ -68,7 +66,7 @@ pub(crate) fn serve_or_join(
             place,
             staging,
             left,
-            &never,
+            None,
         );
         let refused = matches!(&joined, Err(JoinError::Unreachable(e))
             if taken && e.kind() == std::io::ErrorKind::ConnectionRefused);

@@ -53,6 +53,10 @@ pub(crate) enum RvError {
 
 /// How long a step waits before it first checks for a deadlock, and then between checks.
 const DEADLOCK_CHECK: Duration = Duration::from_millis(50);
+/// How often a wait at the hub with no deadlock check wakes to see whether it should warn
+/// that it has lasted ([`Patience`]): rarely, since every wake-up costs CPU, and a wait's
+/// wake-ups grow with how long the slowest rank takes to arrive.
+const PATIENCE_CHECK: Duration = Duration::from_secs(1);
 
 /// What a rank is told when [`RvError::HubLost`] ends a step.
 pub(crate) const HUB_LOST: &str = "the rendezvous is gone: the process that called \
@@ -131,7 +135,9 @@ pub(crate) enum JoinError {
     Cancelled,
 }
 
-/// How often a join waiting for the other ranks looks at its cancel flag.
+/// How often a join waiting for the other ranks looks at its cancel flag, if it has one. A
+/// join without one sleeps in `poll` until the hub answers: a wait that woke on a timer would
+/// cost CPU in proportion to how long the slowest rank takes to arrive.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
 /// How long a join waits before it connects again when the hub closed its connection without
 /// an answer (a hub short of descriptors drops connections that have not joined).
@@ -148,7 +154,7 @@ pub(crate) fn deadline(timeout: Duration) -> Instant {
 impl Rendezvous {
     /// Joins the hub on abstract socket `name` as `rank` of `n`, handing it this rank's
     /// `staging` memfd and its `place` (a word every rank learns: [`Rendezvous::places`]),
-    /// and waits up to `timeout` for every rank, or until `cancel` is raised: then every
+    /// and waits up to `timeout` for every rank, or until `cancel` (if any) is raised: then every
     /// rank's staging memfd, in rank order.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn join(
@@ -159,7 +165,7 @@ impl Rendezvous {
         place: u64,
         staging: BorrowedFd<'_>,
         timeout: Duration,
-        cancel: &AtomicBool,
+        cancel: Option<&AtomicBool>,
     ) -> Result<(Rendezvous, Vec<OwnedFd>), JoinError> {
         let admitted = hub::admitted_users().map_err(|e| JoinError::Refused(e.to_string()))?;
         let until = deadline(timeout);
@@ -352,7 +358,11 @@ impl Rendezvous {
             }
             deadlock.is_some()
         };
-        let answer = match self.wait(&key, deadline, &mut waited) {
+        let every = match host_key {
+            true => DEADLOCK_CHECK,
+            false => PATIENCE_CHECK,
+        };
+        let answer = match self.wait(&key, deadline, every, &mut waited) {
             Some(answer) => answer,
             None => self.withdraw(&key),
         };
@@ -544,11 +554,12 @@ impl Rendezvous {
     /// The hub's answer for `key`, or `None` at `deadline` (or an error when the host is
     /// gone). While no other thread does, this one reads the connection, filing the answers
     /// for other keys.
-    /// `waited` runs now and then; its `true` ends the wait as the deadline would.
+    /// `waited` runs at least every `every`; its `true` ends the wait as the deadline would.
     fn wait(
         &self,
         key: &[u8],
         deadline: Instant,
+        every: Duration,
         waited: &mut dyn FnMut() -> bool,
     ) -> Option<Answer> {
         let mut st = lock(&self.state);
@@ -567,7 +578,7 @@ impl Rendezvous {
                 return None;
             }
             // Sliced, so that `waited` runs now and then.
-            let slice = (deadline - now).min(DEADLOCK_CHECK);
+            let slice = (deadline - now).min(every);
             if st.reading {
                 st = self.cv.wait_timeout(st, slice).0;
                 continue;
@@ -627,7 +638,7 @@ impl Rendezvous {
         }
         // The hub answers at once; this bound only matters if it hangs.
         let patience = deadline(Duration::from_secs(10));
-        self.wait(key, patience, &mut || false)
+        self.wait(key, patience, PATIENCE_CHECK, &mut || false)
             .unwrap_or_else(|| Answer::Failed(self.host_lost()))
     }
 
@@ -670,7 +681,7 @@ fn decode<T: Wire>(payload: &[u8], fds: &mut dyn Iterator<Item = OwnedFd>) -> Re
 
 /// After `rank` of `n` sent its join on `conn`: the hub's welcome once every rank has joined,
 /// or `None` if the hub closed the connection before any answer (it may have dropped it to
-/// make room: join again). Waits until `until`, or until `cancel` is raised; a timeout names
+/// make room: join again). Waits until `until`, or until `cancel` (if any) is raised; a timeout names
 /// the ranks the roster says are missing, read without asking the hub (which may not
 /// answer).
 fn await_group(
@@ -678,11 +689,11 @@ fn await_group(
     n: u32,
     rank: u32,
     until: Instant,
-    cancel: &AtomicBool,
+    cancel: Option<&AtomicBool>,
 ) -> Result<Option<Message>, JoinError> {
     let mut roster: Option<Roster> = None;
     loop {
-        if cancel.load(Ordering::Acquire) {
+        if cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
             // Closing the connection (when `conn` drops) frees this rank's place.
             return Err(JoinError::Cancelled);
         }
@@ -697,7 +708,11 @@ fn await_group(
                 },
             });
         }
-        match poll_readable(&[conn.fd()], left.min(CANCEL_POLL)) {
+        let slice = match cancel {
+            Some(_) => left.min(CANCEL_POLL),
+            None => left,
+        };
+        match poll_readable(&[conn.fd()], slice) {
             Ok(ready) if ready.is_empty() => continue,
             Ok(_) => {}
             Err(e) => {
@@ -821,7 +836,7 @@ mod tests {
                             place_of(rank),
                             staging.as_fd(),
                             LONG,
-                            &AtomicBool::new(false),
+                            None,
                         );
                         (rank, joined.ok().unwrap().0)
                     })
@@ -1088,17 +1103,8 @@ mod tests {
         let started = Instant::now();
         std::thread::spawn(move || {
             let staging = os::memfd(4096).unwrap();
-            let never = AtomicBool::new(false);
-            let joined = Rendezvous::join(
-                &name,
-                &session,
-                n,
-                rank,
-                0,
-                staging.as_fd(),
-                timeout,
-                &never,
-            );
+            let joined =
+                Rendezvous::join(&name, &session, n, rank, 0, staging.as_fd(), timeout, None);
             let _ = done.send((joined.map(drop), started.elapsed()));
         });
         ended.recv_timeout(watchdog).ok()
