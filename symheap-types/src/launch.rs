@@ -27,8 +27,26 @@ pub const ROOT_INFO: &str = "SYMHEAP_ROOT_INFO";
 /// first. The launcher creates the file (mode 0600) and reads it; a rank never creates it.
 pub const BLAME: &str = "SYMHEAP_RUN_BLAME";
 
+/// The directory of an elastic job (`symheap-run --elastic`), where the launcher records the
+/// ranks it lost and the survivors meet to form their next world: private to the run (mode
+/// 0700). Unset in a job that ends at its first lost rank.
+pub const ELASTIC_DIR: &str = "SYMHEAP_ELASTIC_DIR";
+
+/// The file in [`ELASTIC_DIR`] where the launcher records its `loss`-th loss (1, 2, ...):
+/// the launch ranks ([`RANK`]) of the processes that ended abnormally then, one decimal per
+/// line, ascending. Written beside and renamed into place, so a reader never sees half of it.
+pub fn lost_record(loss: u32) -> String {
+    format!("lost-{loss}")
+}
+
+/// The file in [`ELASTIC_DIR`] where the first survivor of the `loss`-th loss publishes the
+/// root info of the survivors' world.
+pub fn survivors_root(loss: u32) -> String {
+    format!("root-{loss}")
+}
+
 /// Every variable of the protocol.
-pub const ALL: [&str; 6] = [RANK, WORLD_SIZE, DEVICE, NODE, ROOT_INFO, BLAME];
+pub const ALL: [&str; 7] = [RANK, WORLD_SIZE, DEVICE, NODE, ROOT_INFO, BLAME, ELASTIC_DIR];
 
 #[cfg(test)]
 mod tests {
