@@ -33,6 +33,18 @@
 //! reads it only while it is a regular file (not through a symbolic link, without waiting on
 //! a FIFO), and at most 1 MiB of it; otherwise [`Outcome::blame_unread`] says why. No wait of
 //! the launcher is without a bound: each one looks at the termination signals.
+//!
+//! An [elastic](Job::elastic) job (`symheap-run --elastic`) goes on when ranks fail: the
+//! others are neither signalled nor killed, and the job ends when every rank has ended. Each
+//! rank gets [`launch::ELASTIC_DIR`], a directory of its own in the run's directory (mode
+//! 0700, removed with it, so never while a rank lives). Ranks that end abnormally (a signal or
+//! a non-zero exit) within [`LOSS_WINDOW`] of the first of them are one loss, the K-th of the
+//! job: the launcher writes [`launch::lost_record`]`(K)` there (their launch ranks, one
+//! decimal per line, ascending; renamed into place, so that the survivors, who poll for it,
+//! never read half of it), reports it on stderr (`symheap-run: elastic: lost rank 3 (pid
+//! 1234, killed by signal 9); 7 ranks go on (loss 1)`) and lists it in [`Outcome::losses`].
+//! [`Outcome::success`] says how such a job is judged. Ranks that a termination signal stops
+//! are stopped, not lost: the job then ends as any other does.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -188,6 +200,7 @@ pub struct Job {
     env_removed: Vec<OsString>,
     grace: Duration,
     capture: bool,
+    elastic: bool,
 }
 
 /// Whether this process was started as a rank by a launcher: `SYMHEAP_RANK` is set (by
@@ -217,7 +230,52 @@ pub struct Outcome {
     /// device or a symbolic link, which are refused unread), or it could not be opened.
     /// [`first_failure`](Self::first_failure) is then the failed rank that ended first.
     pub blame_unread: Option<String>,
+    /// Whether the job ran elastic ([`Job::elastic`]): then [`success`](Self::success)
+    /// forgives [`losses`](Self::losses).
+    pub elastic: bool,
+    /// The losses of an elastic job, in order (the first is `lost-1`): which ranks ended
+    /// abnormally together, when and how. Empty for a job that is not elastic, whose first
+    /// failure ends it instead.
+    pub losses: Vec<Loss>,
 }
+
+/// One loss of an elastic job: the ranks that ended abnormally within [`LOSS_WINDOW`] of the
+/// first of them, recorded together as [`launch::lost_record`]`(number)`.
+#[derive(Debug, Clone)]
+pub struct Loss {
+    /// Which loss of the job this is: 1, 2, ...
+    pub number: u32,
+    /// When its first rank ended, since the ranks were started.
+    pub at: Duration,
+    /// The ranks lost, in ascending rank order.
+    pub ranks: Vec<LostRank>,
+}
+
+impl Loss {
+    /// The launch ranks ([`launch::RANK`]) lost, ascending: what its record lists.
+    pub fn launch_ranks(&self) -> Vec<u32> {
+        self.ranks.iter().map(|r| r.rank).collect()
+    }
+}
+
+/// A rank lost by an elastic job.
+#[derive(Debug, Clone, Copy)]
+pub struct LostRank {
+    /// Its launch rank ([`launch::RANK`]).
+    pub rank: u32,
+    /// Its process id.
+    pub pid: u32,
+    /// How it ended: killed by a signal, or a non-zero exit.
+    pub status: ExitStatus,
+    /// When the launcher saw it end, since the ranks were started.
+    pub at: Duration,
+}
+
+/// How close together abnormal ends of an elastic job's ranks must come to be one loss: a
+/// failure that takes down several ranks (a node, a shared resource) rarely ends them in the
+/// same millisecond, and the survivors should get one record for one event, not one per
+/// rank. Measured from the first rank of the loss, so that no record waits longer than this.
+pub const LOSS_WINDOW: Duration = Duration::from_millis(200);
 
 impl Job {
     /// `program` as `ranks` processes on one node, with no arguments and a 5-second grace
@@ -232,6 +290,7 @@ impl Job {
             env_removed: Vec::new(),
             grace: Duration::from_secs(5),
             capture: false,
+            elastic: false,
         }
     }
 
@@ -311,6 +370,23 @@ impl Job {
         self
     }
 
+    /// Makes the job elastic, as `symheap-run --elastic`: a rank that ends abnormally (killed
+    /// by a signal, or a non-zero exit) does not end the job. The other ranks run on; the
+    /// launcher records each loss in the job's [`launch::ELASTIC_DIR`] (as
+    /// [`launch::lost_record`], for the survivors to form their next world) and reports it on
+    /// stderr (in [`Outcome::output`] with [`capture_output`](Self::capture_output)). The job
+    /// ends when every rank has ended; see [`Outcome::success`] for its verdict. The grace
+    /// period then applies only to a launcher stopped by a signal.
+    pub fn elastic(mut self) -> Job {
+        self.elastic = true;
+        self
+    }
+
+    /// Whether the job is elastic ([`Job::elastic`]).
+    pub fn is_elastic(&self) -> bool {
+        self.elastic
+    }
+
     /// How long the other ranks may run on after one failed before they are killed.
     pub fn grace(mut self, grace: Duration) -> Job {
         self.grace = grace;
@@ -319,7 +395,8 @@ impl Job {
 
     /// Starts every rank, relays their output line by line with a `[rank R] ` prefix, and
     /// waits for all of them. On the first failure the others get the grace period, then are
-    /// killed (`SIGKILL`).
+    /// killed (`SIGKILL`); in an [elastic](Job::elastic) job they run on, and the losses are
+    /// recorded instead.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero ranks or nodes, or ranks that do not split evenly
@@ -344,7 +421,7 @@ impl Job {
                 self.ranks, self.nodes
             )));
         }
-        let dir = RunDir::create()?;
+        let dir = RunDir::create(self.elastic)?;
         let torchrun = TorchrunJob {
             master_port: free_port()?,
             run_id: dir.run_id(),
@@ -371,7 +448,10 @@ impl Job {
                 }
             }
         }
-        let mut outcome = self.wait(ranks);
+        let losses = self
+            .elastic
+            .then(|| Losses::new(dir.elastic(), sinks[1].clone()));
+        let mut outcome = self.wait(ranks, losses);
         match read_blame(&dir.blame()) {
             Ok(blame) => outcome.name_the_blamed(&blame),
             Err(why) => outcome.blame_unread = Some(why),
@@ -410,7 +490,7 @@ impl Job {
         for key in &self.env_removed {
             command.env_remove(key);
         }
-        let mut child = command
+        command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(launch::RANK, rank.to_string())
@@ -419,7 +499,16 @@ impl Job {
             .env(launch::DEVICE, seat.local_rank.to_string())
             .env(launch::NODE, seat.node.to_string())
             .env(launch::ROOT_INFO, dir.root_info())
-            .env(launch::BLAME, dir.blame())
+            .env(launch::BLAME, dir.blame());
+        if self.elastic {
+            command.env(launch::ELASTIC_DIR, dir.elastic());
+        } else {
+            // Unset, not inherited (nor set with `Job::env`): a rank of this job must not
+            // take another job's directory (that of an elastic job whose rank started this
+            // launcher) for its own.
+            command.env_remove(launch::ELASTIC_DIR);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -474,8 +563,10 @@ impl Job {
     /// Waits for every rank, in the order they exit, killing the rest once the grace period
     /// after the first failure has passed. The first failure is the rank whose process ended
     /// first, by the time each rank's waiter thread saw it end, not by rank number (until
-    /// [`Outcome::name_the_blamed`] hears better).
-    fn wait(&self, mut ranks: Vec<Rank>) -> Outcome {
+    /// [`Outcome::name_the_blamed`] hears better). With `losses` (an elastic job), a failure
+    /// is recorded there instead and starts no grace period, unless a termination signal is
+    /// stopping the job: the ranks it ends are stopped, not lost.
+    fn wait(&self, mut ranks: Vec<Rank>, mut losses: Option<Losses>) -> Outcome {
         let (exited, exits) = mpsc::channel();
         for (rank, r) in ranks.iter().enumerate() {
             let (pid, exited) = (r.child.id(), exited.clone());
@@ -490,6 +581,9 @@ impl Job {
         let mut passed_on = false;
         let mut running = ranks.len();
         while running > 0 {
+            if let Some(losses) = losses.as_mut() {
+                losses.record_if_due(running);
+            }
             if let (Some(signal), false) = (stopped_by(), passed_on) {
                 passed_on = true;
                 for r in ranks.iter().filter(|r| r.status.is_none()) {
@@ -503,12 +597,13 @@ impl Job {
                 // Asked twice: no more grace.
                 kill_at = kill_at.map(|at| at.min(Instant::now()));
             }
-            let poll = match kill_at {
-                Some(at) => at
-                    .saturating_duration_since(Instant::now())
-                    .min(SIGNAL_POLL),
-                None => SIGNAL_POLL,
-            };
+            // Woken for whichever comes first: the kill, the end of a loss's window, a signal.
+            let wake = [kill_at, losses.as_ref().and_then(Losses::due)];
+            let poll = wake
+                .into_iter()
+                .flatten()
+                .map(|at| at.saturating_duration_since(Instant::now()))
+                .fold(SIGNAL_POLL, Duration::min);
             let next = match exits.recv_timeout(poll) {
                 Err(RecvTimeoutError::Timeout) if kill_at.is_none_or(|at| Instant::now() < at) => {
                     continue;
@@ -526,9 +621,19 @@ impl Job {
                         .unwrap_or_else(|_| ExitStatus::from_raw(libc::SIGKILL));
                     r.status = Some(status);
                     running -= 1;
-                    if !status.success() && first_failure.is_none() {
-                        first_failure = Some(rank as u32);
-                        kill_at = Some(Instant::now() + self.grace);
+                    if status.success() {
+                        continue;
+                    }
+                    match losses.as_mut() {
+                        Some(losses) if !passed_on => {
+                            first_failure = first_failure.or(Some(rank as u32));
+                            losses.lose(rank as u32, r.child.id(), status);
+                        }
+                        _ if first_failure.is_none() => {
+                            first_failure = Some(rank as u32);
+                            kill_at = Some(Instant::now() + self.grace);
+                        }
+                        _ => {}
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -543,6 +648,11 @@ impl Job {
         }
         let pids = ranks.iter().map(|r| r.child.id()).collect();
         let statuses = ranks.into_iter().map(Rank::finish).collect();
+        let losses = losses.map_or_else(Vec::new, |mut losses| {
+            // Nobody is left to wait for the window's end.
+            losses.record(0);
+            losses.recorded
+        });
         Outcome {
             pids,
             statuses,
@@ -550,8 +660,130 @@ impl Job {
             blamed_by: None,
             output: String::new(),
             blame_unread: None,
+            elastic: self.elastic,
+            losses,
         }
     }
+}
+
+/// The losses of an elastic job as they come: the loss still open (its window not yet over)
+/// and the ones recorded.
+struct Losses {
+    /// The job's [`launch::ELASTIC_DIR`].
+    dir: PathBuf,
+    /// Where each loss is reported: the launcher's stderr, or the captured output.
+    report: Sink,
+    /// When the ranks were started: losses are timed from here.
+    started: Instant,
+    /// The ranks of the open loss, in the order they ended.
+    open: Vec<LostRank>,
+    /// When the open loss's first rank ended.
+    opened: Option<Instant>,
+    /// The losses recorded, in order.
+    recorded: Vec<Loss>,
+}
+
+impl Losses {
+    fn new(dir: PathBuf, report: Sink) -> Losses {
+        Losses {
+            dir,
+            report,
+            started: Instant::now(),
+            open: Vec::new(),
+            opened: None,
+            recorded: Vec::new(),
+        }
+    }
+
+    /// Adds a rank that ended abnormally to the open loss, opening one if none is.
+    fn lose(&mut self, rank: u32, pid: u32, status: ExitStatus) {
+        let now = Instant::now();
+        self.opened.get_or_insert(now);
+        self.open.push(LostRank {
+            rank,
+            pid,
+            status,
+            at: now.duration_since(self.started),
+        });
+    }
+
+    /// When the open loss is to be recorded, if one is open.
+    fn due(&self) -> Option<Instant> {
+        self.opened.map(|at| at + LOSS_WINDOW)
+    }
+
+    /// Records the open loss if its window is over.
+    fn record_if_due(&mut self, running: usize) {
+        if self.due().is_some_and(|due| Instant::now() >= due) {
+            self.record(running);
+        }
+    }
+
+    /// Records the open loss, if one is open, with `running` ranks going on: writes its
+    /// [`launch::lost_record`] and reports it. A record that cannot be written is reported
+    /// too, and the job goes on: its ranks may still end well without it.
+    fn record(&mut self, running: usize) {
+        if self.open.is_empty() {
+            return;
+        }
+        self.opened = None;
+        let mut ranks = std::mem::take(&mut self.open);
+        ranks.sort_by_key(|r| r.rank);
+        let loss = Loss {
+            number: self.recorded.len() as u32 + 1,
+            at: ranks.iter().map(|r| r.at).min().unwrap_or_default(),
+            ranks,
+        };
+        let mut report = String::new();
+        if let Err(e) = write_lost_record(&self.dir, &loss) {
+            let name = launch::lost_record(loss.number);
+            report = format!(
+                "symheap-run: elastic: cannot write {}: {e}\n",
+                self.dir.join(name).display()
+            );
+        }
+        let lost: Vec<String> = loss
+            .ranks
+            .iter()
+            .map(|r| format!("{} (pid {}, {})", r.rank, r.pid, describe_briefly(r.status)))
+            .collect();
+        let going_on = match running {
+            0 => "no rank goes on".to_string(),
+            1 => "1 rank goes on".to_string(),
+            n => format!("{n} ranks go on"),
+        };
+        report.push_str(&format!(
+            "symheap-run: elastic: lost rank{} {}; {going_on} (loss {})\n",
+            if lost.len() == 1 { "" } else { "s" },
+            lost.join(", "),
+            loss.number
+        ));
+        self.report.write_line(report.as_bytes());
+        self.recorded.push(loss);
+    }
+}
+
+/// Writes `loss`'s record in `dir`: its ranks, one decimal per line, ascending. Written to a
+/// hidden temporary name beside it and renamed into place, because the survivors poll for
+/// the record and must never read half of it.
+fn write_lost_record(dir: &std::path::Path, loss: &Loss) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = launch::lost_record(loss.number);
+    let temporary = dir.join(format!(".{name}.tmp"));
+    // The directory is the job's, and its ranks (this user's processes) can write there:
+    // whatever they left at the temporary name goes, and `create_new` neither follows a
+    // link put there since nor opens a file another process holds.
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&temporary)?;
+    let text: String = loss.ranks.iter().map(|r| format!("{}\n", r.rank)).collect();
+    file.write_all(text.as_bytes())?;
+    drop(file);
+    std::fs::rename(&temporary, dir.join(name))
 }
 
 /// What every rank of one run shares among torchrun's variables.
@@ -670,14 +902,98 @@ impl Outcome {
         }
     }
 
-    /// Whether every rank exited with status 0.
+    /// Whether the job succeeded: every rank exited with status 0. An
+    /// [elastic](Job::elastic) job succeeds if at least one rank was never lost, every rank
+    /// never lost exited 0, and every lost rank was lost to a signal: a rank that exits
+    /// non-zero says itself that its program failed, and the other ranks going on without
+    /// it does not undo that (its loss is still recorded, so that they can go on).
     pub fn success(&self) -> bool {
-        self.statuses.iter().all(ExitStatus::success)
+        if !self.elastic {
+            return self.statuses.iter().all(ExitStatus::success);
+        }
+        let mut survivors = self.survivors().peekable();
+        survivors.peek().is_some()
+            && survivors.all(|rank| self.statuses[rank as usize].success())
+            && self.lost_by_exit().next().is_none()
+    }
+
+    /// Whether `rank` is among the [`losses`](Self::losses).
+    pub fn lost(&self, rank: u32) -> bool {
+        self.losses
+            .iter()
+            .any(|loss| loss.ranks.iter().any(|r| r.rank == rank))
+    }
+
+    /// The ranks never lost, ascending.
+    fn survivors(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.statuses.len() as u32).filter(|&rank| !self.lost(rank))
+    }
+
+    /// The lost ranks that exited with a non-zero status (not killed by a signal).
+    fn lost_by_exit(&self) -> impl Iterator<Item = &LostRank> {
+        self.losses
+            .iter()
+            .flat_map(|loss| &loss.ranks)
+            .filter(|r| r.status.code().is_some())
+    }
+
+    /// [`summary`](Self::summary) of an elastic job: each loss, the ranks never lost that
+    /// failed (stopped by a signal), and the verdict.
+    fn elastic_summary(&self) -> String {
+        let ranks = self.statuses.len();
+        if self.losses.is_empty() && self.success() {
+            return format!("all {ranks} ranks succeeded");
+        }
+        let mut lines: Vec<String> = self
+            .losses
+            .iter()
+            .map(|loss| {
+                let ranks: Vec<String> = loss
+                    .ranks
+                    .iter()
+                    .map(|r| format!("rank {} (pid {}), {}", r.rank, r.pid, describe(r.status)))
+                    .collect();
+                format!(
+                    "loss {} at {:.3} s: {}",
+                    loss.number,
+                    loss.at.as_secs_f64(),
+                    ranks.join("; ")
+                )
+            })
+            .collect();
+        for rank in self.survivors() {
+            let status = self.statuses[rank as usize];
+            if !status.success() {
+                lines.push(format!("rank {rank} failed: {}", describe(status)));
+            }
+        }
+        let survivors = self.survivors().count();
+        if survivors == 0 {
+            lines.push("every rank was lost: the job failed".to_string());
+        } else if self.success() {
+            lines.push(match survivors {
+                1 => "the other rank succeeded".to_string(),
+                n => format!("the other {n} ranks succeeded"),
+            });
+        }
+        for r in self.lost_by_exit() {
+            lines.push(format!(
+                "lost rank {} ended with {}: its own failure, which fails the job",
+                r.rank,
+                describe(r.status)
+            ));
+        }
+        lines.join("\n")
     }
 
     /// One line per rank that did not succeed, the first failure first, e.g.
-    /// `rank 2 failed first: exit status 1`.
+    /// `rank 2 failed first: exit status 1`. For an elastic job: one line per loss, e.g.
+    /// `loss 1 at 0.012 s: rank 2 (pid 1234), killed by signal 9 (SIGKILL)`, then the
+    /// verdict (`the other 3 ranks succeeded`, or why the job failed).
     pub fn summary(&self) -> String {
+        if self.elastic {
+            return self.elastic_summary();
+        }
         let mut lines = Vec::new();
         let order = self
             .first_failure
@@ -702,6 +1018,16 @@ impl Outcome {
         } else {
             lines.join("\n")
         }
+    }
+}
+
+/// `exit status 1`, or `killed by signal 9`: [`describe`] without the signal's name, for a
+/// line that already has parentheses.
+fn describe_briefly(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => format!("{status}"),
     }
 }
 
@@ -812,8 +1138,9 @@ struct RunDir {
 
 impl RunDir {
     /// A new directory in the temp directory that only this user can enter, with an empty
-    /// private blame file; the ones killed launchers of this user left are removed first.
-    fn create() -> Result<RunDir> {
+    /// private blame file and, for an elastic job, the [`launch::ELASTIC_DIR`] (mode 0700
+    /// too); the ones killed launchers of this user left are removed first.
+    fn create(elastic: bool) -> Result<RunDir> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
         let temp = std::env::temp_dir();
         remove_stale_run_dirs(&temp);
@@ -854,6 +1181,16 @@ impl RunDir {
             .mode(0o600)
             .open(run.blame())
             .map_err(|e| io_error(format!("cannot create {}", run.blame().display()), e))?;
+        if elastic {
+            let cannot = |e| io_error(format!("cannot create {}", run.elastic().display()), e);
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(run.elastic())
+                .map_err(cannot)?;
+            // Exactly 0700 whatever the umask, as the run directory.
+            std::fs::set_permissions(run.elastic(), std::fs::Permissions::from_mode(0o700))
+                .map_err(cannot)?;
+        }
         Ok(run)
     }
 
@@ -866,6 +1203,13 @@ impl RunDir {
         self.path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    }
+
+    /// The [`launch::ELASTIC_DIR`] of an elastic job: a directory of its own in the run's,
+    /// so that the survivors' files (`lost-K`, `root-K`) never meet the root info or the
+    /// blame file. Removed with the run's directory, once every rank has ended.
+    fn elastic(&self) -> PathBuf {
+        self.path.join("elastic")
     }
 
     /// The [`launch::BLAME`] file, made empty by [`RunDir::create`].
@@ -1226,6 +1570,213 @@ mod tests {
             assert_eq!(run_dir_pid(std::ffi::OsStr::new(name)), None, "{name}");
         }
         std::fs::remove_dir_all(&temp).unwrap();
+    }
+
+    /// An elastic job of `ranks` ranks running `script`, its output captured.
+    fn elastic(ranks: u32, script: &str) -> Outcome {
+        Job::new(ranks, "sh")
+            .args(["-c", script])
+            .grace(Duration::from_millis(200))
+            .elastic()
+            .capture_output()
+            .run()
+            .unwrap()
+    }
+
+    /// Shell lines that wait (up to 10 s) for the record of loss `$1` and print it as
+    /// `lost-K=` and its bytes in hex, then the elastic directory's entries.
+    const SHOW_RECORD: &str = r#"show() {
+           i=0; while [ ! -e "$SYMHEAP_ELASTIC_DIR/lost-$1" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+           echo "lost-$1=$(od -An -tx1 "$SYMHEAP_ELASTIC_DIR/lost-$1" | tr -d ' \n')"
+           echo "entries: $(ls -A "$SYMHEAP_ELASTIC_DIR" | tr '\n' ' ')"
+       }
+       go="$(dirname "$SYMHEAP_ROOT_INFO")/go""#;
+
+    /// Rank 2 of 4 kills itself: the others run to their end, the job succeeds, and the
+    /// record of loss 1 (`2\n`, in hex `320a`) is there for them to read.
+    #[test]
+    fn an_elastic_job_goes_on_without_a_killed_rank() {
+        let outcome = elastic(
+            4,
+            &format!(
+                r#"{SHOW_RECORD}
+                   test "$(stat -c %a "$SYMHEAP_ELASTIC_DIR")" = 700 || exit 7
+                   if [ "$SYMHEAP_RANK" = 2 ]; then kill -9 $$; fi
+                   show 1; sleep 0.3; echo "rank $SYMHEAP_RANK ran to its end""#
+            ),
+        );
+        let out = &outcome.output;
+        assert!(outcome.success(), "{}\n{out}", outcome.summary());
+        assert_eq!(outcome.losses.len(), 1, "{}", outcome.summary());
+        let loss = &outcome.losses[0];
+        assert_eq!((loss.number, loss.launch_ranks()), (1, vec![2]));
+        assert_eq!(loss.ranks[0].status.signal(), Some(libc::SIGKILL));
+        assert_eq!(loss.ranks[0].pid, outcome.pids[2]);
+        assert!(outcome.lost(2) && !outcome.lost(0));
+        for rank in [0, 1, 3] {
+            assert!(outcome.statuses[rank].success());
+            for line in [
+                "lost-1=320a".to_string(),
+                "entries: lost-1 ".to_string(),
+                format!("rank {rank} ran to its end"),
+            ] {
+                assert!(
+                    out.contains(&format!("[rank {rank}] {line}\n")),
+                    "{line}: {out}"
+                );
+            }
+        }
+        let event = format!(
+            "symheap-run: elastic: lost rank 2 (pid {}, killed by signal 9); 3 ranks go on \
+             (loss 1)\n",
+            outcome.pids[2]
+        );
+        assert!(out.contains(&event), "{out}");
+        let summary = outcome.summary();
+        assert!(
+            summary.starts_with("loss 1 at ")
+                && summary.contains(": rank 2 (pid ")
+                && summary.contains("killed by signal 9 (SIGKILL)")
+                && summary.ends_with("\nthe other 3 ranks succeeded"),
+            "{summary}"
+        );
+    }
+
+    /// Two ranks killed at the same moment (each as soon as rank 0 says go) and a third
+    /// killed 50 ms later, well within [`LOSS_WINDOW`], are one loss.
+    #[test]
+    fn ranks_lost_together_are_one_loss() {
+        let outcome = elastic(
+            5,
+            &format!(
+                r#"{SHOW_RECORD}
+                   case "$SYMHEAP_RANK" in
+                   0) sleep 0.2; touch "$go" ;;
+                   1|3) while [ ! -e "$go" ]; do sleep 0.005; done; kill -9 $$ ;;
+                   4) while [ ! -e "$go" ]; do sleep 0.005; done; sleep 0.05; kill -9 $$ ;;
+                   esac
+                   show 1; sleep 0.3"#
+            ),
+        );
+        let out = &outcome.output;
+        assert!(outcome.success(), "{}\n{out}", outcome.summary());
+        assert_eq!(outcome.losses.len(), 1, "{}", outcome.summary());
+        assert_eq!(outcome.losses[0].launch_ranks(), [1, 3, 4]);
+        assert!(out.contains("[rank 0] lost-1=310a330a340a\n"), "{out}");
+        assert!(out.contains("[rank 2] entries: lost-1 \n"), "{out}");
+        assert!(
+            out.contains("symheap-run: elastic: lost ranks 1 (pid "),
+            "{out}"
+        );
+        assert!(out.contains("; 2 ranks go on (loss 1)\n"), "{out}");
+    }
+
+    /// Ranks killed a second apart are two losses, each with its own record.
+    #[test]
+    fn ranks_lost_a_second_apart_are_two_losses() {
+        let outcome = elastic(
+            3,
+            &format!(
+                r#"{SHOW_RECORD}
+                   case "$SYMHEAP_RANK" in
+                   1) kill -9 $$ ;;
+                   2) sleep 1; kill -9 $$ ;;
+                   esac
+                   show 1; show 2"#
+            ),
+        );
+        let out = &outcome.output;
+        assert!(outcome.success(), "{}\n{out}", outcome.summary());
+        let ranks: Vec<_> = outcome.losses.iter().map(Loss::launch_ranks).collect();
+        assert_eq!(ranks, [[1], [2]], "{}", outcome.summary());
+        let apart = outcome.losses[1].at - outcome.losses[0].at;
+        assert!(apart > LOSS_WINDOW, "{apart:?}");
+        assert!(out.contains("[rank 0] lost-1=310a\n"), "{out}");
+        assert!(out.contains("[rank 0] lost-2=320a\n"), "{out}");
+        assert!(out.contains("[rank 0] entries: lost-1 lost-2 \n"), "{out}");
+        assert!(out.contains("; 2 ranks go on (loss 1)\n"), "{out}");
+        assert!(out.contains("; 1 rank goes on (loss 2)\n"), "{out}");
+    }
+
+    /// With every rank lost, no rank went on: the job failed.
+    #[test]
+    fn an_elastic_job_that_loses_every_rank_fails() {
+        let outcome = elastic(3, "kill -9 $$");
+        assert!(!outcome.success());
+        assert!(
+            (0..3).all(|rank| outcome.lost(rank)),
+            "{}",
+            outcome.summary()
+        );
+        assert!(
+            outcome
+                .summary()
+                .ends_with("\nevery rank was lost: the job failed"),
+            "{}",
+            outcome.summary()
+        );
+    }
+
+    /// Rank 2 is lost to a signal and rank 0, going on, then exits 1: the job fails (rank 0
+    /// is recorded as loss 2, so that rank 1 could go on without it).
+    #[test]
+    fn a_survivor_that_exits_1_fails_an_elastic_job() {
+        let outcome = elastic(
+            3,
+            &format!(
+                r#"{SHOW_RECORD}
+                   if [ "$SYMHEAP_RANK" = 2 ]; then kill -9 $$; fi
+                   show 1
+                   if [ "$SYMHEAP_RANK" = 0 ]; then exit 1; fi
+                   show 2"#
+            ),
+        );
+        let out = &outcome.output;
+        assert!(!outcome.success(), "{}\n{out}", outcome.summary());
+        let ranks: Vec<_> = outcome.losses.iter().map(Loss::launch_ranks).collect();
+        assert_eq!(ranks, [[2], [0]], "{}", outcome.summary());
+        assert_eq!(outcome.statuses[0].code(), Some(1));
+        assert!(outcome.statuses[1].success());
+        assert!(out.contains("[rank 1] lost-2=300a\n"), "{out}");
+        assert!(
+            outcome.summary().ends_with(
+                "\nlost rank 0 ended with exit status 1: its own failure, which fails the job"
+            ),
+            "{}",
+            outcome.summary()
+        );
+    }
+
+    /// Without `elastic`, the first loss still ends the job, and no rank sees an elastic
+    /// directory, not even one given with `env`.
+    #[test]
+    fn without_elastic_the_first_loss_still_ends_the_job() {
+        let started = Instant::now();
+        let outcome = Job::new(4, "sh")
+            .args([
+                "-c",
+                r#"test -z "${SYMHEAP_ELASTIC_DIR+set}" || exit 7
+                   if [ "$SYMHEAP_RANK" = 2 ]; then kill -9 $$; fi; sleep 30"#,
+            ])
+            .env(launch::ELASTIC_DIR, "/nonexistent")
+            .grace(Duration::from_millis(200))
+            .run()
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(!outcome.success() && !outcome.elastic);
+        assert!(outcome.losses.is_empty());
+        assert_eq!(outcome.first_failure, Some(2), "{}", outcome.summary());
+        assert!(
+            outcome
+                .summary()
+                .starts_with("rank 2 failed first: killed by signal 9 (SIGKILL)"),
+            "{}",
+            outcome.summary()
+        );
     }
 
     #[test]

@@ -395,3 +395,32 @@ fn a_launcher_terminated_at_any_point_ends_and_leaves_nothing_behind() {
         assert!(left.is_empty(), "{delay_ms} ms in: left {left:?}");
     }
 }
+
+/// `symheap-run --elastic`: rank 1 of 3 is killed, the launcher says so on stderr, the others
+/// run to their end and read the record, and the job succeeds.
+#[test]
+fn an_elastic_launcher_reports_its_loss_and_goes_on() {
+    let output = Command::new(env!("CARGO_BIN_EXE_symheap-run"))
+        .args(["--elastic", "-n", "3", "--", "sh", "-c"])
+        .arg(
+            r#"if [ "$SYMHEAP_RANK" = 1 ]; then kill -9 $$; fi
+               i=0; while [ ! -e "$SYMHEAP_ELASTIC_DIR/lost-1" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+               echo "lost: $(cat "$SYMHEAP_ELASTIC_DIR/lost-1")""#,
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}: {stderr}", output.status);
+    assert!(
+        stderr.contains("symheap-run: elastic: lost rank 1 (pid ")
+            && stderr.contains(", killed by signal 9); 2 ranks go on (loss 1)"),
+        "{stderr}"
+    );
+    for rank in [0, 2] {
+        assert!(
+            stdout.contains(&format!("[rank {rank}] lost: 1\n")),
+            "{stdout}"
+        );
+    }
+}

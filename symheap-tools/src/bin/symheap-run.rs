@@ -1,6 +1,7 @@
-//! `symheap-run [-n N | --nnodes N --nproc-per-node M] [--grace SECS] [--] PROGRAM [ARGS...]`:
-//! runs PROGRAM as ranks on this machine, one process each, like torchrun or mpirun; with
-//! `--nnodes`, as that many emulated nodes. See [`symheap_tools::launcher`].
+//! `symheap-run [-n N | --nnodes N --nproc-per-node M] [--grace SECS] [--elastic] [--]
+//! PROGRAM [ARGS...]`: runs PROGRAM as ranks on this machine, one process each, like torchrun
+//! or mpirun; with `--nnodes`, as that many emulated nodes; with `--elastic`, going on without
+//! the ranks it loses. See [`symheap_tools::launcher`].
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -8,8 +9,8 @@ use std::time::Duration;
 
 use symheap_tools::launcher::{self, Job};
 
-const USAGE: &str = "usage: symheap-run -n N [--grace SECS] [--] PROGRAM [ARGS...]
-       symheap-run --nnodes N --nproc-per-node M [--grace SECS] [--] PROGRAM [ARGS...]
+const USAGE: &str = "usage: symheap-run -n N [--grace SECS] [--elastic] [--] PROGRAM [ARGS...]
+       symheap-run --nnodes N --nproc-per-node M [--grace SECS] [--elastic] [--] PROGRAM [ARGS...]
 
 Runs PROGRAM as N ranks (-n N, one node) or as N x M ranks on N emulated nodes of M ranks
 each (torchrun's flags; `--nproc-per-node M` alone is one node; `--flag=value` works too),
@@ -21,7 +22,15 @@ ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_*. Output lines are p
 [rank R], the global rank. When a rank fails, the others are killed after the grace period
 (default 5 s) and symheap-run exits with status 1. SIGINT, SIGTERM or SIGHUP is passed on
 to every rank (a second one kills them at once); the ranks die with symheap-run in any
-case.";
+case.
+
+With --elastic, a rank that fails (killed by a signal, or a non-zero exit) does not end the
+job: the others run on. Each rank gets SYMHEAP_ELASTIC_DIR, a private directory of the run,
+where symheap-run writes lost-K at its K-th loss (the ranks lost then, one per line,
+ascending; ranks failing within 200 ms of each other are one loss) and reports the loss on
+stderr. The job ends when every rank has ended, and succeeds if at least one rank was never
+lost, every such rank exited 0, and every lost rank was killed by a signal (a non-zero exit
+still fails the job).";
 
 /// The layout the flags ask for.
 #[derive(Debug, Default)]
@@ -75,6 +84,7 @@ impl Layout {
 fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Job, String> {
     let mut layout = Layout::default();
     let mut grace = None;
+    let mut elastic = false;
     let program = loop {
         let Some(arg) = args.next() else {
             return Err("no PROGRAM given".into());
@@ -103,6 +113,8 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Job, String> {
                 layout.per_node = Some(value("--nproc-per-node")?);
             }
             Some("--grace") => grace = Some(value("--grace")?),
+            Some("--elastic") if inline.is_none() => elastic = true,
+            Some("--elastic") => return Err("--elastic takes no value".into()),
             Some("-h" | "--help") => return Err(String::new()),
             Some("--") if inline.is_none() => {
                 break args.next().ok_or("no PROGRAM given after --")?;
@@ -115,6 +127,9 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Job, String> {
     let mut job = Job::on_nodes(nodes, per_node, program).args(args);
     if let Some(secs) = grace {
         job = job.grace(Duration::from_secs(secs));
+    }
+    if elastic {
+        job = job.elastic();
     }
     Ok(job)
 }
@@ -190,6 +205,23 @@ mod tests {
             .map(|s| (s.node, s.local_rank))
             .collect();
         assert_eq!(seats, [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
+    }
+
+    #[test]
+    fn elastic_is_a_flag_of_both_forms() {
+        assert!(job("--elastic -n 4 prog").unwrap().is_elastic());
+        assert!(
+            job("--nnodes 2 --nproc-per-node 2 --elastic prog")
+                .unwrap()
+                .is_elastic()
+        );
+        assert!(!job("-n 4 prog --elastic").unwrap().is_elastic());
+        assert!(!job("-n 4 prog").unwrap().is_elastic());
+        assert!(
+            job("--elastic=1 -n 4 prog")
+                .unwrap_err()
+                .contains("takes no value")
+        );
     }
 
     #[test]
