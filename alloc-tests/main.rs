@@ -8,6 +8,7 @@ mod cpp_program;
 mod divergence;
 mod dlopen;
 mod dlpack;
+mod elastic;
 mod fail_fast;
 mod faults;
 mod graphs;

@@ -26,6 +26,7 @@ impl<'a, T: Element> HostView<'a, T> {
     /// A view of `len` elements from element `start` of `block`, which the caller has
     /// checked lie inside it, once no queued work uses it.
     pub(crate) fn open(block: &'a SymBlock, start: usize, len: usize) -> Result<Self> {
+        block.check_specified()?;
         let token = open_token(block)?;
         let ptr = block.device_ptr().byte_add((start * size_of::<T>()) as u64);
         // SAFETY: host-addressable device memory of `len` elements inside the block, which

@@ -39,14 +39,15 @@ pub use half;
 pub use host_view::{HostView, HostViewMut};
 pub use ops::packed_displacements;
 pub use pool::{
-    AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState, SleepPlan,
-    SleepReport, SleepStats, Snapshot, SymBlock, SymGraph, SymPool, TagStats, WakeReport,
-    WindowMap,
+    AllocDesc, CollectiveStats, CommStats, PoolConfig, PoolStats, Region, RegionState,
+    ShrinkReport, SleepPlan, SleepReport, SleepStats, Snapshot, SymBlock, SymGraph, SymPool,
+    TagStats, WakeReport, WindowMap,
 };
 pub use runtime::GroupSizes;
 pub use runtime::RankTablePlacement;
 pub use runtime::{
     Comm, CommConfig, Element, Event, Graph, ParallelGroups, Placement, RootInfo, Runtime, Stream,
+    Survivors,
 };
 pub use storage::{StorageView, SymStorage};
 pub use sym_box::SymBox;

@@ -190,7 +190,11 @@ impl SymStorage {
             // SAFETY: `[ptr, +data)` lies in the storage's block (the view checked it), which
             // is idle; `&mut self` excludes every host view.
             unsafe { rt.raw().copy_to_device(ptr, T::slice_as_bytes(data)) }
-        })
+        })?;
+        if start == 0 && size_of_val(data) as u64 >= self.alloc.len() {
+            self.alloc.mark_written();
+        }
+        Ok(())
     }
 
     /// A host view of the contents as `T`s, after waiting for queued work. Only where device
@@ -359,6 +363,7 @@ pub(crate) fn read_elements<T: Element>(
     start: usize,
     len: usize,
 ) -> Result<Vec<T>> {
+    block.check_specified()?;
     let ptr = block.device_ptr().byte_add((start * size_of::<T>()) as u64);
     let rt = block.pool().runtime();
     block.access_idle(|| {

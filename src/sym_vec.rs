@@ -119,7 +119,9 @@ impl<T: Element> SymVec<T> {
                 rt.raw()
                     .copy_to_device(self.device_ptr(), T::slice_as_bytes(data))
             }
-        })
+        })?;
+        self.alloc.mark_written();
+        Ok(())
     }
 
     /// The contents, after waiting for queued work on this buffer (so the result of a
@@ -177,6 +179,13 @@ impl<T: Element> SymVec<T> {
     /// [`Error::NotHostAddressable`] on real devices; [`Error::Asleep`]; the runtime's error.
     pub fn host_mut(&mut self) -> Result<HostViewMut<'_, T>> {
         HostViewMut::open(&self.alloc, 0, self.len)
+    }
+
+    /// Whether the contents are unspecified: work a lost rank cut short used this vector
+    /// ([`SymPool::shrink`]), and nothing has written all of it since. `to_host` and host
+    /// views are refused meanwhile; [`copy_from_host`](Self::copy_from_host) writes it anew.
+    pub fn is_unspecified(&self) -> bool {
+        self.alloc.is_unspecified()
     }
 
     /// The number of elements.

@@ -116,6 +116,35 @@ impl SymBlock {
         }
     }
 
+    /// Whether the contents are unspecified: queued work that used this memory was cut short
+    /// by a lost rank ([`SymPool::shrink`](super::SymPool::shrink)) and no work or host copy
+    /// has written all of it since. Reading it on the host is refused meanwhile. (New queued
+    /// work that uses it counts as writing it: a collective that reads it reads what is there.)
+    pub fn is_unspecified(&self) -> bool {
+        self.pool
+            .was_interrupted(self.used_epoch.load(Ordering::Acquire))
+    }
+
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the contents are
+    /// unspecified ([`is_unspecified`](Self::is_unspecified)): before a host read.
+    pub(crate) fn check_specified(&self) -> crate::Result<()> {
+        if !self.is_unspecified() {
+            return Ok(());
+        }
+        Err(crate::Error::invalid(format!(
+            "the buffer at offset {} of window {:?} was in use by work a lost rank cut short:              its contents are unspecified until written again",
+            self.offset(),
+            self.window.get()
+        )))
+    }
+
+    /// Records that a host copy wrote all of the memory: its contents are specified again.
+    pub(crate) fn mark_written(&self) {
+        if self.is_unspecified() {
+            self.used_epoch.store(NEVER_USED, Ordering::Release);
+        }
+    }
+
     /// Records that work just enqueued on `stream` uses this memory.
     pub(crate) fn mark_used_on(&self, stream: &Stream) {
         if stream.same_as(self.pool.stream()) {

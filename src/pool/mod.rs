@@ -34,6 +34,7 @@ mod block;
 mod budget;
 mod call_log;
 mod config;
+mod failure;
 mod fences;
 mod graph;
 mod graph_hold;
@@ -41,6 +42,7 @@ mod groups;
 mod paths;
 mod private;
 mod segment;
+mod shrink;
 mod sleep;
 mod snapshot;
 mod stats;
@@ -50,7 +52,7 @@ mod tags;
 
 use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use slab::Slab;
 
@@ -64,6 +66,7 @@ pub(crate) use block::HostViewToken;
 pub use block::SymBlock;
 pub use config::PoolConfig;
 pub use graph::SymGraph;
+pub use shrink::ShrinkReport;
 pub use sleep::{SleepPlan, SleepReport, WakeReport};
 pub use snapshot::{Region, RegionState, Snapshot, WindowMap};
 pub use stats::{CollectiveStats, CommStats, PoolStats, SleepStats, TagStats};
@@ -143,10 +146,11 @@ pub(crate) struct PoolShared {
     device_granularity: u64,
     /// Bumped by every `synchronize`: work marked with an older epoch has finished.
     epoch: AtomicU64,
-    /// Set, once and for good, when queued work failed: nothing may be reused any more. Kept
-    /// outside `state` so that [`wait_or_poison`](Self::wait_or_poison) can set it whether or
-    /// not its caller holds the state lock.
-    failure: OnceLock<Arc<Error>>,
+    /// Set when queued work failed: nothing may be reused any more, until a shrink goes on
+    /// without the lost ranks. Kept outside `state` so that
+    /// [`wait_or_poison`](Self::wait_or_poison) can set it whether or not its caller holds
+    /// the state lock.
+    failure: failure::Failure,
     /// Set while the pool sleeps ([`SymPool::sleep`]); read without the state lock by
     /// graph replays and host views.
     asleep: AtomicBool,
@@ -158,6 +162,10 @@ pub(crate) struct PoolShared {
     host_views: AtomicUsize,
     /// Streams other than the pool's that blocks were recorded on, for a sleep to wait for.
     recorded_streams: Mutex<Vec<WeakStream>>,
+    /// The epochs whose queued work a lost rank cut short ([`SymPool::shrink`]): a block last
+    /// used in one holds unspecified contents. `interrupted_any` spares the lock while none.
+    interrupted: Mutex<Vec<u64>>,
+    interrupted_any: AtomicBool,
     state: Mutex<PoolState>,
 }
 
@@ -334,11 +342,13 @@ impl SymPool {
             config,
             device_granularity,
             epoch: AtomicU64::new(0),
-            failure: OnceLock::new(),
+            failure: failure::Failure::default(),
             asleep: AtomicBool::new(false),
             gate: RwLock::new(()),
             host_views: AtomicUsize::new(0),
             recorded_streams: Mutex::new(Vec::new()),
+            interrupted: Mutex::new(Vec::new()),
+            interrupted_any: AtomicBool::new(false),
             state: Mutex::new(state),
         });
         // The first window's warm-up. On failure the pool's `Drop` waits again before
@@ -848,10 +858,10 @@ impl PoolShared {
     /// Poisons the pool with `cause` (the first failure is the cause; a later one may be a
     /// consequence of it).
     fn poison(&self, cause: &Error) {
-        self.failure.get_or_init(|| {
+        let first = self.failure.set_first(|| cause.clone());
+        if first {
             tracing::error!(rank = self.comm().rank(), error = %cause, "symheap: pool poisoned");
-            Arc::new(cause.clone())
-        });
+        }
     }
 
     /// The error of a collective step of the pool's own that failed; if the ranks may not
@@ -868,7 +878,7 @@ impl PoolShared {
     pub(crate) fn check_usable(&self) -> Result<()> {
         match self.failure.get() {
             None => Ok(()),
-            Some(cause) => Err(Error::Poisoned(Arc::clone(cause))),
+            Some(cause) => Err(Error::Poisoned(cause)),
         }
     }
 
@@ -905,7 +915,7 @@ impl PoolShared {
         // until the next synchronize while queued work may use it. During a capture too: the
         // captured work could not wait for work outside it.
         let deferred = self.config.is_deferred_reuse() || state.capturing.is_some();
-        if self.failure.get().is_some() || (in_flight && deferred) {
+        if self.failure.is_set() || (in_flight && deferred) {
             state.pending.push(Pending { block, streams });
             return;
         }
@@ -1105,7 +1115,7 @@ impl Drop for PoolShared {
         // a collective it will never join, and would wait for the exec timeout (and it for
         // them). Its windows are left to the communicator's destroy, which releases them
         // locally; its peers then find it gone at once.
-        if std::thread::panicking() || self.failure.get().is_some() {
+        if std::thread::panicking() || self.failure.is_set() {
             let segments: Vec<Segment> = state.segments.drain().collect();
             tracing::warn!(
                 rank = self.comm().rank(),

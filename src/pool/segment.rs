@@ -217,6 +217,52 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// Deregisters the segment's windows, keeping its memory mapped and its contents (after a
+    /// loss each rank deregisters locally, without its peers), then registers the same memory
+    /// in `comm` at the same offsets, with new handles. The warm-up collective overwrites the
+    /// segment's first bytes: they are saved first and written back once it ran. Collective
+    /// over `comm`; the pool's groups are gone (they held the lost ranks).
+    pub(super) fn rebind(&mut self, comm: &Comm, stream: &Stream) -> Result<(), Unmade> {
+        let mapping = match &self.mapping {
+            Some(mapping) => Arc::clone(mapping),
+            None => return Err(Error::invalid("a sleeping segment cannot be rebound").into()),
+        };
+        let windows: Vec<Window> = self.attached.drain(..).chain(self.window.take()).collect();
+        for w in windows {
+            // A deregistration that fails leaves the window to the old communicator's
+            // destroy; the memory stays this segment's either way.
+            if let Err(e) = w.deregister() {
+                comm.runtime().record_drop_error(e);
+            }
+        }
+        let rt = comm.runtime();
+        // A failure of this rank alone: its peers go on to register.
+        let alone = |error| Unmade {
+            error,
+            agreed: false,
+        };
+        let warmed = (WARM_UP_OUTPUT + 8 * u64::from(comm.rank_count())).min(self.size);
+        let mut saved = vec![0u8; warmed as usize];
+        // SAFETY: the first `warmed` bytes of the segment's live mapping; no queued work
+        // uses the pool's memory now (the caller drained every stream).
+        unsafe { rt.raw().copy_to_host(&mut saved, self.base) }.map_err(alone)?;
+        let Registered {
+            mapping,
+            window,
+            attached,
+        } = register_mapping(comm, &[], stream, mapping)?;
+        self.handle.set(handle_of(window.as_ref()));
+        self.window = window;
+        self.mapping = Some(mapping);
+        self.attached = attached;
+        stream.synchronize().map_err(alone)?;
+        // SAFETY: as above: the warm-up has run, nothing else is queued.
+        unsafe { rt.raw().copy_to_device(self.base, &saved) }.map_err(alone)?;
+        Ok(())
+    }
+}
+
 /// The window handle blocks of a segment read: its window's, or null where the pool's
 /// communicator spans SuperPoDs and has none.
 fn handle_of(window: Option<&Window>) -> WindowHandle {
@@ -244,6 +290,16 @@ fn register_everywhere(
 ) -> Result<Registered, Unmade> {
     let what = "allocate and map their memory for a segment";
     let mapping = Arc::new(agreed(comm.try_agree(what, mapped), |_| Vec::new())?);
+    register_mapping(comm, groups, stream, mapping)
+}
+
+/// [`register_everywhere`] for memory every rank has mapped already.
+fn register_mapping(
+    comm: &Comm,
+    groups: &[Comm],
+    stream: &Stream,
+    mapping: Arc<Mapping>,
+) -> Result<Registered, Unmade> {
     // Every rank of a communicator sees the same topology: all skip, or all register.
     let window = match comm.spans_superpods() {
         true => None,

@@ -54,40 +54,8 @@ impl PoolShared {
         self.check_usable()?;
         self.check_awake("verify_symmetric")?;
         self.quiesce(state)?;
-        let ranks = self.comm().rank_count() as usize;
-        let mine = state.op_hash();
-        let check_block = state
-            .check_block
-            .as_ref()
-            .expect("the pool keeps its check block");
-        let base = state.device_ptr(check_block);
-        let rt = self.runtime();
-        // The check block is only ever used here, under the lock, and every use ends with a
-        // synchronisation, so no queued work touches it now.
-        // SAFETY: the block holds (ranks + 1) u64s: our hash first, then everyone's.
-        unsafe {
-            rt.raw()
-                .copy_to_device(base, u64::slice_as_bytes(&[mine]))?
-        };
-        // SAFETY: as above; the gathered hashes land after our own.
-        unsafe {
-            self.comm().raw().all_gather(
-                base,
-                base.byte_add(8),
-                1,
-                u64::DATA_TYPE.into(),
-                &self.stream,
-            )?
-        };
-        self.wait_or_poison([&self.stream])?;
-        let mut hashes = vec![0u64; ranks];
-        // SAFETY: as above; the stream is synchronised.
-        unsafe {
-            rt.raw()
-                .copy_to_host(u64::slice_as_bytes_mut(&mut hashes), base.byte_add(8))?
-        };
-        // A failure another thread's wait found meanwhile: the hashes may not be the gather's.
-        self.check_usable()?;
+        let hashes = self.gather_word(state, state.op_hash())?;
+        let ranks = hashes.len();
         let differing: Vec<usize> = (1..ranks).filter(|&r| hashes[r] != hashes[0]).collect();
         if differing.is_empty() {
             return Ok(());
@@ -105,6 +73,45 @@ impl PoolShared {
             "ranks {differing:?} made different pool calls from rank 0: {calls} (op hashes: {})",
             listing.join(", ")
         )))
+    }
+
+    /// Every rank's `mine`, in rank order: an AllGather through the pool's check block on
+    /// the pool's stream, waited for. With the state lock held (the check block is only ever
+    /// used under it, and every use ends with a synchronisation).
+    pub(crate) fn gather_word(&self, state: &PoolState, mine: u64) -> Result<Vec<u64>> {
+        let ranks = self.comm().rank_count() as usize;
+        let check_block = state
+            .check_block
+            .as_ref()
+            .expect("the pool keeps its check block");
+        let base = state.device_ptr(check_block);
+        let rt = self.runtime();
+        // SAFETY: the block holds (ranks + 1) u64s (made for at least this many ranks): our
+        // word first, then everyone's; no queued work touches it now (see above).
+        unsafe {
+            rt.raw()
+                .copy_to_device(base, u64::slice_as_bytes(&[mine]))?
+        };
+        // SAFETY: as above; the gathered words land after our own.
+        unsafe {
+            self.comm().raw().all_gather(
+                base,
+                base.byte_add(8),
+                1,
+                u64::DATA_TYPE.into(),
+                &self.stream,
+            )?
+        };
+        self.wait_or_poison([&self.stream])?;
+        let mut words = vec![0u64; ranks];
+        // SAFETY: as above; the stream is synchronised.
+        unsafe {
+            rt.raw()
+                .copy_to_host(u64::slice_as_bytes_mut(&mut words), base.byte_add(8))?
+        };
+        // A failure another thread's wait found meanwhile: the words may not be the gather's.
+        self.check_usable()?;
+        Ok(words)
     }
 
     /// `failed`, the error of a wait for queued work, told in the user's terms where it is

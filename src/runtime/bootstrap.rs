@@ -152,7 +152,7 @@ impl Comm {
 }
 
 /// How long ranks wait for rank 0's file.
-fn root_info_wait(config: &CommConfig) -> Duration {
+pub(crate) fn root_info_wait(config: &CommConfig) -> Duration {
     match u64::try_from(config.as_raw().hcclExecTimeOut) {
         Ok(secs) if secs > 0 => Duration::from_secs(secs).max(MIN_WAIT),
         _ => DEFAULT_WAIT,

@@ -31,6 +31,7 @@ mod memory;
 mod origin;
 mod rank_table;
 mod stream;
+mod survivors;
 
 use std::any::Any;
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,7 @@ pub use origin::{Backend, Origin};
 pub use rank_table::RankTablePlacement;
 pub use stream::Stream;
 pub(crate) use stream::WeakStream;
+pub use survivors::Survivors;
 
 /// A loaded backend: the HCCL and ACL function tables, and what keeps their code alive.
 ///

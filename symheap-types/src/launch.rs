@@ -46,7 +46,15 @@ pub fn survivors_root(loss: u32) -> String {
 }
 
 /// Every variable of the protocol.
-pub const ALL: [&str; 7] = [RANK, WORLD_SIZE, DEVICE, NODE, ROOT_INFO, BLAME, ELASTIC_DIR];
+pub const ALL: [&str; 7] = [
+    RANK,
+    WORLD_SIZE,
+    DEVICE,
+    NODE,
+    ROOT_INFO,
+    BLAME,
+    ELASTIC_DIR,
+];
 
 #[cfg(test)]
 mod tests {

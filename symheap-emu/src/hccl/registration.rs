@@ -305,6 +305,7 @@ fn publish(comm: &Comm, seq: u64, made: HcclRes<Arc<Window>>) -> HcclRes<Arc<Win
 }
 
 /// What each rank tells the others at deregistration.
+#[derive(Clone, Copy)]
 struct DeregVote {
     slot: usize,
     last: bool,
@@ -355,7 +356,21 @@ pub(crate) fn deregister(comm: &Comm, seq: u64, handle: WindowHandle) -> HcclRes
         last,
         in_use,
     };
-    let votes = exchange(comm, seq, 0, mine, DEREGISTER)?;
+    // HCCL deregisters without an exchange (hicann/hcomm `DeregisterSymmetricMem` on A3);
+    // the emulator's vote only checks that the ranks deregister the same window. Once a peer
+    // will never come (its process died, or it destroyed its communicator), no vote can
+    // complete, and the window is torn down locally, as HCCL's would be: the survivors of a
+    // lost rank release their windows without waiting for it.
+    let votes = match exchange(comm, seq, 0, mine, DEREGISTER) {
+        Ok(votes) => votes,
+        Err(_) if comm.group.rv.peer_gone() => (0..comm.n)
+            .map(|r| DeregVote {
+                in_use: r == comm.rank && mine.in_use,
+                ..mine
+            })
+            .collect(),
+        Err(e) => return Err(e),
+    };
     if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {
         return hccl_fail(
             HcclResult::HCCL_E_INTERNAL,

@@ -103,6 +103,10 @@ pub(crate) struct Rendezvous {
     posts: AtomicU64,
     /// Set by [`Rendezvous::leave`]: a host thread still waiting in an exchange gives up.
     closed: AtomicBool,
+    /// Set by [`Rendezvous::vanish`]: this rank posts no further step, as if its process
+    /// had been killed. `posting` counts the posts under way, so none outlives the vanishing.
+    vanished: AtomicBool,
+    posting: AtomicU64,
     state: RankedMutex<State>,
     cv: Condvar,
 }
@@ -252,10 +256,25 @@ impl Rendezvous {
             host_pidfd,
             posts: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            vanished: AtomicBool::new(false),
+            posting: AtomicU64::new(0),
             state: RankedMutex::new(ranks::RENDEZVOUS, State::default()),
             cv: Condvar::new(),
         };
         Ok((rv, fds))
+    }
+
+    /// Makes this rank vanish as a killed process would (a test's stand-in, for ranks as
+    /// threads): it posts no further step (a post under way finishes first, as a process's
+    /// last store does before it dies), and its connection to the hub closes without a
+    /// LEAVE, so the hub records it lost and its peers' steps fail at once.
+    pub(crate) fn vanish(&self) {
+        self.vanished.store(true, Ordering::SeqCst);
+        while self.posting.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        self.closed.store(true, Ordering::Release);
+        self.conn.shutdown();
     }
 
     /// Records that this rank destroyed its communicator after taking collective sequence
@@ -437,6 +456,15 @@ impl Rendezvous {
         (in_host && self.host_gone()).then(|| self.host_lost())
     }
 
+    /// Whether a peer will never take part in another step of this rendezvous: its process
+    /// died, it destroyed its communicator, or the hub is gone.
+    pub(crate) fn peer_gone(&self) -> bool {
+        (0..self.n).any(|r| {
+            r != self.rank
+                && (self.board.gone(r).load(Ordering::Acquire) != 0 || self.lost(r).is_some())
+        })
+    }
+
     /// Whether the rendezvous hub is gone: its connection closed, or its process ended.
     fn host_gone(&self) -> bool {
         let ended = self.host_pidfd.as_ref().is_some_and(|fd| {
@@ -468,7 +496,16 @@ impl Rendezvous {
     ) -> Result<Vec<Vec<u8>>, RvError> {
         let buffer = (self.posts.fetch_add(1, Ordering::Relaxed) % 2) as usize;
         let board = &self.board;
-        if !board.post(self.rank, buffer, step, payload, deadline) {
+        self.posting.fetch_add(1, Ordering::SeqCst);
+        if self.vanished.load(Ordering::SeqCst) {
+            self.posting.fetch_sub(1, Ordering::SeqCst);
+            return Err(RvError::Lost {
+                ranks: vec![self.rank as u32],
+            });
+        }
+        let posted = board.post(self.rank, buffer, step, payload, deadline);
+        self.posting.fetch_sub(1, Ordering::SeqCst);
+        if !posted {
             // A buffer still unread by a peer: a peer missed an earlier step.
             return Err(RvError::Timeout {
                 missing: Vec::new(),

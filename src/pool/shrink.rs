@@ -1,0 +1,237 @@
+//! Going on without lost ranks ([`SymPool::shrink`]): the survivors' pools keep their heaps,
+//! their memory and every tensor where it was, and move to the survivors' communicator.
+//!
+//! Why it can work: every rank's heap is the same (the same offsets on every rank, by
+//! construction), and a window can be torn down by each rank alone (HCCL deregisters without
+//! an exchange: hicann/hcomm `DeregisterSymmetricMem` on A3). So after a loss each survivor
+//! drains its streams (the work the loss cut short fails), deregisters its windows locally,
+//! and registers the same memory in the new communicator at the same offsets. The survivors
+//! then check that their heaps are still the same.
+//!
+//! What the loss cut short is marked: a block that queued work used since the pool's last
+//! synchronisation before the loss holds unspecified contents (a collective may have written
+//! part of it), and reading it on the host is refused until it is written again
+//! ([`SymBlock::is_unspecified`](super::SymBlock::is_unspecified)).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{PoolShared, PoolState, SymPool};
+use crate::runtime::{Comm, Stream};
+use crate::{Error, Result};
+
+/// What a [shrink](SymPool::shrink) did.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ShrinkReport {
+    /// The ranks of the communicator the pool was on.
+    pub ranks_before: u32,
+    /// The ranks of the survivors' communicator it is on now.
+    pub ranks_after: u32,
+    /// Windows registered in the survivors' communicator (one per segment).
+    pub registrations: usize,
+    /// Whether queued work was cut short by the loss: then the blocks it used hold
+    /// unspecified contents until written again.
+    pub interrupted_work: bool,
+    /// How long the shrink took on this rank.
+    pub elapsed: Duration,
+}
+
+impl SymPool {
+    /// Moves the pool to `survivors`, the communicator of the ranks that survived the loss of
+    /// others (made by every survivor, for example with
+    /// [`Survivors::shrink`](crate::Survivors::shrink)), keeping its heap, its memory and
+    /// every live tensor where it was: same offsets, same contents, new window handles.
+    /// Collective over `survivors`.
+    ///
+    /// Each rank first waits for every stream with pool work (the work the loss cut short
+    /// fails: that failure is expected, and forgotten), deregisters its windows alone (the
+    /// lost ranks take no part) and leaves the pool's attached groups (they held the lost
+    /// ranks: split new ones from `survivors`, see [`ParallelGroups`](crate::ParallelGroups),
+    /// and attach them). Then the survivors register every segment in `survivors` at the same
+    /// offsets and check that their heaps are still the same. The pool's graphs are destroyed
+    /// (their captured collectives were on the old windows): capture them again. A poisoned
+    /// pool is usable again afterwards.
+    ///
+    /// Blocks that queued work used since the last synchronisation before the loss hold
+    /// unspecified contents: reading them on the host is refused until they are written again
+    /// ([`SymBlock::is_unspecified`](super::SymBlock::is_unspecified)).
+    ///
+    /// # Examples
+    /// ```
+    /// use symheap::{Comm, CommConfig, PoolConfig, ReduceOp, RootInfo, SymPool, SymVec, emu};
+    ///
+    /// // Rank 2 of 3 leaves; ranks 0 and 1 go on as a world of 2 (found through a directory
+    /// // that only this user can write, as `symheap-run --elastic` provides).
+    /// let dir = std::env::temp_dir().join(format!("shrink-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir)?;
+    /// std::fs::write(dir.join("lost-1"), "2\n")?;
+    /// let sums = emu::launch(3, |comm| {
+    ///     let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+    ///     let mut v = SymVec::from_host(&pool, &[1.0f32; 4])?;
+    ///     pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+    ///     pool.synchronize()?;
+    ///     if comm.rank() == 2 {
+    ///         return Ok(None); // leaves: its pool and communicator go
+    ///     }
+    ///     let mut survivors = symheap::Survivors::new(&dir, 3, comm.rank());
+    ///     let world = survivors.shrink(comm.runtime(), &CommConfig::new())?;
+    ///     pool.shrink(&world)?;
+    ///     assert_eq!(v.to_host()?, vec![3.0; 4], "the tensor is where it was");
+    ///     pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
+    ///     Ok(Some(v.to_host()?))
+    /// })?;
+    /// assert_eq!(sums[0], Some(vec![6.0; 4]));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `survivors` is not smaller than the pool's communicator
+    /// or on another device, or the pool sleeps or is capturing; [`Error::Asymmetric`] (and
+    /// the pool poisoned) if the survivors' heaps differ; the runtime's error of a
+    /// registration (the pool poisoned where the ranks may disagree).
+    pub fn shrink(&self, survivors: &Comm) -> Result<ShrinkReport> {
+        let start = Instant::now();
+        let shared = self.shared();
+        let old = shared.comm();
+        let _span = tracing::info_span!("symheap.shrink", rank = survivors.rank()).entered();
+        if survivors.rank_count() >= old.rank_count() {
+            return Err(Error::invalid(format!(
+                "shrink: the survivors' communicator has {} ranks, the pool's {}: it must be \
+                 smaller",
+                survivors.rank_count(),
+                old.rank_count()
+            )));
+        }
+        if survivors.device() != shared.device {
+            return Err(Error::invalid(format!(
+                "shrink: the survivors' communicator is on device {}, the pool on {}",
+                survivors.device(),
+                shared.device
+            )));
+        }
+        // No host view or host copy is under way while the memory changes hands.
+        let _gate = shared.gate.write().unwrap_or_else(|e| e.into_inner());
+        let mut state = shared.lock();
+        shared.check_awake("shrink")?;
+        shared.check_not_capturing(&state, "shrink")?;
+        // Work marked with this epoch was queued since the last synchronisation: what the
+        // loss may have cut short.
+        let cut_short = shared.epoch.fetch_add(1, Ordering::AcqRel);
+        let failed = shared.drain_after_loss(&mut state).is_err() || shared.failure.is_set();
+        // The groups held the lost ranks; each segment's windows in them go with its rebind.
+        state.groups.clear();
+        state.names.truncate(1);
+        // Nothing queued is left: what was pending goes back to the heaps.
+        for pending in std::mem::take(&mut state.pending) {
+            if let Err(e) = state.free_block(pending.block) {
+                shared.runtime().record_drop_error(e);
+            }
+        }
+        *shared.comm.write().unwrap_or_else(|e| e.into_inner()) = survivors.clone();
+        shared.failure.clear();
+        if failed {
+            shared.mark_interrupted(cut_short);
+        }
+        let keys: Vec<usize> = state.segments.iter().map(|(key, _)| key).collect();
+        for &key in &keys {
+            if let Err(unmade) = state.segments[key].rebind(survivors, &shared.stream) {
+                return Err(shared.unmade(unmade));
+            }
+        }
+        state.registrations += keys.len() as u64;
+        let heaps = shared.gather_word(&state, state.placement_hash())?;
+        let differing: Vec<usize> = (1..heaps.len()).filter(|&r| heaps[r] != heaps[0]).collect();
+        if !differing.is_empty() {
+            let error = Error::Asymmetric(format!(
+                "shrink: the heaps of survivors {differing:?} differ from survivor 0's: the \
+                 ranks allocated or freed differently before or after the loss, so their \
+                 tensors are not at the same offsets"
+            ));
+            shared.poison(&error);
+            return Err(error);
+        }
+        let report = ShrinkReport {
+            ranks_before: old.rank_count(),
+            ranks_after: survivors.rank_count(),
+            registrations: keys.len(),
+            interrupted_work: failed,
+            elapsed: start.elapsed(),
+        };
+        tracing::info!(
+            rank = survivors.rank(),
+            before = report.ranks_before,
+            after = report.ranks_after,
+            "symheap: pool shrunk to the survivors"
+        );
+        Ok(report)
+    }
+}
+
+impl PoolShared {
+    /// Records that work queued in `epoch` was cut short by a loss.
+    fn mark_interrupted(&self, epoch: u64) {
+        let mut epochs = self.interrupted.lock().unwrap_or_else(|e| e.into_inner());
+        epochs.push(epoch);
+        self.interrupted_any.store(true, Ordering::Release);
+    }
+
+    /// Whether work queued in `epoch` was cut short by a loss.
+    pub(super) fn was_interrupted(&self, epoch: u64) -> bool {
+        if !self.interrupted_any.load(Ordering::Acquire) {
+            return false;
+        }
+        let epochs = self.interrupted.lock().unwrap_or_else(|e| e.into_inner());
+        epochs.contains(&epoch)
+    }
+
+    /// Waits for every stream with pool work (the pool's, those with collectives or frees
+    /// queued, those blocks were recorded on or held by pending frees, those graphs were
+    /// replayed on) and destroys the live graphs' ACL graphs, whatever fails: after a loss,
+    /// the failures are expected. The first failure, if any.
+    fn drain_after_loss(&self, state: &mut PoolState) -> Result<()> {
+        let recorded = self
+            .recorded_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut streams: Vec<Stream> = recorded.iter().filter_map(|s| s.upgrade()).collect();
+        drop(recorded);
+        streams.extend(state.pending.iter().flat_map(|p| p.streams.iter().cloned()));
+        streams.extend(state.fences.streams().cloned());
+        streams.extend(state.collective_streams.iter().cloned());
+        state.graphs.retain(|g| g.strong_count() > 0);
+        let graphs: Vec<_> = state.graphs.iter().filter_map(|g| g.upgrade()).collect();
+        for graph in &graphs {
+            streams.extend(graph.replay_streams());
+        }
+        let mut unique: Vec<Stream> = vec![self.stream.clone()];
+        for stream in streams {
+            if !unique.iter().any(|s| s.same_as(&stream)) {
+                unique.push(stream);
+            }
+        }
+        let waited = self.wait_streams(&unique);
+        state.fences.clear();
+        state.collective_streams.clear();
+        let destroyed = graphs.iter().try_for_each(|g| g.destroy_for_sleep());
+        waited.and(destroyed)
+    }
+}
+
+impl PoolState {
+    /// Where every block lies: each segment's key and size and its heap's regions (offset,
+    /// size, live), folded. Equal on ranks whose tensors are at the same offsets, whatever
+    /// calls led there.
+    fn placement_hash(&self) -> u64 {
+        let words = self.segments.iter().flat_map(|(key, segment)| {
+            let regions = segment
+                .heap
+                .regions()
+                .into_iter()
+                .flat_map(|r| [r.offset, r.size, u64::from(r.live)]);
+            [key as u64, segment.size].into_iter().chain(regions)
+        });
+        crate::heap::fold_words(words)
+    }
+}
