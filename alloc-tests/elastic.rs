@@ -45,6 +45,10 @@ fn step(
     n: u32,
     acc: &mut SymVec<f32>,
 ) -> symheap::Result<()> {
+    if n % 10 == 5 {
+        // A bigger tensor than any free space: the pool grows, registering a new window.
+        drop(SymVec::<u8>::zeroed(pool, (n as usize / 10 + 1) << 20)?);
+    }
     let mut v = SymVec::from_host(pool, &vec![(me + 1 + n) as f32; LEN])?;
     pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
     let got = v.to_host()?;
@@ -72,7 +76,7 @@ fn rank_of_an_elastic_job() {
     let mut world = Survivors::from_env()
         .unwrap()
         .expect("the elastic launcher sets SYMHEAP_ELASTIC_DIR");
-    let pool = SymPool::new(&comm, PoolConfig::new(4 << 20).max_capacity(64 << 20)).unwrap();
+    let pool = SymPool::new(&comm, PoolConfig::new(4 << 20).max_capacity(256 << 20)).unwrap();
     let kept = SymVec::from_host(&pool, &pattern(me)).unwrap();
     let mut acc = SymVec::<f32>::zeroed(&pool, LEN).unwrap();
     pool.synchronize().unwrap();
@@ -175,6 +179,8 @@ enum KillPoint {
     InCollective,
     /// After the step's host copy.
     AfterCopy,
+    /// While the pool grows: another thread makes the rank vanish during the registration.
+    InGrowth,
 }
 
 /// One thread job of `ranks`: `victim` vanishes at `point` of step `at`, writes the loss
@@ -191,7 +197,7 @@ fn survive_as_threads(ranks: u32, victim: u32, at: u32, point: KillPoint) {
     let outcome = symheap::emu::launch(ranks, |comm| {
         let me = comm.rank();
         let rt = comm.runtime().clone();
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20).max_capacity(64 << 20))?;
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20).max_capacity(256 << 20))?;
         let kept = SymVec::from_host(&pool, &pattern(me))?;
         let mut acc = SymVec::<f32>::zeroed(&pool, LEN)?;
         pool.synchronize()?;
@@ -213,6 +219,22 @@ fn survive_as_threads(ranks: u32, victim: u32, at: u32, point: KillPoint) {
             let mut run = || -> symheap::Result<()> {
                 if dying && matches!(point, KillPoint::BeforeStep) {
                     vanish(comm);
+                }
+                if n % 10 == 5 || (dying && matches!(point, KillPoint::InGrowth)) {
+                    // A bigger tensor than any free space: the pool grows, registering a
+                    // new window (during which the victim may vanish).
+                    let grow = || SymVec::<u8>::zeroed(&pool, (n as usize / 10 + 1) << 20);
+                    let grown = match dying && matches!(point, KillPoint::InGrowth) {
+                        true => std::thread::scope(|s| {
+                            s.spawn(|| {
+                                std::thread::sleep(Duration::from_micros(u64::from(n) * 50));
+                                vanish(comm);
+                            });
+                            grow()
+                        }),
+                        false => grow(),
+                    };
+                    drop(grown?);
                 }
                 let mut v = SymVec::from_host(&pool, &vec![(me + 1 + n) as f32; LEN])?;
                 pool.all_reduce_in_place(&mut v, ReduceOp::Sum)?;
@@ -271,6 +293,7 @@ fn a_thread_rank_vanishing_anywhere_in_a_step_is_survived() {
         (1, KillPoint::BeforeStep),
         (2, KillPoint::InCollective),
         (3, KillPoint::AfterCopy),
+        (4, KillPoint::InGrowth),
     ] {
         let (victim, delay) = random_kill(seed, 4);
         survive_as_threads(4, victim, delay % 40, point);
@@ -285,9 +308,10 @@ fn a_hundred_vanishing_thread_ranks_are_survived() {
         KillPoint::BeforeStep,
         KillPoint::InCollective,
         KillPoint::AfterCopy,
+        KillPoint::InGrowth,
     ];
     for seed in 0..100u32 {
         let (victim, delay) = random_kill(seed, 4);
-        survive_as_threads(4, victim, delay % 40, points[seed as usize % 3]);
+        survive_as_threads(4, victim, delay % 40, points[seed as usize % 4]);
     }
 }
