@@ -315,3 +315,51 @@ fn a_hundred_vanishing_thread_ranks_are_survived() {
         survive_as_threads(4, victim, delay % 40, points[seed as usize % 4]);
     }
 }
+
+/// A tensor that a collective cut short by the loss was writing says so, and is refused on
+/// the host until written again; a tensor no such work used reads as it was.
+#[test]
+fn a_tensor_in_flight_at_the_loss_is_marked_and_refused_until_written() {
+    let session = EmuSession::start();
+    let dir = std::env::temp_dir().join(format!("symheap-elastic-marked-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lost-1"), "2\n").unwrap();
+    let outcome = symheap::emu::launch(3, |comm| {
+        let me = comm.rank();
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let kept = SymVec::from_host(&pool, &pattern(me))?;
+        let input = SymVec::from_host(&pool, &vec![1.0f32; LEN])?;
+        let mut output = SymVec::<f32>::zeroed(&pool, LEN)?;
+        pool.synchronize()?;
+        if me == 2 {
+            assert_eq!(
+                symheap::emu::testing::vanish(comm.as_raw()),
+                symheap::sys::HcclResult::HCCL_SUCCESS
+            );
+            return Ok(None);
+        }
+        let cut_short = pool
+            .all_reduce(&input, &mut output, ReduceOp::Sum)
+            .and_then(|()| pool.synchronize());
+        assert!(cut_short.is_err(), "rank 2 never came");
+        let survivors = Survivors::new(&dir, 3, me).shrink(comm.runtime(), &CommConfig::new())?;
+        let report = pool.shrink(&survivors)?;
+        assert!(report.interrupted_work);
+        assert!(output.is_unspecified() && input.is_unspecified());
+        assert!(!kept.is_unspecified());
+        let refused = output.to_host().unwrap_err().to_string();
+        assert!(
+            refused.contains("unspecified until written again"),
+            "{refused}"
+        );
+        assert_eq!(kept.to_host()?, pattern(me));
+        output.copy_from_host(&vec![5.0; LEN])?;
+        assert!(!output.is_unspecified());
+        assert_eq!(output.to_host()?, vec![5.0; LEN]);
+        Ok(Some(report.ranks_after))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(outcome.unwrap(), [Some(2), Some(2), None]);
+    session.assert_clean();
+}

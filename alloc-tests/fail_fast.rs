@@ -71,8 +71,9 @@ fn dropping_a_poisoned_pool_waits_for_no_peer() {
         took < Duration::from_secs(1),
         "dropping the poisoned pool took {took:?}"
     );
-    // Rank 1's own drop found rank 0 gone: recorded, not lost.
-    assert!(!rt.take_drop_errors().is_empty());
+    // Rank 1's own drop found rank 0 gone: its windows went here alone, as HCCL's
+    // deregistration needs no peer, with nothing to record.
+    assert!(rt.take_drop_errors().is_empty());
     session.assert_clean();
 }
 

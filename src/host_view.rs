@@ -26,7 +26,6 @@ impl<'a, T: Element> HostView<'a, T> {
     /// A view of `len` elements from element `start` of `block`, which the caller has
     /// checked lie inside it, once no queued work uses it.
     pub(crate) fn open(block: &'a SymBlock, start: usize, len: usize) -> Result<Self> {
-        block.check_specified()?;
         let token = open_token(block)?;
         let ptr = block.device_ptr().byte_add((start * size_of::<T>()) as u64);
         // SAFETY: host-addressable device memory of `len` elements inside the block, which
@@ -64,6 +63,9 @@ pub(crate) fn open_token(block: &SymBlock) -> Result<HostViewToken> {
     if !block.pool().runtime().is_host_addressable() {
         return Err(Error::NotHostAddressable);
     }
+    // Contents a lost rank's cut-short work left unspecified are not shown, not even to
+    // write through a view: write them with a host copy first.
+    block.check_specified()?;
     if block.is_held() {
         return Err(Error::invalid(
             "a host view of a buffer a live SymGraph uses: its replays may write it at any \

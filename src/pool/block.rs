@@ -132,7 +132,8 @@ impl SymBlock {
             return Ok(());
         }
         Err(crate::Error::invalid(format!(
-            "the buffer at offset {} of window {:?} was in use by work a lost rank cut short:              its contents are unspecified until written again",
+            "the buffer at offset {} of window {:?} was in use by work a lost rank cut short: \
+             its contents are unspecified until written again",
             self.offset(),
             self.window.get()
         )))

@@ -162,9 +162,13 @@ pub(crate) struct PoolShared {
     host_views: AtomicUsize,
     /// Streams other than the pool's that blocks were recorded on, for a sleep to wait for.
     recorded_streams: Mutex<Vec<WeakStream>>,
-    /// The epochs whose queued work a lost rank cut short ([`SymPool::shrink`]): a block last
-    /// used in one holds unspecified contents. `interrupted_any` spares the lock while none.
-    interrupted: Mutex<Vec<u64>>,
+    /// The first epoch whose work may not have finished: work marked with an older one was
+    /// waited for by a `synchronize` that succeeded.
+    settled: AtomicU64,
+    /// The epochs (first and last) whose queued work a lost rank cut short
+    /// ([`SymPool::shrink`]): a block last used in one holds unspecified contents.
+    /// `interrupted_any` spares the lock while there is none.
+    interrupted: Mutex<Vec<(u64, u64)>>,
     interrupted_any: AtomicBool,
     state: Mutex<PoolState>,
 }
@@ -347,6 +351,7 @@ impl SymPool {
             gate: RwLock::new(()),
             host_views: AtomicUsize::new(0),
             recorded_streams: Mutex::new(Vec::new()),
+            settled: AtomicU64::new(0),
             interrupted: Mutex::new(Vec::new()),
             interrupted_any: AtomicBool::new(false),
             state: Mutex::new(state),
@@ -790,7 +795,7 @@ impl PoolShared {
         // Bumped before waiting: a block marked with the old epoch (even by a `record_stream`
         // that does not take the lock) had its work enqueued before this point, so the wait
         // below covers it.
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let settling = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         // Each stream once (several pending blocks may record the same one).
         let mut streams: Vec<&Stream> = vec![&self.stream];
         let pending = state.pending.iter().flat_map(|p| &p.streams);
@@ -803,6 +808,7 @@ impl PoolShared {
         if let Err(e) = self.wait_or_poison(streams) {
             return Err(self.explain_refused_collective(state, e));
         }
+        self.settled.store(settling, Ordering::Release);
         // Every stream that freed memory has run its work: nothing is left to order.
         state.fences.clear();
         state.collective_streams.clear();

@@ -9,7 +9,7 @@
 //! then check that their heaps are still the same.
 //!
 //! What the loss cut short is marked: a block that queued work used since the pool's last
-//! synchronisation before the loss holds unspecified contents (a collective may have written
+//! successful synchronisation holds unspecified contents (a collective may have written
 //! part of it), and reading it on the host is refused until it is written again
 //! ([`SymBlock::is_unspecified`](super::SymBlock::is_unspecified)).
 
@@ -53,7 +53,7 @@ impl SymPool {
     /// (their captured collectives were on the old windows): capture them again. A poisoned
     /// pool is usable again afterwards.
     ///
-    /// Blocks that queued work used since the last synchronisation before the loss hold
+    /// Blocks that queued work used since the last `synchronize` that succeeded hold
     /// unspecified contents: reading them on the host is refused until they are written again
     /// ([`SymBlock::is_unspecified`](super::SymBlock::is_unspecified)).
     ///
@@ -88,9 +88,9 @@ impl SymPool {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `survivors` is not smaller than the pool's communicator
-    /// or on another device, or the pool sleeps or is capturing; [`Error::Asymmetric`] (and
-    /// the pool poisoned) if the survivors' heaps differ; the runtime's error of a
-    /// registration (the pool poisoned where the ranks may disagree).
+    /// or on another device, the pool is capturing, or host views of it are alive;
+    /// [`Error::Asleep`] if it sleeps; [`Error::Asymmetric`] if the survivors' heaps differ,
+    /// and the runtime's error of a registration: both poison the pool (it is half moved).
     pub fn shrink(&self, survivors: &Comm) -> Result<ShrinkReport> {
         let start = Instant::now();
         let shared = self.shared();
@@ -116,8 +116,15 @@ impl SymPool {
         let mut state = shared.lock();
         shared.check_awake("shrink")?;
         shared.check_not_capturing(&state, "shrink")?;
-        // Work marked with this epoch was queued since the last synchronisation: what the
-        // loss may have cut short.
+        let views = shared.host_views.load(Ordering::Acquire);
+        if views > 0 {
+            return Err(Error::invalid(format!(
+                "shrink: {views} host view(s) of pooled memory are alive (SymVec::host): drop \
+                 them first, the windows under them are about to be registered anew"
+            )));
+        }
+        // Work marked with this epoch, or one since the last synchronisation that succeeded,
+        // is what the loss may have cut short.
         let cut_short = shared.epoch.fetch_add(1, Ordering::AcqRel);
         let failed = shared.drain_after_loss(&mut state).is_err() || shared.failure.is_set();
         // The groups held the lost ranks; each segment's windows in them go with its rebind.
@@ -135,20 +142,28 @@ impl SymPool {
             shared.mark_interrupted(cut_short);
         }
         let keys: Vec<usize> = state.segments.iter().map(|(key, _)| key).collect();
-        for &key in &keys {
-            if let Err(unmade) = state.segments[key].rebind(survivors, &shared.stream) {
-                return Err(shared.unmade(unmade));
+        // From here on the pool is half moved until every segment is rebound and the heaps
+        // compared: any failure poisons it (its windows may be gone, its peers elsewhere).
+        let moved = (|| {
+            for &key in &keys {
+                state.segments[key]
+                    .rebind(survivors, &shared.stream)
+                    .map_err(|unmade| unmade.error)?;
             }
-        }
-        state.registrations += keys.len() as u64;
-        let heaps = shared.gather_word(&state, state.placement_hash())?;
-        let differing: Vec<usize> = (1..heaps.len()).filter(|&r| heaps[r] != heaps[0]).collect();
-        if !differing.is_empty() {
-            let error = Error::Asymmetric(format!(
+            state.registrations += keys.len() as u64;
+            let heaps = shared.gather_word(&state, state.placement_hash())?;
+            let differing: Vec<usize> =
+                (1..heaps.len()).filter(|&r| heaps[r] != heaps[0]).collect();
+            if differing.is_empty() {
+                return Ok(());
+            }
+            Err(Error::Asymmetric(format!(
                 "shrink: the heaps of survivors {differing:?} differ from survivor 0's: the \
                  ranks allocated or freed differently before or after the loss, so their \
                  tensors are not at the same offsets"
-            ));
+            )))
+        })();
+        if let Err(error) = moved {
             shared.poison(&error);
             return Err(error);
         }
@@ -170,10 +185,12 @@ impl SymPool {
 }
 
 impl PoolShared {
-    /// Records that work queued in `epoch` was cut short by a loss.
-    fn mark_interrupted(&self, epoch: u64) {
+    /// Records that work queued from the last settled epoch up to `last` may have been cut
+    /// short by a loss.
+    fn mark_interrupted(&self, last: u64) {
+        let first = self.settled.load(Ordering::Acquire).min(last);
         let mut epochs = self.interrupted.lock().unwrap_or_else(|e| e.into_inner());
-        epochs.push(epoch);
+        epochs.push((first, last));
         self.interrupted_any.store(true, Ordering::Release);
     }
 
@@ -183,7 +200,9 @@ impl PoolShared {
             return false;
         }
         let epochs = self.interrupted.lock().unwrap_or_else(|e| e.into_inner());
-        epochs.contains(&epoch)
+        epochs
+            .iter()
+            .any(|&(first, last)| (first..=last).contains(&epoch))
     }
 
     /// Waits for every stream with pool work (the pool's, those with collectives or frees
@@ -214,7 +233,11 @@ impl PoolShared {
         let waited = self.wait_streams(&unique);
         state.fences.clear();
         state.collective_streams.clear();
-        let destroyed = graphs.iter().try_for_each(|g| g.destroy_for_sleep());
+        // Every graph, whatever one of them says: none may replay on the old windows.
+        let destroyed = graphs
+            .iter()
+            .map(|g| g.destroy_for_sleep())
+            .fold(Ok(()), Result::and);
         waited.and(destroyed)
     }
 }

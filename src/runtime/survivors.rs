@@ -119,7 +119,13 @@ impl Survivors {
             .copied()
             .filter(|r| !lost.contains(r))
             .collect();
-        let rank = world.iter().position(|&r| r == self.me).unwrap_or(0) as u32;
+        let Some(rank) = world.iter().position(|&r| r == self.me) else {
+            return Err(Error::invalid(format!(
+                "launch rank {} is not in the world {:?}",
+                self.me, self.world
+            )));
+        };
+        let rank = rank as u32;
         let root_path = self.dir.join(launch::survivors_root(loss));
         let root = match rank {
             0 => {
@@ -129,11 +135,13 @@ impl Survivors {
             }
             _ => RootInfo::wait_for(&root_path, wait)?,
         };
-        let comm = Comm::init(rt, world.len() as u32, &root, rank, config)?;
+        let comm = Comm::init(rt, world.len() as u32, &root, rank, config);
         if rank == 0 {
-            // Every survivor has joined: nobody needs the key any more.
+            // Every survivor has joined, or the init failed: nobody needs the key any more,
+            // and a retry publishes a fresh one.
             let _ = std::fs::remove_file(&root_path);
         }
+        let comm = comm?;
         self.world = world;
         self.losses = loss;
         Ok(comm)
