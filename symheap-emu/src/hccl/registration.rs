@@ -18,8 +18,9 @@ use crate::base::errors::{HcclRes, hccl_fail, para};
 use crate::base::handle::{CommHandle, WindowHandle};
 use crate::base::lock::lock;
 use crate::hccl::comm::{self, Comm};
-use crate::hccl::host_call::exchange;
+use crate::hccl::host_call::{exchange, exchange_raw, fail_of};
 use crate::hccl::window::{SymHeap, Window, forget_window, remember_window, window_comm};
+use crate::ipc::rendezvous::RvError;
 use crate::ipc::wire::{Reader, Wire, Writer};
 
 const REGISTER: &str = "HcclCommSymWinRegister";
@@ -357,19 +358,20 @@ pub(crate) fn deregister(comm: &Comm, seq: u64, handle: WindowHandle) -> HcclRes
         in_use,
     };
     // HCCL deregisters without an exchange (hicann/hcomm `DeregisterSymmetricMem` on A3);
-    // the emulator's vote only checks that the ranks deregister the same window. Once a peer
-    // will never come (its process died, or it destroyed its communicator), no vote can
-    // complete, and the window is torn down locally, as HCCL's would be: the survivors of a
-    // lost rank release their windows without waiting for it.
-    let votes = match exchange(comm, seq, 0, mine, DEREGISTER) {
+    // the emulator's vote only checks that the ranks deregister the same window. When the
+    // vote fails because a peer will never come (its process died, it destroyed its
+    // communicator, or the hub is gone), the window is torn down locally, as HCCL's would be:
+    // the survivors of a lost rank release their windows without waiting for it. Any other
+    // failure (a deadlock, a timeout, different calls) stays the call's.
+    let votes = match exchange_raw(comm, seq, 0, mine) {
         Ok(votes) => votes,
-        Err(_) if comm.group.rv.peer_gone() => (0..comm.n)
+        Err(RvError::Gone { .. } | RvError::Lost { .. } | RvError::HubLost) => (0..comm.n)
             .map(|r| DeregVote {
                 in_use: r == comm.rank && mine.in_use,
                 ..mine
             })
             .collect(),
-        Err(e) => return Err(e),
+        Err(e) => return Err(fail_of(e, comm, DEREGISTER)),
     };
     if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {
         return hccl_fail(

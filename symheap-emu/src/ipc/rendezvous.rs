@@ -456,15 +456,6 @@ impl Rendezvous {
         (in_host && self.host_gone()).then(|| self.host_lost())
     }
 
-    /// Whether a peer will never take part in another step of this rendezvous: its process
-    /// died, it destroyed its communicator, or the hub is gone.
-    pub(crate) fn peer_gone(&self) -> bool {
-        (0..self.n).any(|r| {
-            r != self.rank
-                && (self.board.gone(r).load(Ordering::Acquire) != 0 || self.lost(r).is_some())
-        })
-    }
-
     /// Whether the rendezvous hub is gone: its connection closed, or its process ended.
     fn host_gone(&self) -> bool {
         let ended = self.host_pidfd.as_ref().is_some_and(|fd| {
