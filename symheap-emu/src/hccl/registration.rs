@@ -365,12 +365,15 @@ pub(crate) fn deregister(comm: &Comm, seq: u64, handle: WindowHandle) -> HcclRes
     // failure (a deadlock, a timeout, different calls) stays the call's.
     let votes = match exchange_raw(comm, seq, 0, mine) {
         Ok(votes) => votes,
-        Err(RvError::Gone { .. } | RvError::Lost { .. } | RvError::HubLost) => (0..comm.n)
-            .map(|r| DeregVote {
-                in_use: r == comm.rank && mine.in_use,
-                ..mine
-            })
-            .collect(),
+        Err(RvError::Gone { .. } | RvError::Lost { .. } | RvError::HubLost) => {
+            w.outlived_peers();
+            (0..comm.n)
+                .map(|r| DeregVote {
+                    in_use: r == comm.rank && mine.in_use,
+                    ..mine
+                })
+                .collect()
+        }
         Err(e) => return Err(fail_of(e, comm, DEREGISTER)),
     };
     if votes.iter().any(|v| (v.slot, v.last) != (w.slot, last)) {

@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::sys::HcclResult;
@@ -141,6 +141,9 @@ pub(crate) struct Window {
     /// that are thread ranks): HCCL's imports, each keeping its allocation until the window
     /// goes.
     imports: Vec<PhysicalHandle>,
+    /// Set when a peer is gone for good ([`Window::outlived_peers`]): the window's
+    /// communicator is dead, and its peers' mappings are unmapped in the background.
+    peers_gone: AtomicBool,
 }
 
 impl Window {
@@ -194,6 +197,7 @@ impl Window {
             phys: phys.handle,
             refs: AtomicU32::new(1),
             imports,
+            peers_gone: AtomicBool::new(false),
         });
         for (r, peer) in peers.into_iter().enumerate() {
             let Some(peer) = peer else {
@@ -223,20 +227,36 @@ impl Window {
     pub(crate) fn peer_addr(&self, rank: u32, offset: usize) -> usize {
         self.heap.addr(rank, self.slot, offset)
     }
+
+    /// Notes that a peer is gone for good (its process died, or it left): the window's
+    /// communicator can never register again, so its slot need not be freed, and the peers'
+    /// mappings are unmapped off the caller's path when the window goes. Unmapping the last
+    /// mapping of a dead process's memory frees all of it (the kernel truncates its memfd:
+    /// 150 ms for 1 GiB here), which would otherwise stall the survivor that happens to be last.
+    pub(crate) fn outlived_peers(&self) {
+        self.peers_gone.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Window {
     fn drop(&mut self) {
         let mut unmapped = true;
+        let mut later = Vec::new();
         for r in 0..self.heap.n {
             let at = self.peer_addr(r, 0);
             memory::remove_window_region(at);
+            if r != self.heap.rank && self.peers_gone.load(Ordering::Relaxed) {
+                later.push(at);
+                continue;
+            }
             // SAFETY: the range is this window's slot of rank r inside the heap reservation;
             // no pin refers to the window any more (it is being dropped), so nothing accesses it.
             unmapped &= unsafe { os::unmap_to_reserved(at, self.size) }.is_ok();
         }
-        // A slot whose pages could not be unmapped is never handed out again.
-        if unmapped {
+        if !later.is_empty() {
+            unmap_in_background(Arc::clone(&self.heap), later, self.size);
+        } else if unmapped {
+            // A slot whose pages could not be unmapped is never handed out again.
             self.heap.free(self.slot);
         }
         memory::detach_window(self.phys, self.user_base);
@@ -250,6 +270,24 @@ impl Drop for Window {
         }
         counters::dec(Counter::Windows);
     }
+}
+
+/// Unmaps the `len`-byte ranges at `addrs` of `heap` on a thread of their own; the thread
+/// keeps the heap's reservation, so nothing else is mapped there before it is done. If no
+/// thread can be started, the ranges go with the reservation, when the heap's communicator
+/// is destroyed.
+fn unmap_in_background(heap: Arc<SymHeap>, addrs: Vec<usize>, len: usize) {
+    let unmap = move || {
+        for at in addrs {
+            // SAFETY: each range is a dropped window's slot of a peer inside `heap`'s
+            // reservation, which this closure keeps alive; nothing accesses it any more.
+            let _ = unsafe { os::unmap_to_reserved(at, len) };
+        }
+        drop(heap);
+    };
+    let _ = std::thread::Builder::new()
+        .name("symheap-unmap".into())
+        .spawn(unmap);
 }
 
 impl std::fmt::Debug for Window {

@@ -405,7 +405,8 @@ impl Board {
     }
 
     /// Posts `value` as rank `rank`'s value for step `key` into buffer `i`, once every peer
-    /// has read what it held (at most until `deadline`: `false` then).
+    /// has read what it held (at most until `deadline`, or until `abandoned` says to give up
+    /// after a [`notify`](Self::notify): `false` then).
     pub(crate) fn post(
         &self,
         rank: usize,
@@ -413,6 +414,7 @@ impl Board {
         key: u64,
         value: &[u8],
         deadline: Instant,
+        abandoned: impl Fn() -> bool,
     ) -> bool {
         assert!(value.len() <= MAX_VALUE);
         let b = self.buffer(rank, i);
@@ -421,7 +423,7 @@ impl Board {
             let held = b.key.load(Ordering::Acquire);
             held == 0 || held & WITHDRAWN != 0 || b.read_by.load(Ordering::Acquire) >= peers
         };
-        if !self.wait_until(reusable, deadline) {
+        if !self.wait_until(|| reusable() || abandoned(), deadline) || abandoned() {
             return false;
         }
         b.key.store(0, Ordering::Relaxed);

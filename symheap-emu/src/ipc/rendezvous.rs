@@ -266,10 +266,13 @@ impl Rendezvous {
 
     /// Makes this rank vanish as a killed process would (a test's stand-in, for ranks as
     /// threads): it posts no further step (a post under way finishes first, as a process's
-    /// last store does before it dies), and its connection to the hub closes without a
+    /// last store does before it dies; one still waiting for a peer to read this rank's
+    /// previous post gives up, as a killed process's would), and its connection to the hub closes without a
     /// LEAVE, so the hub records it lost and its peers' steps fail at once.
     pub(crate) fn vanish(&self) {
         self.vanished.store(true, Ordering::SeqCst);
+        // A post waiting for a peer to read this rank's previous one gives up.
+        self.board.notify();
         while self.posting.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
@@ -494,8 +497,14 @@ impl Rendezvous {
                 ranks: vec![self.rank as u32],
             });
         }
-        let posted = board.post(self.rank, buffer, step, payload, deadline);
+        let vanished = || self.vanished.load(Ordering::SeqCst);
+        let posted = board.post(self.rank, buffer, step, payload, deadline, vanished);
         self.posting.fetch_sub(1, Ordering::SeqCst);
+        if !posted && vanished() {
+            return Err(RvError::Lost {
+                ranks: vec![self.rank as u32],
+            });
+        }
         if !posted {
             // A buffer still unread by a peer: a peer missed an earlier step.
             return Err(RvError::Timeout {
