@@ -38,7 +38,7 @@
 //! others are neither signalled nor killed, and the job ends when every rank has ended. Each
 //! rank gets [`launch::ELASTIC_DIR`], a directory of its own in the run's directory (mode
 //! 0700, removed with it, so never while a rank lives). Ranks that end abnormally (a signal or
-//! a non-zero exit) within [`LOSS_WINDOW`] of the first of them are one loss, the K-th of the
+//! a non-zero exit) within [`Job::loss_window`] of the first of them are one loss, the K-th of the
 //! job: the launcher writes [`launch::lost_record`]`(K)` there (their launch ranks, one
 //! decimal per line, ascending; renamed into place, so that the survivors, who poll for it,
 //! never read half of it), reports it on stderr (`symheap-run: elastic: lost rank 3 (pid
@@ -201,6 +201,7 @@ pub struct Job {
     grace: Duration,
     capture: bool,
     elastic: bool,
+    loss_window: Duration,
 }
 
 /// Whether this process was started as a rank by a launcher: `SYMHEAP_RANK` is set (by
@@ -239,7 +240,7 @@ pub struct Outcome {
     pub losses: Vec<Loss>,
 }
 
-/// One loss of an elastic job: the ranks that ended abnormally within [`LOSS_WINDOW`] of the
+/// One loss of an elastic job: the ranks that ended abnormally within [`Job::loss_window`] of the
 /// first of them, recorded together as [`launch::lost_record`]`(number)`.
 #[derive(Debug, Clone)]
 pub struct Loss {
@@ -274,8 +275,10 @@ pub struct LostRank {
 /// How close together abnormal ends of an elastic job's ranks must come to be one loss: a
 /// failure that takes down several ranks (a node, a shared resource) rarely ends them in the
 /// same millisecond, and the survivors should get one record for one event, not one per
-/// rank. Measured from the first rank of the loss, so that no record waits longer than this.
-pub const LOSS_WINDOW: Duration = Duration::from_millis(200);
+/// rank. Measured from the first rank of the loss, so that no record waits longer than this:
+/// it is part of every survivor's recovery time, so it is kept short (the default of
+/// [`Job::loss_window`]).
+pub const LOSS_WINDOW: Duration = Duration::from_millis(50);
 
 impl Job {
     /// `program` as `ranks` processes on one node, with no arguments and a 5-second grace
@@ -291,6 +294,7 @@ impl Job {
             grace: Duration::from_secs(5),
             capture: false,
             elastic: false,
+            loss_window: LOSS_WINDOW,
         }
     }
 
@@ -382,6 +386,14 @@ impl Job {
         self
     }
 
+    /// How close together abnormal ends of an elastic job's ranks must come to be one loss
+    /// ([`LOSS_WINDOW`] unless set): the survivors wait this long after the first before
+    /// they learn of the loss.
+    pub fn loss_window(mut self, window: Duration) -> Job {
+        self.loss_window = window;
+        self
+    }
+
     /// Whether the job is elastic ([`Job::elastic`]).
     pub fn is_elastic(&self) -> bool {
         self.elastic
@@ -450,7 +462,7 @@ impl Job {
         }
         let losses = self
             .elastic
-            .then(|| Losses::new(dir.elastic(), sinks[1].clone()));
+            .then(|| Losses::new(dir.elastic(), self.loss_window, sinks[1].clone()));
         let mut outcome = self.wait(ranks, losses);
         match read_blame(&dir.blame()) {
             Ok(blame) => outcome.name_the_blamed(&blame),
@@ -673,6 +685,8 @@ struct Losses {
     dir: PathBuf,
     /// Where each loss is reported: the launcher's stderr, or the captured output.
     report: Sink,
+    /// Abnormal ends within this of the first are one loss.
+    window: Duration,
     /// When the ranks were started: losses are timed from here.
     started: Instant,
     /// The ranks of the open loss, in the order they ended.
@@ -684,9 +698,10 @@ struct Losses {
 }
 
 impl Losses {
-    fn new(dir: PathBuf, report: Sink) -> Losses {
+    fn new(dir: PathBuf, window: Duration, report: Sink) -> Losses {
         Losses {
             dir,
+            window,
             report,
             started: Instant::now(),
             open: Vec::new(),
@@ -709,7 +724,7 @@ impl Losses {
 
     /// When the open loss is to be recorded, if one is open.
     fn due(&self) -> Option<Instant> {
-        self.opened.map(|at| at + LOSS_WINDOW)
+        self.opened.map(|at| at + self.window)
     }
 
     /// Records the open loss if its window is over.
@@ -1574,7 +1589,13 @@ mod tests {
 
     /// An elastic job of `ranks` ranks running `script`, its output captured.
     fn elastic(ranks: u32, script: &str) -> Outcome {
+        elastic_within(LOSS_WINDOW, ranks, script)
+    }
+
+    /// [`elastic`] with `window` as the job's [`Job::loss_window`].
+    fn elastic_within(window: Duration, ranks: u32, script: &str) -> Outcome {
         Job::new(ranks, "sh")
+            .loss_window(window)
             .args(["-c", script])
             .grace(Duration::from_millis(200))
             .elastic()
@@ -1643,10 +1664,12 @@ mod tests {
     }
 
     /// Two ranks killed at the same moment (each as soon as rank 0 says go) and a third
-    /// killed 50 ms later, well within [`LOSS_WINDOW`], are one loss.
+    /// killed 50 ms later, well within the job's loss window (a second here, so that a
+    /// loaded machine cannot split the loss), are one loss.
     #[test]
     fn ranks_lost_together_are_one_loss() {
-        let outcome = elastic(
+        let outcome = elastic_within(
+            Duration::from_secs(1),
             5,
             &format!(
                 r#"{SHOW_RECORD}
