@@ -1,8 +1,8 @@
 //! [`GraphHold`]: what a captured graph holds of its pool. Below both the pool's state, which
 //! keeps the holds, and the capture itself (`graph.rs`), which makes them.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use crate::runtime::{Graph, Stream};
 use crate::{Error, Result};
@@ -14,8 +14,8 @@ pub(crate) struct GraphHold {
     model: usize,
     /// The graph, once captured; taken when the graph drops or its pool sleeps.
     graph: Mutex<Option<Graph>>,
-    /// Set when a sleep destroyed the graph.
-    slept: AtomicBool,
+    /// What its pool did that destroyed the graph, if it did: "slept" or "shrank".
+    destroyed_by: OnceLock<&'static str>,
     /// Set when the graph is dropped: its blocks may be reused.
     released: AtomicBool,
     /// The streams the graph was replayed on.
@@ -27,7 +27,7 @@ impl GraphHold {
         GraphHold {
             model,
             graph: Mutex::new(None),
-            slept: AtomicBool::new(false),
+            destroyed_by: OnceLock::new(),
             released: AtomicBool::new(false),
             replayed_on: Mutex::new(Vec::new()),
         }
@@ -48,12 +48,13 @@ impl GraphHold {
         self.graph.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// Destroys the graph for a sleep of its pool (its destroy waits for its replays); later
-    /// replays are refused.
-    pub(super) fn destroy_for_sleep(&self) -> Result<()> {
+    /// Destroys the graph because its pool `did` something that deregisters its windows
+    /// ("slept", "shrank"; its destroy waits for its replays); later replays are refused,
+    /// saying so.
+    pub(super) fn destroy_because(&self, did: &'static str) -> Result<()> {
         let mut graph = self.graph.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(g) = graph.take() {
-            self.slept.store(true, Ordering::Release);
+            let _ = self.destroyed_by.set(did);
             g.destroy()?;
         }
         Ok(())
@@ -67,11 +68,13 @@ impl GraphHold {
                 self.replayed_on(stream);
                 g.replay(stream)
             }
-            None if self.slept.load(Ordering::Acquire) => Err(Error::invalid(
-                "replay: the graph was captured before its pool slept, which destroyed it (its \
-                 collectives were set up on windows the sleep deregistered): capture it again",
-            )),
-            None => Err(Error::invalid("replay: the graph is being dropped")),
+            None => match self.destroyed_by.get() {
+                Some(did) => Err(Error::invalid(format!(
+                    "replay: the graph was captured before its pool {did}, which destroyed it \
+                     (its collectives were set up on windows that are gone): capture it again"
+                ))),
+                None => Err(Error::invalid("replay: the graph is being dropped")),
+            },
         }
     }
 

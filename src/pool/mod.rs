@@ -191,6 +191,9 @@ pub(crate) struct PoolState {
     tags: Tags,
     /// A rolling hash of every collective called, in order (see [`PoolState::op_hash`]).
     collectives: u64,
+    /// The allocation, free and out-of-memory counts when the op hash was last restarted
+    /// (by a shrink): it counts from there.
+    hashed_counts_from: [u64; 3],
     /// Collectives by communicator, kind and the path they took.
     paths: paths::PathCounts,
     /// The sub-communicators every segment is also registered in ([`SymPool::attach`]).
@@ -320,6 +323,7 @@ impl SymPool {
             registrations: 1,
             tags: Tags::new(config.tag_budgets()),
             collectives: 0,
+            hashed_counts_from: [0; 3],
             paths: paths::PathCounts::default(),
             groups: Vec::new(),
             fences: fences::Fences::default(),
@@ -1066,10 +1070,11 @@ impl PoolState {
             .pending
             .iter()
             .flat_map(|p| [p.block.segment as u64, p.block.offset(), p.block.size()]);
+        let [allocs, frees, ooms] = self.hashed_counts_from;
         let counts = [
-            self.alloc_count,
-            self.free_count,
-            self.oom_count,
+            self.alloc_count - allocs,
+            self.free_count - frees,
+            self.oom_count - ooms,
             self.collectives,
         ];
         fold_words(segments.chain(pending).chain(counts))

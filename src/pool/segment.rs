@@ -192,6 +192,15 @@ impl Segment {
         result
     }
 
+    /// [`unregister`](Self::unregister)s a segment that has memory; one that sleeps is left
+    /// as it is.
+    pub(super) fn unregister_if_mapped(&mut self) -> Result<()> {
+        match self.mapping {
+            Some(_) => self.unregister(),
+            None => Ok(()),
+        }
+    }
+
     /// Maps new physical memory at the segment's addresses and registers it in `comm` and
     /// each of `groups`, at the same offsets, with new handles, as [`create`](Self::create)
     /// does ([`register_everywhere`]); the caller waits for the warm-ups before it restores

@@ -17,8 +17,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{PoolShared, PoolState, SymPool};
+use crate::heap::fold_words;
 use crate::runtime::{Comm, Stream};
 use crate::{Error, Result};
+
+/// What a shrink folds into the record of collectives it restarts (see
+/// [`PoolState::rebase_op_hash`]).
+const SHRINK_WORD: u64 = u64::from_le_bytes(*b"shrink\0\0");
 
 /// What a [shrink](SymPool::shrink) did.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,9 +54,21 @@ impl SymPool {
     /// lost ranks take no part) and leaves the pool's attached groups (they held the lost
     /// ranks: split new ones from `survivors`, see [`ParallelGroups`](crate::ParallelGroups),
     /// and attach them). Then the survivors register every segment in `survivors` at the same
-    /// offsets and check that their heaps are still the same. The pool's graphs are destroyed
-    /// (their captured collectives were on the old windows): capture them again. A poisoned
-    /// pool is usable again afterwards.
+    /// offsets and check that their heaps are still the same (and that all of them sleep or
+    /// none). The pool's graphs are destroyed
+    /// (their captured collectives were on the old windows): capture them again; a replay of
+    /// one says so. A poisoned pool is usable again afterwards, and its
+    /// [`op_hash`](Self::op_hash) starts again from the survivors' common placement (their
+    /// calls before the loss may differ where the loss cut some short).
+    ///
+    /// The pool's old communicator is released ([`Comm::is_released`]: HCCL destroys it;
+    /// handles on it stay valid values, and their calls fail saying so): a world that lost a
+    /// rank can do nothing more, and its destroy frees what it still held.
+    ///
+    /// A pool that sleeps, or whose sleep or wake the loss interrupted (it is then asleep,
+    /// and poisoned), shrinks too: it stays asleep, now on `survivors`, and its
+    /// [`wake`](Self::wake) registers its segments there and restores what its sleep
+    /// offloaded.
     ///
     /// Blocks that queued work used since the last `synchronize` that succeeded hold
     /// unspecified contents: reading them on the host is refused until they are written again
@@ -89,7 +106,7 @@ impl SymPool {
     /// # Errors
     /// [`Error::InvalidArgument`] if `survivors` is not smaller than the pool's communicator
     /// or on another device, the pool is capturing, or host views of it are alive;
-    /// [`Error::Asleep`] if it sleeps; [`Error::Asymmetric`] if the survivors' heaps differ,
+    /// [`Error::Asymmetric`] if the survivors' heaps differ (or some sleep and others not),
     /// and the runtime's error of a registration: both poison the pool (it is half moved).
     pub fn shrink(&self, survivors: &Comm) -> Result<ShrinkReport> {
         let start = Instant::now();
@@ -114,7 +131,6 @@ impl SymPool {
         // No host view or host copy is under way while the memory changes hands.
         let _gate = shared.gate.write().unwrap_or_else(|e| e.into_inner());
         let mut state = shared.lock();
-        shared.check_awake("shrink")?;
         shared.check_not_capturing(&state, "shrink")?;
         let views = shared.host_views.load(Ordering::Acquire);
         if views > 0 {
@@ -142,35 +158,53 @@ impl SymPool {
             shared.mark_interrupted(cut_short);
         }
         let keys: Vec<usize> = state.segments.iter().map(|(key, _)| key).collect();
+        let asleep = state.sleep.is_asleep();
         // From here on the pool is half moved until every segment is rebound and the heaps
         // compared: any failure poisons it (its windows may be gone, its peers elsewhere).
         let moved = (|| {
+            let heaps =
+                survivors.gather_words(fold_words([state.placement_hash(), asleep.into()]))?;
+            let differing: Vec<usize> =
+                (1..heaps.len()).filter(|&r| heaps[r] != heaps[0]).collect();
+            if !differing.is_empty() {
+                return Err(Error::Asymmetric(format!(
+                    "shrink: the pools of survivors {differing:?} differ from survivor 0's: \
+                     the ranks allocated or freed differently before or after the loss, so \
+                     their tensors are not at the same offsets, or some sleep and others not"
+                )));
+            }
+            if asleep {
+                shared.move_asleep(&mut state, &keys)?;
+                return Ok(0);
+            }
             for &key in &keys {
                 state.segments[key]
                     .rebind(survivors, &shared.stream)
                     .map_err(|unmade| unmade.error)?;
             }
             state.registrations += keys.len() as u64;
-            let heaps = shared.gather_word(&state, state.placement_hash())?;
-            let differing: Vec<usize> =
-                (1..heaps.len()).filter(|&r| heaps[r] != heaps[0]).collect();
-            if differing.is_empty() {
-                return Ok(());
-            }
-            Err(Error::Asymmetric(format!(
-                "shrink: the heaps of survivors {differing:?} differ from survivor 0's: the \
-                 ranks allocated or freed differently before or after the loss, so their \
-                 tensors are not at the same offsets"
-            )))
+            Ok(keys.len())
         })();
-        if let Err(error) = moved {
-            shared.poison(&error);
-            return Err(error);
+        let registrations = match moved {
+            Ok(registrations) => registrations,
+            Err(error) => {
+                shared.poison(&error);
+                return Err(error);
+            }
+        };
+        // The old world can do nothing more. Its destroy frees what windows left to it still
+        // hold (those of a registration the loss broke off, which may map a sleeping
+        // segment's addresses).
+        if let Err(e) = old.release() {
+            shared.runtime().record_drop_error(e);
         }
+        // The survivors' histories before the loss may differ (a call the loss cut short on
+        // some of them only); their placements are the same: the op hash starts from there.
+        state.rebase_op_hash(survivors.rank_count());
         let report = ShrinkReport {
             ranks_before: old.rank_count(),
             ranks_after: survivors.rank_count(),
-            registrations: keys.len(),
+            registrations,
             interrupted_work: failed,
             elapsed: start.elapsed(),
         };
@@ -185,6 +219,18 @@ impl SymPool {
 }
 
 impl PoolShared {
+    /// The shrink of a sleeping pool: the wake registers its segments, now in the survivors'
+    /// communicator. A segment that an interrupted wake had mapped again is released (its
+    /// windows deregistered on this rank alone), so that all of them sleep; the wake restores
+    /// what the sleep offloaded.
+    fn move_asleep(&self, state: &mut PoolState, keys: &[usize]) -> Result<()> {
+        for &key in keys {
+            state.segments[key].unregister_if_mapped()?;
+        }
+        state.sleep.live_on_new_comm();
+        Ok(())
+    }
+
     /// Records that work queued from the last settled epoch up to `last` may have been cut
     /// short by a loss.
     fn mark_interrupted(&self, last: u64) {
@@ -236,13 +282,24 @@ impl PoolShared {
         // Every graph, whatever one of them says: none may replay on the old windows.
         let destroyed = graphs
             .iter()
-            .map(|g| g.destroy_for_sleep())
+            .map(|g| g.destroy_because("shrank"))
             .fold(Ok(()), Result::and);
         waited.and(destroyed)
     }
 }
 
 impl PoolState {
+    /// Restarts the op hash from where the blocks lie now, in a world of `ranks` (see
+    /// [`Heap::rebase_op_hash`](crate::heap::Heap::rebase_op_hash)): each heap's, the counts
+    /// and the record of collectives.
+    fn rebase_op_hash(&mut self, ranks: u32) {
+        for (_, segment) in self.segments.iter_mut() {
+            segment.heap.rebase_op_hash();
+        }
+        self.hashed_counts_from = [self.alloc_count, self.free_count, self.oom_count];
+        self.collectives = fold_words([SHRINK_WORD, u64::from(ranks)]);
+    }
+
     /// Where every block lies: each segment's key and size and its heap's regions (offset,
     /// size, live), folded. Equal on ranks whose tensors are at the same offsets, whatever
     /// calls led there.
@@ -255,6 +312,6 @@ impl PoolState {
                 .flat_map(|r| [r.offset, r.size, u64::from(r.live)]);
             [key as u64, segment.size].into_iter().chain(regions)
         });
-        crate::heap::fold_words(words)
+        fold_words(words)
     }
 }

@@ -214,6 +214,14 @@ impl SleepState {
         self.asleep.is_some()
     }
 
+    /// The sleeping pool was moved to a live communicator (a wake on a new world, or a
+    /// shrink): whatever its sleep released, a plain wake can wake it there.
+    pub(crate) fn live_on_new_comm(&mut self) {
+        if let Some(asleep) = self.asleep.as_mut() {
+            asleep.released = false;
+        }
+    }
+
     /// Host bytes holding offloaded blocks.
     pub(crate) fn offloaded_bytes(&self) -> u64 {
         self.asleep.as_ref().map_or(0, |a| held_bytes(&a.offloaded))
@@ -408,9 +416,7 @@ impl SymPool {
             state.groups.clear();
             state.names.truncate(1);
             // The pool's communicator is live again, whether or not this wake succeeds.
-            if let Some(asleep) = state.sleep.asleep.as_mut() {
-                asleep.released = false;
-            }
+            state.sleep.live_on_new_comm();
             *shared.comm.write().unwrap_or_else(|e| e.into_inner()) = comm.clone();
         }
         let groups: Vec<Comm> = state.groups.iter().map(|g| g.comm.clone()).collect();
@@ -552,7 +558,7 @@ impl PoolShared {
         }
         self.wait_or_poison(&streams)?;
         // Their captured collectives were set up on the windows about to go.
-        graphs.iter().try_for_each(|g| g.destroy_for_sleep())
+        graphs.iter().try_for_each(|g| g.destroy_because("slept"))
     }
 
     /// Notes that pool work may be queued on `stream`, for a sleep to wait for.

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::Mapping;
-use super::{Comm, RootInfo, Stream};
+use super::{Comm, Element, RootInfo, Stream};
 use crate::sys::HCCL_ROOT_INFO_BYTES;
 use crate::sys::HcclDataType;
 use crate::{Error, Result};
@@ -93,7 +93,7 @@ impl Comm {
         };
         let made = self.agree("make a new root info", made)?;
         let scratch = self.agreement_scratch()?;
-        let at = (64 + u64::from(self.rank_count())).next_multiple_of(64);
+        let at = self.gathered_end();
         let len = HCCL_ROOT_INFO_BYTES as u64;
         if at + len > scratch.size() {
             return Err(Error::invalid(format!(
@@ -118,25 +118,40 @@ impl Comm {
 
     /// The ranks whose verdict was "failed", gathered from every rank.
     fn failed_ranks(&self, ok: bool) -> Result<Vec<u32>> {
+        let verdicts = self.gather_words(u64::from(!ok))?;
+        Ok((0..verdicts.len() as u32)
+            .filter(|&r| verdicts[r as usize] != 0)
+            .collect())
+    }
+
+    /// Every rank's `word`, in rank order, gathered through the agreements' scratch memory
+    /// (so it needs no other device memory: a pool that sleeps can still compare). Collective.
+    pub(crate) fn gather_words(&self, word: u64) -> Result<Vec<u64>> {
         let scratch = self.agreement_scratch()?;
-        let n = u64::from(self.rank_count());
+        let n = self.rank_count() as usize;
         let rt = self.runtime();
         let stream = Stream::new(rt)?;
         let (send, recv) = (scratch.ptr(), scratch.ptr().byte_add(64));
-        let mut verdicts = vec![0u8; n as usize];
-        // SAFETY: the scratch is this communicator's own, a granule long (64 + n bytes fit),
-        // and only agreements touch it, one at a time (collective calls are made in the same
-        // order on every rank, and this one waits for its stream before returning).
+        let mut words = vec![0u64; n];
+        // SAFETY: the scratch is this communicator's own, a granule long (the 64 + 8n bytes
+        // of `gathered_end` fit), and only agreements touch it, one at a time (collective
+        // calls are made in the same order on every rank, and this one waits for its stream
+        // before returning).
         unsafe {
-            rt.raw().copy_to_device(send, &[u8::from(!ok)])?;
+            rt.raw().copy_to_device(send, &word.to_ne_bytes())?;
             self.raw()
-                .all_gather(send, recv, 1, HcclDataType::HCCL_DATA_TYPE_UINT8, &stream)?;
+                .all_gather(send, recv, 1, HcclDataType::HCCL_DATA_TYPE_UINT64, &stream)?;
             self.synchronize(&stream)?;
-            rt.raw().copy_to_host(&mut verdicts, recv)?;
+            rt.raw()
+                .copy_to_host(u64::slice_as_bytes_mut(&mut words), recv)?;
         }
-        Ok((0..n as u32)
-            .filter(|&r| verdicts[r as usize] != 0)
-            .collect())
+        Ok(words)
+    }
+
+    /// Where the gathered words end in the agreements' scratch memory (this rank's word, then
+    /// every rank's from byte 64), rounded to 64 bytes.
+    fn gathered_end(&self) -> u64 {
+        (64 + 8 * u64::from(self.rank_count())).next_multiple_of(64)
     }
 
     /// Frees the agreements' scratch memory (a sleeping pool gives back all the device memory
@@ -161,7 +176,7 @@ impl Comm {
             return Ok(Arc::clone(scratch));
         }
         let rt = self.runtime();
-        let size = rt.round_to_granularity(64 + u64::from(self.rank_count()), self.device())?;
+        let size = rt.round_to_granularity(self.gathered_end(), self.device())?;
         let scratch = Arc::new(Mapping::allocate(rt, size, self.device())?);
         *slot = Some(Arc::clone(&scratch));
         Ok(scratch)

@@ -19,7 +19,7 @@ use super::{Comm, CommConfig, RootInfo, Runtime};
 use crate::{Error, Result};
 
 /// How often a survivor looks for the launcher's record of a loss.
-const POLL: Duration = Duration::from_millis(10);
+const POLL: Duration = Duration::from_millis(2);
 
 /// The ranks of a job that may lose some of them, and this process among them.
 #[derive(Clone, Debug)]

@@ -418,6 +418,42 @@ impl Heap {
         self.hash.value()
     }
 
+    /// Restarts [`Heap::op_hash`] from where the blocks lie now (each region's offset, size
+    /// and whether it is live, from `Heap::new`'s capacity and granularity), forgetting the
+    /// calls that led there: heaps with the same placement hash alike from here on, and
+    /// again compare their calls. For ranks whose histories differ in ways that left the
+    /// same placement, such as a collective that a lost peer cut short on some ranks and not
+    /// on others.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use symheap_heap::Heap;
+    ///
+    /// let (mut a, mut b) = (Heap::new(1 << 20, 512)?, Heap::new(1 << 20, 512)?);
+    /// let kept = (a.alloc(4096, 0)?, b.alloc(4096, 0)?);
+    /// let tried = b.alloc(8192, 0)?; // one more call on `b` only, undone
+    /// b.free(tried)?;
+    /// assert_ne!(a.op_hash(), b.op_hash());
+    /// a.rebase_op_hash();
+    /// b.rebase_op_hash();
+    /// assert_eq!(a.op_hash(), b.op_hash());
+    /// # drop(kept);
+    /// # Ok::<(), symheap_heap::HeapError>(())
+    /// ```
+    pub fn rebase_op_hash(&mut self) {
+        let mut hash = OpHash::new(self.capacity, self.granularity);
+        for region in self.regions() {
+            hash.record(
+                Op::Rebased,
+                region.offset,
+                region.size,
+                u64::from(region.live),
+            );
+        }
+        self.hash = hash;
+    }
+
     /// Total bytes managed, as given to [`Heap::new`].
     pub fn capacity(&self) -> u64 {
         self.capacity

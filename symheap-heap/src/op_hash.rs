@@ -23,6 +23,8 @@ pub(super) enum Op {
     FreeInvalid = 6,
     /// A word folded in by [`fold_words`] (not a heap call).
     Word = 7,
+    /// A region of the placement a `rebase_op_hash` restarted from.
+    Rebased = 8,
 }
 
 /// The running state.
