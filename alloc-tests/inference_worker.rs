@@ -2,7 +2,8 @@
 //! four rank threads runs the decode step eagerly and as a replayed graph, both checked
 //! against the host reference at every step (the example asserts that), and a replay makes
 //! no pool call; its RL colocate cycle sleeps, trains and wakes the worker between decode
-//! segments.
+//! segments; its elastic part, as rank processes of this binary, loses a rank in the middle
+//! of decoding and decodes on.
 
 #[path = "../examples/inference_worker/main.rs"]
 #[allow(dead_code)] // the example's `main`, printing and dynamic loops
@@ -11,6 +12,7 @@ mod example;
 use example::Parts;
 
 use crate::harness::EmuSession;
+use crate::processes::rank_job_in;
 
 #[test]
 fn the_inference_workers_graph_mode_matches_the_reference_and_replays_without_pool_calls() {
@@ -90,4 +92,52 @@ fn the_colocated_worker_sleeps_for_training_and_wakes_to_the_uninterrupted_token
         assert!(c.cycles.iter().all(|cycle| cycle.awake_used < c.limit));
     }
     session.assert_clean();
+}
+
+/// The elastic part: 4 rank processes under the elastic launcher, one SIGKILLed at a random
+/// decode step (the seed is the time, or `INFERENCE_WORKER_ELASTIC_SEED`; a failure names
+/// it). The part itself checks that the launcher lost that rank alone, that every survivor
+/// re-sharded, redid the failed step and decoded to the end with every step's logits equal
+/// to the host reference's (the ranks assert that), and that a fresh job of the survivors'
+/// size made its first good step. 16 MiB of resident weights per rank keep it short.
+#[test]
+fn the_elastic_worker_loses_a_rank_reshards_its_experts_and_decodes_on() {
+    let settings = example::elastic::Settings {
+        resident_mib: 16,
+        ..example::elastic::Settings::from_env()
+    };
+    let start = |ranks| rank_job_in("inference_worker", ranks, "rank_of_the_elastic_worker");
+    let report = example::elastic::run(&start, &settings).unwrap_or_else(|e| panic!("{e}"));
+    let seed = report.seed;
+    let survivors = example::elastic::RANKS as usize - 1;
+    assert_eq!(report.reshards.len(), survivors, "seed {seed}");
+    for (line, launch_rank) in report
+        .reshards
+        .iter()
+        .zip((0..example::elastic::RANKS).filter(|&r| r != report.victim))
+    {
+        assert!(
+            line.starts_with(&format!("launch rank {launch_rank}, now rank ")),
+            "seed {seed}: {line}"
+        );
+        // The step the loss cut short was writing the KV cache: never used as it was.
+        assert!(line.contains("re-prefilled"), "seed {seed}: {line}");
+    }
+    assert!(
+        report.noticed.contains("exited or were killed"),
+        "seed {seed}: {}",
+        report.noticed
+    );
+    assert!(
+        report.recovery_ms > 0.0 && report.restart_ms > 0.0,
+        "seed {seed}"
+    );
+}
+
+#[test]
+#[ignore = "one rank of a multi-process test"]
+fn rank_of_the_elastic_worker() {
+    // Ends libtest's `test NAME ... ` line, so that the part's stamps start lines of their own.
+    println!();
+    example::elastic::rank_main().unwrap();
 }

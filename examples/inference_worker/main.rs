@@ -10,6 +10,7 @@
 //! cargo run --release --example inference_worker -- --threads # 4 threads
 //! cargo run --release --example inference_worker -- --graph   # only the graph-mode step
 //! cargo run --release --example inference_worker -- --colocate # only the RL colocate cycle
+//! cargo run --release --example inference_worker -- --elastic  # only the lost-rank part
 //! cargo run --release --example inference_worker -- --snapshot /tmp/snap
 //! cargo run --release -p symheap-tools --bin symheap-map -- /tmp/snap/rank-*.json -o /tmp/snap/heap-map.html
 //! ```
@@ -37,7 +38,7 @@
 //! reference; it prints both rates, the host time to enqueue a step and the pool calls per
 //! step (none for a replay). `--graph` runs only this part.
 //!
-//! Last, the RL colocate cycle ([`colocate`]), as verl runs vllm-ascend beside a trainer:
+//! Then the RL colocate cycle ([`colocate`]), as verl runs vllm-ascend beside a trainer:
 //! with each device limited to what the worker uses awake plus one granule, the worker
 //! decodes, sleeps ([`SymPool::sleep`]: weights offloaded to host memory, KV cache and
 //! activations discarded), a training phase allocates and writes the device memory the
@@ -48,11 +49,25 @@
 //! asleep and after the wake, the sleep and wake times and the residual growth (asserted 0),
 //! and checks that the tokens equal an uninterrupted run's. `--colocate` runs only this part.
 //!
+//! Last, a job that survives a lost rank ([`elastic`]), in jobs of its own that the parent
+//! starts (as processes only: `--threads` skips it). Four ranks under the elastic launcher,
+//! laid out as EP = 4 x TP = 1 (each rank a replica with the dense layers whole, hosting 2 of
+//! 8 experts), decode; one rank, chosen at random, SIGKILLs itself at a random step. The
+//! survivors form their world ([`symheap::Survivors::shrink`]), move the pool to it
+//! ([`SymPool::shrink`]), re-shard the experts over 3 ranks (those kept moved on the device,
+//! the lost ones loaded from the host), re-prefill the KV cache the cut-short step left
+//! unspecified, redo that step and decode to the end, every step checked against the host
+//! reference. It prints the time from the kill to the survivors' first good step, by phase,
+//! against a full restart of the survivors' job measured in the same run.
+//! `INFERENCE_WORKER_RESIDENT_MIB` sets each rank's resident weights (default 256 MiB),
+//! `INFERENCE_WORKER_ELASTIC_SEED` the victim and its step. `--elastic` runs only this part.
+//!
 //! With `--snapshot DIR` every rank writes `DIR/rank-N.json`, its pool's
 //! [`snapshot`](SymPool::snapshot) during the last decode step (weights, the KV cache, that
 //! step's tensors, tagged), and rank 0 prints the `symheap-map` command that draws them.
 
 pub mod colocate;
+pub mod elastic;
 mod graph;
 
 use std::ops::DerefMut;
@@ -292,7 +307,7 @@ impl Weights {
             w1: shards(10, HIDDEN * FFN / TP, TP),
             w2: shards(20, FFN / TP * HIDDEN, TP),
             wv: shards(30, HIDDEN * VOCAB / TP, TP),
-            experts: shards(40, HIDDEN * HIDDEN, EP),
+            experts: (0..EP).map(expert_weights).collect(),
             embed: pseudo_random(1, VOCAB * HIDDEN),
         }
     }
@@ -309,9 +324,53 @@ impl Weights {
 
     /// Expert `e` on `rows` (each HIDDEN long), with the residual, into `out`.
     fn expert(&self, e: usize, rows: &[f32], out: &mut [f32]) {
-        matmul(rows, &self.experts[e], out, HIDDEN, HIDDEN);
-        out.iter_mut().zip(rows).for_each(|(o, &r)| *o += r);
+        apply_expert(&self.experts[e], rows, out);
     }
+
+    /// The embeddings of `tokens`, one row of HIDDEN each.
+    fn embedding(&self, tokens: &[usize]) -> Vec<f32> {
+        tokens
+            .iter()
+            .flat_map(|&t| self.embed[t * HIDDEN..][..HIDDEN].iter().copied())
+            .collect()
+    }
+
+    /// The whole dense block on `x` (rows of HIDDEN): every TP shard's part, summed in shard
+    /// order, as the pair's AllReduce sums them.
+    fn dense(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = vec![0.0; x.len()];
+        for t in 0..TP {
+            let mut part = vec![0.0; x.len()];
+            self.dense_part(t, x, &mut part);
+            y.iter_mut().zip(&part).for_each(|(a, &p)| *a += p);
+        }
+        y
+    }
+
+    /// The whole vocabulary projection of `z` (BATCH rows of HIDDEN): every TP shard's
+    /// logits, concatenated as the pair's AllGather lays them out ([`argmax_tokens`] reads
+    /// that layout).
+    fn logits(&self, z: &[f32]) -> Vec<f32> {
+        let mut logits = vec![0.0; BATCH * VOCAB];
+        for t in 0..TP {
+            let shard = &mut logits[t * BATCH * VOCAB / TP..][..BATCH * VOCAB / TP];
+            matmul(z, &self.wv[t], shard, HIDDEN, VOCAB / TP);
+        }
+        logits
+    }
+}
+
+/// Expert `e`'s weights (HIDDEN x HIDDEN), deterministic pseudo-random: the TP x EP layout
+/// uses the first `EP`, the elastic part ([`elastic`]) more.
+fn expert_weights(e: usize) -> Vec<f32> {
+    pseudo_random(40 + e as u64, HIDDEN * HIDDEN)
+}
+
+/// An expert of weights `weights` on `rows` (each HIDDEN long), with the residual, into
+/// `out`.
+fn apply_expert(weights: &[f32], rows: &[f32], out: &mut [f32]) {
+    matmul(rows, weights, out, HIDDEN, HIDDEN);
+    out.iter_mut().zip(rows).for_each(|(o, &r)| *o += r);
 }
 
 /// The first tokens of replica `d`.
@@ -364,42 +423,37 @@ fn argmax_tokens(gathered: &[f32]) -> [usize; BATCH] {
 /// The whole model on the host, every replica and shard alone, with the same arithmetic as
 /// the ranks: per step, replica `d`'s gathered logits.
 fn reference(w: &Weights) -> Vec<Vec<Vec<f32>>> {
+    let moe = |d, b, step, row: &[f32], out: &mut [f32]| w.expert(expert_of(d, b, step), row, out);
     let mut tokens: Vec<[usize; BATCH]> = (0..DP).map(first_tokens).collect();
     let mut out = Vec::with_capacity(STEPS);
     for step in 0..STEPS {
         let mut step_logits = Vec::with_capacity(DP);
         for (d, toks) in tokens.iter_mut().enumerate() {
-            let x: Vec<f32> = toks
-                .iter()
-                .flat_map(|&t| w.embed[t * HIDDEN..][..HIDDEN].iter().copied())
-                .collect();
-            let mut y = vec![0.0; BATCH * HIDDEN];
-            for t in 0..TP {
-                let mut part = vec![0.0; BATCH * HIDDEN];
-                w.dense_part(t, &x, &mut part);
-                y.iter_mut().zip(&part).for_each(|(a, &p)| *a += p);
-            }
-            let mut z = vec![0.0; BATCH * HIDDEN];
-            for b in 0..BATCH {
-                let g = gathered_index(b);
-                let row = &y[b * HIDDEN..][..HIDDEN];
-                w.expert(expert_of(d, b, step), row, &mut z[g * HIDDEN..][..HIDDEN]);
-            }
-            // `z` is in gathered order; reorder to batch order for the projection.
-            let zb: Vec<f32> = (0..BATCH)
-                .flat_map(|b| z[gathered_index(b) * HIDDEN..][..HIDDEN].to_vec())
-                .collect();
-            let mut logits = vec![0.0; BATCH * VOCAB];
-            for t in 0..TP {
-                let shard = &mut logits[t * BATCH * VOCAB / TP..][..BATCH * VOCAB / TP];
-                matmul(&zb, &w.wv[t], shard, HIDDEN, VOCAB / TP);
-            }
+            let logits = reference_step(w, d, step, toks, moe);
             *toks = argmax_tokens(&logits);
             step_logits.push(logits);
         }
         out.push(step_logits);
     }
     out
+}
+
+/// One step of the whole model on the host for replica `d`, whose input tokens at `step` are
+/// `tokens`, and whose MoE layer is `moe(d, b, step, row, out)`: the expert that row `b` goes
+/// to, on `row`, into `out` (zeroed). The logits, in the gathered layout.
+fn reference_step(
+    w: &Weights,
+    d: usize,
+    step: usize,
+    tokens: &[usize; BATCH],
+    moe: impl Fn(usize, usize, usize, &[f32], &mut [f32]),
+) -> Vec<f32> {
+    let y = w.dense(&w.embedding(tokens));
+    let mut z = vec![0.0; BATCH * HIDDEN];
+    for (b, (row, z_row)) in y.chunks(HIDDEN).zip(z.chunks_mut(HIDDEN)).enumerate() {
+        moe(d, b, step, row, z_row);
+    }
+    w.logits(&z)
 }
 
 /// What a decode loop produced.
@@ -609,27 +663,47 @@ fn moe_counts(d: usize, t: usize, rank: usize, step: usize) -> (Vec<usize>, Vec<
 /// Which parts of the job to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parts {
-    /// Everything: the dynamic loops, the graph mode, the colocate cycle.
+    /// Everything: the dynamic loops, the graph mode, the colocate cycle, and (as processes)
+    /// the elastic part.
     All,
     /// The graph mode alone (`--graph`).
     Graph,
     /// The colocate cycle alone (`--colocate`).
     Colocate,
+    /// The elastic part alone (`--elastic`): jobs of their own, started by the parent.
+    Elastic,
 }
 
 impl Parts {
     /// From the command line.
     fn from_args() -> Parts {
-        let has = |flag: &str| std::env::args().any(|a| a == flag);
-        match (has("--graph"), has("--colocate")) {
-            (true, false) => Parts::Graph,
-            (false, true) => Parts::Colocate,
-            (false, false) => Parts::All,
-            (true, true) => {
-                eprintln!("--graph and --colocate each run one part: give one of them");
+        let flags = [
+            ("--graph", Parts::Graph),
+            ("--colocate", Parts::Colocate),
+            ("--elastic", Parts::Elastic),
+        ];
+        let given: Vec<Parts> = (flags.iter())
+            .filter(|(flag, _)| std::env::args().any(|a| a == *flag))
+            .map(|&(_, part)| part)
+            .collect();
+        match given[..] {
+            [] => Parts::All,
+            [part] => part,
+            _ => {
+                eprintln!("--graph, --colocate and --elastic each run one part: give one of them");
                 std::process::exit(2);
             }
         }
+    }
+
+    /// Whether the ranks of the main job run the dynamic loops or the graph mode.
+    fn decodes_in_tp_pairs(self) -> bool {
+        matches!(self, Parts::All | Parts::Graph)
+    }
+
+    /// Whether the ranks of the main job run the colocate cycle.
+    fn colocates(self) -> bool {
+        matches!(self, Parts::All | Parts::Colocate)
     }
 }
 
@@ -664,7 +738,7 @@ pub struct Dynamic {
 pub fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>, parts: Parts) -> Result<Report> {
     let expected = reference(&Weights::new());
     let (mut dynamic, mut graph) = (None, None);
-    if parts != Parts::Colocate {
+    if parts.decodes_in_tp_pairs() {
         let groups = ParallelGroups::new(comm, SIZES)?;
         let pool = SymPool::new(comm, PoolConfig::new(64 << 20))?;
         // EP is the world itself, where the pool lives: only the TP pair is attached.
@@ -684,9 +758,9 @@ pub fn rank_main(comm: &Comm, snapshot_dir: Option<&Path>, parts: Parts) -> Resu
         }
         graph = Some(g);
     }
-    let colocate = match parts {
-        Parts::Graph => None,
-        _ => Some(colocate::run(comm, &expected)?),
+    let colocate = match parts.colocates() {
+        true => Some(colocate::run(comm, &expected)?),
+        false => None,
     };
     if let (Some(d), Some(c)) = (&dynamic, &colocate) {
         assert_eq!(
@@ -834,7 +908,6 @@ fn print_report(report: &Report) {
     if let Some(c) = &report.colocate {
         colocate::print(c);
     }
-    println!("all checks passed");
 }
 
 fn print_graph(g: &graph::GraphReport) {
@@ -895,6 +968,10 @@ fn print_dynamic(r: &Dynamic) {
 }
 
 fn main() -> Result<()> {
+    if launcher::in_a_rank() && elastic::in_an_elastic_rank() {
+        // A rank of the elastic part's jobs, which the parent below started.
+        return elastic::rank_main();
+    }
     let shape = format!(
         "TP = {TP} x EP = {EP} ({DP} replicas), {STEPS} decode steps, batch {BATCH} per \
          replica, hidden {HIDDEN}"
@@ -904,19 +981,46 @@ fn main() -> Result<()> {
     if std::env::args().any(|a| a == "--threads") {
         // All ranks as threads of this process.
         println!("symheap inference worker: {RANKS} emulated ranks as threads, {shape}");
-        let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref(), parts))?;
-        print_report(&reports[0]);
-        print_map_command(dir.as_deref());
+        if parts != Parts::Elastic {
+            let reports = emu::launch(RANKS, |comm| rank_main(comm, dir.as_deref(), parts))?;
+            print_report(&reports[0]);
+            print_map_command(dir.as_deref());
+        }
+        if matches!(parts, Parts::All | Parts::Elastic) {
+            println!(
+                "elastic part: skipped, it runs with ranks as processes (the default): a lost \
+                 rank is a killed process"
+            );
+        }
+        if parts != Parts::Elastic {
+            println!("all checks passed");
+        }
         return Ok(());
     }
     if !launcher::in_a_rank() {
         // One process per device, as real deployments run: this program again, as each rank.
-        println!("symheap inference worker: {RANKS} emulated ranks as processes, {shape}");
-        let outcome = Job::this_program(RANKS)?.run()?;
-        if !outcome.success() {
-            eprintln!("{}", outcome.summary());
-            std::process::exit(1);
+        if parts != Parts::Elastic {
+            println!("symheap inference worker: {RANKS} emulated ranks as processes, {shape}");
+            let outcome = Job::this_program(RANKS)?.run()?;
+            if !outcome.success() {
+                eprintln!("{}", outcome.summary());
+                std::process::exit(1);
+            }
         }
+        if matches!(parts, Parts::All | Parts::Elastic) {
+            // Jobs of their own: this program again, as the ranks of the elastic part.
+            let exe = std::env::current_exe()
+                .map_err(|e| symheap::Error::InvalidArgument(format!("no program path: {e}")))?;
+            let start = |ranks| Job::new(ranks, &exe);
+            match elastic::run(&start, &elastic::Settings::from_env()) {
+                Ok(report) => elastic::print(&report),
+                Err(failure) => {
+                    eprintln!("the elastic part failed: {failure}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        println!("all checks passed");
         return Ok(());
     }
     let rt = Runtime::emulated()?;
