@@ -9,6 +9,7 @@ pub(crate) mod blame;
 pub(crate) mod board;
 pub(crate) mod host_threads;
 pub(crate) mod hub;
+pub(crate) mod hub_watch;
 pub(crate) mod keyed;
 pub(crate) mod os;
 pub(crate) mod rendezvous;

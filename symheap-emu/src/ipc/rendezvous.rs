@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use crate::ipc::blame;
 use crate::ipc::board::{self, Board};
 use crate::ipc::host_threads::{self, Watch};
 use crate::ipc::hub::{self, to_hub, to_rank};
+use crate::ipc::hub_watch::HubWatch;
 use crate::ipc::os;
 use crate::ipc::roster::Roster;
 use crate::ipc::wire::{
@@ -87,7 +89,7 @@ pub(crate) struct Rendezvous {
     rank: usize,
     conn: Conn,
     /// Where collective steps meet (see [`crate::ipc::board`]).
-    board: Board,
+    board: Arc<Board>,
     /// The ranks in the process that runs the rendezvous hub.
     host_ranks: Vec<u32>,
     /// Every rank's process id, in rank order, and the host's: whom a failure blames
@@ -99,6 +101,8 @@ pub(crate) struct Rendezvous {
     /// Readable once the host's process ends, when it is another process: its sockets may
     /// outlive it in a `fork()`ed child.
     host_pidfd: Option<OwnedFd>,
+    /// Wakes the waits on the board when the host's process ends.
+    _hub_watch: Option<HubWatch>,
     /// Collective steps posted so far: picks the board buffer of the next one.
     posts: AtomicU64,
     /// Set by [`Rendezvous::leave`]: a host thread still waiting in an exchange gives up.
@@ -233,6 +237,7 @@ impl Rendezvous {
         let Some(Ok(board)) = board else {
             return Err(JoinError::Refused("cannot map the rendezvous board".into()));
         };
+        let board = Arc::new(board);
         let host_pidfd = match host_pid == std::process::id() {
             true => None,
             false => os::pidfd(host_pid).map_err(|e| match out_of_descriptors(&e) {
@@ -244,6 +249,8 @@ impl Rendezvous {
                 }
             })?,
         };
+        let hub_watch =
+            (host_pidfd.as_ref()).and_then(|fd| HubWatch::start(fd.as_fd(), Arc::clone(&board)));
         let rv = Rendezvous {
             n: n as usize,
             rank: rank as usize,
@@ -254,6 +261,7 @@ impl Rendezvous {
             places,
             host_pid,
             host_pidfd,
+            _hub_watch: hub_watch,
             posts: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             vanished: AtomicBool::new(false),
