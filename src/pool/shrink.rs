@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::{PoolShared, PoolState, SymPool};
 use crate::heap::fold_words;
-use crate::runtime::{Comm, Stream};
+use crate::runtime::Comm;
 use crate::{Error, Result};
 
 /// What a shrink folds into the record of collectives it restarts (see
@@ -256,27 +256,8 @@ impl PoolShared {
     /// replayed on) and destroys the live graphs' ACL graphs, whatever fails: after a loss,
     /// the failures are expected. The first failure, if any.
     fn drain_after_loss(&self, state: &mut PoolState) -> Result<()> {
-        let recorded = self
-            .recorded_streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let mut streams: Vec<Stream> = recorded.iter().filter_map(|s| s.upgrade()).collect();
-        drop(recorded);
-        streams.extend(state.pending.iter().flat_map(|p| p.streams.iter().cloned()));
-        streams.extend(state.fences.streams().cloned());
-        streams.extend(state.collective_streams.iter().cloned());
-        state.graphs.retain(|g| g.strong_count() > 0);
-        let graphs: Vec<_> = state.graphs.iter().filter_map(|g| g.upgrade()).collect();
-        for graph in &graphs {
-            streams.extend(graph.replay_streams());
-        }
-        let mut unique: Vec<Stream> = vec![self.stream.clone()];
-        for stream in streams {
-            if !unique.iter().any(|s| s.same_as(&stream)) {
-                unique.push(stream);
-            }
-        }
-        let waited = self.wait_streams(&unique);
+        let (streams, graphs) = self.streams_with_pool_work(state);
+        let waited = self.wait_streams(&streams);
         state.fences.clear();
         state.collective_streams.clear();
         // Every graph, whatever one of them says: none may replay on the old windows.

@@ -15,9 +15,11 @@
 //! memory that is still mapped (hicann/runtime `docs/zh/api_ref/11-04_virtual_memory_management.md`):
 //! memory comes back only once its window is gone everywhere.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::graph_hold::GraphHold;
 use super::{PoolShared, PoolState, SymPool, TagStats};
 use crate::heap::fold_words;
 use crate::raw::DevicePtr;
@@ -545,20 +547,40 @@ impl PoolShared {
     /// the pending frees; and destroys the live graphs' ACL graphs.
     fn quiesce_all(&self, state: &mut PoolState) -> Result<()> {
         self.flush_pending(state)?;
+        let (streams, graphs) = self.streams_with_pool_work(state);
+        self.wait_or_poison(&streams)?;
+        // Their captured collectives were set up on the windows about to go.
+        graphs.iter().try_for_each(|g| g.destroy_because("slept"))
+    }
+
+    /// Every stream that may hold queued pool work, each once: the pool's, those of pending
+    /// frees, fences and collectives, those blocks were recorded on, and those the live
+    /// graphs were replayed on; and the live graphs.
+    pub(super) fn streams_with_pool_work(
+        &self,
+        state: &mut PoolState,
+    ) -> (Vec<Stream>, Vec<Arc<GraphHold>>) {
         let recorded = self
             .recorded_streams
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let mut streams: Vec<Stream> = recorded.iter().filter_map(|s| s.upgrade()).collect();
+        let mut found: Vec<Stream> = recorded.iter().filter_map(|s| s.upgrade()).collect();
         drop(recorded);
+        found.extend(state.pending.iter().flat_map(|p| p.streams.iter().cloned()));
+        found.extend(state.fences.streams().cloned());
+        found.extend(state.collective_streams.iter().cloned());
         state.graphs.retain(|g| g.strong_count() > 0);
         let graphs: Vec<_> = state.graphs.iter().filter_map(|g| g.upgrade()).collect();
         for graph in &graphs {
-            streams.extend(graph.replay_streams());
+            found.extend(graph.replay_streams());
         }
-        self.wait_or_poison(&streams)?;
-        // Their captured collectives were set up on the windows about to go.
-        graphs.iter().try_for_each(|g| g.destroy_because("slept"))
+        let mut streams: Vec<Stream> = vec![self.stream.clone()];
+        for stream in found {
+            if !streams.iter().any(|s| s.same_as(&stream)) {
+                streams.push(stream);
+            }
+        }
+        (streams, graphs)
     }
 
     /// Notes that pool work may be queued on `stream`, for a sleep to wait for.

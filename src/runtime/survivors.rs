@@ -62,12 +62,13 @@ impl Survivors {
         )))
     }
 
-    /// This process's rank in the current world.
-    pub fn rank(&self) -> u32 {
+    /// This process's rank in the current world; `None` if it is not in it (a launch rank
+    /// not below the world size given to [`Survivors::new`]).
+    pub fn rank(&self) -> Option<u32> {
         self.world
             .iter()
             .position(|&r| r == self.me)
-            .map_or(u32::MAX, |i| i as u32)
+            .map(|i| i as u32)
     }
 
     /// The number of ranks in the current world.
@@ -221,11 +222,12 @@ mod tests {
     #[test]
     fn survivors_keep_their_order_and_are_renumbered_densely() {
         let mut s = Survivors::new("/nonexistent", 5, 3);
-        assert_eq!((s.rank(), s.rank_count()), (3, 5));
+        assert_eq!((s.rank(), s.rank_count()), (Some(3), 5));
+        assert_eq!(Survivors::new("/nonexistent", 2, 2).rank(), None);
         s.world.retain(|r| ![1, 2].contains(r));
         assert_eq!(
             (s.rank(), s.rank_count(), s.launch_ranks()),
-            (1, 3, &[0, 3, 4][..])
+            (Some(1), 3, &[0, 3, 4][..])
         );
     }
 
