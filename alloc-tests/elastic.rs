@@ -413,7 +413,7 @@ fn a_rank_killed_anywhere_is_survived_by_4_processes() {
 
 /// The check: 100 runs, each killing a rank at a point and moment of its own.
 #[test]
-#[ignore = "100 jobs, a few minutes: cargo test --release --test alloc-tests elastic -- --ignored"]
+#[ignore = "100 jobs, about 20 s: cargo test --release --test alloc-tests elastic -- --ignored"]
 fn a_hundred_random_kills_are_survived() {
     for seed in 0..100 {
         survive(
@@ -428,27 +428,17 @@ fn a_hundred_random_kills_are_survived() {
 /// step, and the emulator holds nothing afterwards.
 fn survive_as_threads(ranks: u32, kill: Kill) {
     let session = EmuSession::start();
-    let dir = std::env::temp_dir().join(format!(
-        "symheap-elastic-threads-{}-{}-{}",
-        std::process::id(),
-        kill.victim,
-        kill.step
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = elastic_dir(&format!("threads-{}-{}", kill.victim, kill.step), &[]);
     let outcome = symheap::emu::launch(ranks, |comm| {
         let me = comm.rank();
-        let vanish = || {
-            assert_eq!(
-                symheap::emu::testing::vanish(comm.as_raw()),
-                symheap::sys::HcclResult::HCCL_SUCCESS
-            );
+        let die = || {
+            vanish(comm);
             let record = dir.join(".lost-1.tmp");
             std::fs::write(&record, format!("{}\n", kill.victim)).unwrap();
             std::fs::rename(&record, dir.join("lost-1")).unwrap();
         };
         let world = Survivors::new(&dir, ranks, me);
-        let dies = (me == kill.victim).then_some(&vanish as _);
+        let dies = (me == kill.victim).then_some(&die as _);
         let mut worker = Worker::new(comm, world, kill, dies, false);
         let shrinks = worker.run()?;
         let after = worker.survivors.as_ref().map(Comm::rank_count);
@@ -475,7 +465,7 @@ fn a_thread_rank_vanishing_anywhere_in_a_step_is_survived() {
 
 /// The check, as threads: 100 runs, the victim, its step and its point varied.
 #[test]
-#[ignore = "100 thread jobs: cargo test --release --test alloc-tests elastic -- --ignored"]
+#[ignore = "100 thread jobs, about 10 s: cargo test --release --test alloc-tests elastic -- --ignored"]
 fn a_hundred_vanishing_thread_ranks_are_survived() {
     for seed in 0..100u32 {
         survive_as_threads(4, Kill::random(seed, 4, POINTS[seed as usize % 7]));
@@ -486,31 +476,21 @@ fn a_hundred_vanishing_thread_ranks_are_survived() {
 /// the host until written again; a tensor no such work used reads as it was.
 #[test]
 fn a_tensor_in_flight_at_the_loss_is_marked_and_refused_until_written() {
-    let session = EmuSession::start();
-    let dir = std::env::temp_dir().join(format!("symheap-elastic-marked-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("lost-1"), "2\n").unwrap();
-    let outcome = symheap::emu::launch(3, |comm| {
+    let outcome = lose_rank_2("marked", |comm, pool| {
         let me = comm.rank();
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let kept = SymVec::from_host(&pool, &pattern(me))?;
-        let input = SymVec::from_host(&pool, &vec![1.0f32; LEN])?;
-        let mut output = SymVec::<f32>::zeroed(&pool, LEN)?;
+        let kept = SymVec::from_host(pool, &pattern(me))?;
+        let input = SymVec::from_host(pool, &vec![1.0f32; LEN])?;
+        let mut output = SymVec::<f32>::zeroed(pool, LEN)?;
         pool.synchronize()?;
         if me == 2 {
-            assert_eq!(
-                symheap::emu::testing::vanish(comm.as_raw()),
-                symheap::sys::HcclResult::HCCL_SUCCESS
-            );
+            vanish(comm);
             return Ok(None);
         }
         let cut_short = pool
             .all_reduce(&input, &mut output, ReduceOp::Sum)
             .and_then(|()| pool.synchronize());
         assert!(cut_short.is_err(), "rank 2 never came");
-        let survivors = Survivors::new(&dir, 3, me).shrink(comm.runtime(), &CommConfig::new())?;
-        let report = pool.shrink(&survivors)?;
+        let report = pool.shrink(&survivors_of_rank_2(comm, "marked")?)?;
         assert!(report.interrupted_work);
         assert!(output.is_unspecified() && input.is_unspecified());
         assert!(!kept.is_unspecified());
@@ -525,29 +505,20 @@ fn a_tensor_in_flight_at_the_loss_is_marked_and_refused_until_written() {
         assert_eq!(output.to_host()?, vec![5.0; LEN]);
         Ok(Some(report.ranks_after))
     });
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(outcome.unwrap(), [Some(2), Some(2), None]);
-    session.assert_clean();
+    assert_eq!(outcome, [Some(2), Some(2), None]);
 }
 
-/// Runs `rank` on 3 thread ranks of which rank 2 vanishes (`rank` says when, by returning
-/// `None` once it should), with the loss recorded beforehand; the survivors' results.
+/// Runs `rank` on 3 thread ranks of which rank 2 vanishes (`rank` makes it [`vanish`] and
+/// returns `None`), with the loss recorded beforehand; the survivors' results.
 fn lose_rank_2<T: Send>(
     name: &str,
-    rank: impl Fn(&Comm, &SymPool, &dyn Fn()) -> symheap::Result<Option<T>> + Sync,
+    rank: impl Fn(&Comm, &SymPool) -> symheap::Result<Option<T>> + Sync,
 ) -> Vec<Option<T>> {
     let session = EmuSession::start();
-    let dir = std::env::temp_dir().join(format!("symheap-elastic-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("lost-1"), "2\n").unwrap();
+    let dir = elastic_dir(name, &["2\n"]);
     let outcome = symheap::emu::launch(3, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let vanish = || {
-            let code = symheap::emu::testing::vanish(comm.as_raw());
-            assert_eq!(code, symheap::sys::HcclResult::HCCL_SUCCESS);
-        };
-        let survived = rank(comm, &pool, &vanish)?;
+        let survived = rank(comm, &pool)?;
         drop(pool);
         Ok(survived)
     });
@@ -568,11 +539,11 @@ fn survivors_of_rank_2(comm: &Comm, name: &str) -> symheap::Result<Comm> {
 /// hash starts again from their common placement.
 #[test]
 fn the_symmetry_check_after_a_shrink_compares_calls_since() {
-    let outcome = lose_rank_2("rebased", |comm, pool, vanish| {
+    let outcome = lose_rank_2("rebased", |comm, pool| {
         let kept = SymVec::from_host(pool, &pattern(comm.rank()))?;
         pool.verify_symmetric()?;
         if comm.rank() == 2 {
-            vanish();
+            vanish(comm);
             return Ok(None);
         }
         if comm.rank() == 0 {
@@ -602,7 +573,7 @@ fn the_symmetry_check_after_a_shrink_compares_calls_since() {
 /// it must be captured again.
 #[test]
 fn a_sleeping_pool_shrinks_and_wakes_among_the_survivors() {
-    let outcome = lose_rank_2("asleep", |comm, pool, vanish| {
+    let outcome = lose_rank_2("asleep", |comm, pool| {
         let me = comm.rank();
         let kept = SymVec::from_host_with(pool, &pattern(me), AllocDesc::tagged(KEPT))?;
         let mut sum = SymVec::from_host_with(pool, &[1.0f32; 8], AllocDesc::tagged(KEPT))?;
@@ -612,7 +583,7 @@ fn a_sleeping_pool_shrinks_and_wakes_among_the_survivors() {
         assert_eq!(sum.to_host()?, [3.0; 8]);
         pool.sleep(&SleepPlan::new().offload(KEPT))?;
         if me == 2 {
-            vanish();
+            vanish(comm);
             return Ok(None);
         }
         assert!(pool.wake().is_err(), "rank 2 never comes");
@@ -632,4 +603,93 @@ fn a_sleeping_pool_shrinks_and_wakes_among_the_survivors() {
         Ok(Some(sum.to_host()?))
     });
     assert_eq!(outcome, [Some(vec![6.0; 8]), Some(vec![6.0; 8]), None]);
+}
+
+/// A fresh elastic directory for a thread test, holding `records` as `lost-1`, `lost-2`...
+fn elastic_dir(name: &str, records: &[&str]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("symheap-elastic-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (k, ranks) in records.iter().enumerate() {
+        std::fs::write(dir.join(format!("lost-{}", k + 1)), ranks).unwrap();
+    }
+    dir
+}
+
+/// Makes the thread rank of `comm` vanish as a killed process would.
+fn vanish(comm: &Comm) {
+    let code = symheap::emu::testing::vanish(comm.as_raw());
+    assert_eq!(code, symheap::sys::HcclResult::HCCL_SUCCESS);
+}
+
+/// A second loss recorded by the time the survivors read the first is folded in: they form
+/// one world without both.
+#[test]
+fn losses_recorded_together_are_survived_in_one_shrink() {
+    let session = EmuSession::start();
+    let dir = elastic_dir("two-records", &["3\n", "2\n"]);
+    let outcome = symheap::emu::launch(4, |comm| {
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let kept = SymVec::from_host(&pool, &pattern(comm.rank()))?;
+        if comm.rank() >= 2 {
+            vanish(comm);
+            return Ok(None);
+        }
+        let mut world = Survivors::new(&dir, 4, comm.rank());
+        let survivors = world.shrink(comm.runtime(), &CommConfig::new())?;
+        pool.shrink(&survivors)?;
+        assert_eq!((world.losses(), world.launch_ranks()), (2, &[0, 1][..]));
+        assert_eq!(kept.to_host()?, pattern(comm.rank()));
+        let mut sum = SymVec::from_host(&pool, &[1.0f32; 4])?;
+        pool.all_reduce_in_place(&mut sum, ReduceOp::Sum)?;
+        Ok(Some(sum.to_host()?))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        outcome.unwrap(),
+        [Some(vec![2.0; 4]), Some(vec![2.0; 4]), None, None]
+    );
+    session.assert_clean();
+}
+
+/// A rank lost while the survivors move their pool to their new world: the move fails, and
+/// is done again on the world of the survivors of both losses, every tensor still where it
+/// was.
+#[test]
+fn a_loss_during_the_shrink_is_survived_by_shrinking_again() {
+    let session = EmuSession::start();
+    let dir = elastic_dir("during-shrink", &["3\n"]);
+    let outcome = symheap::emu::launch(4, |comm| {
+        let me = comm.rank();
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        let kept = SymVec::from_host(&pool, &pattern(me))?;
+        if me == 3 {
+            vanish(comm);
+            return Ok(None);
+        }
+        let config = CommConfig::new();
+        let mut world = Survivors::new(&dir, 4, me);
+        let three = world.shrink(comm.runtime(), &config)?;
+        if me == 2 {
+            // Lost as soon as the world of three is formed, before moving its pool there.
+            vanish(&three);
+            std::fs::write(dir.join(".lost-2.tmp"), "2\n").unwrap();
+            std::fs::rename(dir.join(".lost-2.tmp"), dir.join("lost-2")).unwrap();
+            return Ok(None);
+        }
+        assert!(pool.shrink(&three).is_err(), "rank 2 never comes");
+        let two = world.shrink(comm.runtime(), &config)?;
+        let report = pool.shrink(&two)?;
+        assert_eq!((report.ranks_before, report.ranks_after), (3, 2));
+        assert_eq!(kept.to_host()?, pattern(me));
+        let mut sum = SymVec::from_host(&pool, &[1.0f32; 4])?;
+        pool.all_reduce_in_place(&mut sum, ReduceOp::Sum)?;
+        Ok(Some(sum.to_host()?))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        outcome.unwrap(),
+        [Some(vec![2.0; 4]), Some(vec![2.0; 4]), None, None]
+    );
+    session.assert_clean();
 }

@@ -91,15 +91,47 @@ impl Survivors {
     /// this process's place among the survivors, in the old order. Waits as long as
     /// [`Comm::from_env`] waits for a root info (the config's exec timeout, at least 30 s).
     ///
+    /// A later loss is folded in: one already recorded when the first is read, and one
+    /// recorded by the time making the communicator fails (a survivor lost before it joined
+    /// makes the others' init fail once its wait is over). Then the survivors of both form
+    /// the world. After a loss that came once the survivors' world was formed, call `shrink`
+    /// again (a [`SymPool::shrink`](crate::SymPool::shrink) under way fails, and can be
+    /// repeated on the next world).
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] if no loss is recorded in time (the failure was not a lost
-    /// rank, or the launcher is not elastic), the record is malformed or names ranks not in
+    /// rank, or the launcher is not elastic), a record is malformed or names ranks not in
     /// the world, or names this rank; the errors of [`RootInfo::publish`],
     /// [`RootInfo::wait_for`] and [`Comm::init`].
     pub fn shrink(&mut self, rt: &Runtime, config: &CommConfig) -> Result<Comm> {
-        let loss = self.losses + 1;
         let wait = root_info_wait(config);
-        let lost = self.read_loss(loss, wait)?;
+        let mut loss = self.losses + 1;
+        let mut lost = self.read_loss(loss, wait)?;
+        while let Some(more) = self.recorded_loss(loss + 1)? {
+            loss += 1;
+            lost.extend(more);
+        }
+        loop {
+            let world = self.world_without(loss, &lost)?;
+            match self.form(rt, config, loss, &world) {
+                Ok(comm) => {
+                    self.world = world;
+                    self.losses = loss;
+                    return Ok(comm);
+                }
+                Err(e) => match self.recorded_loss(loss + 1)? {
+                    Some(more) => {
+                        loss += 1;
+                        lost.extend(more);
+                    }
+                    None => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// The current world without `lost` (recorded up to loss `loss`), checked.
+    fn world_without(&self, loss: u32, lost: &[u32]) -> Result<Vec<u32>> {
         if lost.contains(&self.me) {
             return Err(Error::invalid(format!(
                 "{}: the launcher recorded this rank (launch rank {}) as lost",
@@ -114,12 +146,17 @@ impl Survivors {
                 self.world
             )));
         }
-        let world: Vec<u32> = self
+        Ok(self
             .world
             .iter()
             .copied()
             .filter(|r| !lost.contains(r))
-            .collect();
+            .collect())
+    }
+
+    /// Makes the communicator of `world`, the survivors up to loss `loss`: its first rank
+    /// publishes the root info as that loss's [`launch::survivors_root`].
+    fn form(&self, rt: &Runtime, config: &CommConfig, loss: u32, world: &[u32]) -> Result<Comm> {
         let Some(rank) = world.iter().position(|&r| r == self.me) else {
             return Err(Error::invalid(format!(
                 "launch rank {} is not in the world {:?}",
@@ -134,7 +171,7 @@ impl Survivors {
                 root.publish(&root_path)?;
                 root
             }
-            _ => RootInfo::wait_for(&root_path, wait)?,
+            _ => RootInfo::wait_for(&root_path, root_info_wait(config))?,
         };
         let comm = Comm::init(rt, world.len() as u32, &root, rank, config);
         if rank == 0 {
@@ -142,42 +179,43 @@ impl Survivors {
             // and a retry publishes a fresh one.
             let _ = std::fs::remove_file(&root_path);
         }
-        let comm = comm?;
-        self.world = world;
-        self.losses = loss;
-        Ok(comm)
+        comm
     }
 
     fn record(&self, loss: u32) -> PathBuf {
         self.dir.join(launch::lost_record(loss))
     }
 
+    /// The launch ranks of loss `loss`, if it is recorded now.
+    fn recorded_loss(&self, loss: u32) -> Result<Option<Vec<u32>>> {
+        let path = self.record(loss);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => parse_loss(&path, &text).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(
+                format!("cannot read the loss record {}", path.display()),
+                e,
+            )),
+        }
+    }
+
     /// The launch ranks of loss `loss`, once its record appears (at most `wait`).
     fn read_loss(&self, loss: u32, wait: Duration) -> Result<Vec<u32>> {
-        let path = self.record(loss);
         let deadline = Instant::now() + wait;
-        let text = loop {
-            match std::fs::read_to_string(&path) {
-                Ok(text) => break text,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(Error::io(
-                        format!("cannot read the loss record {}", path.display()),
-                        e,
-                    ));
-                }
+        loop {
+            if let Some(lost) = self.recorded_loss(loss)? {
+                return Ok(lost);
             }
             if Instant::now() >= deadline {
                 return Err(Error::invalid(format!(
                     "no loss was recorded in {} within {:.0} s: the failure was not a lost \
                      rank, or the job's launcher is not elastic",
-                    path.display(),
+                    self.record(loss).display(),
                     wait.as_secs_f64()
                 )));
             }
             std::thread::sleep(POLL);
-        };
-        parse_loss(&path, &text)
+        }
     }
 }
 
