@@ -61,10 +61,6 @@ impl SymPool {
     /// [`op_hash`](Self::op_hash) starts again from the survivors' common placement (their
     /// calls before the loss may differ where the loss cut some short).
     ///
-    /// The pool's old communicator is released ([`Comm::is_released`]: HCCL destroys it;
-    /// handles on it stay valid values, and their calls fail saying so): a world that lost a
-    /// rank can do nothing more, and its destroy frees what it still held.
-    ///
     /// A pool that sleeps, or whose sleep or wake the loss interrupted (it is then asleep,
     /// and poisoned), shrinks too: it stays asleep, now on `survivors`, and its
     /// [`wake`](Self::wake) registers its segments there and restores what its sleep
@@ -192,10 +188,9 @@ impl SymPool {
                 return Err(error);
             }
         };
-        // The old world can do nothing more. Its destroy frees what windows left to it still
-        // hold (those of a registration the loss broke off, which may map a sleeping
-        // segment's addresses).
-        if let Err(e) = old.release() {
+        // Windows left to the old world's destroy (those of a registration the loss broke
+        // off) may hold memory at a sleeping segment's addresses: they go now.
+        if let Err(e) = old.release_orphans_after_loss() {
             shared.runtime().record_drop_error(e);
         }
         // The survivors' histories before the loss may differ (a call the loss cut short on

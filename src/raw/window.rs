@@ -176,7 +176,7 @@ impl Window {
         };
         if let Err(e) = mapping.unmap() {
             // Tried again when the communicator is destroyed.
-            comm.adopt_orphan(Arc::new(mapping));
+            comm.adopt_orphan(None, Arc::new(mapping));
             return Err(e);
         }
         mapping.release()
@@ -189,7 +189,8 @@ impl Window {
     /// still registered when it is destroyed).
     pub(crate) fn leave_to_destroy(mut self) {
         self.deregistered = true;
-        self.comm.adopt_orphan(Arc::clone(&self.mapping));
+        self.comm
+            .adopt_orphan(Some(self.handle), Arc::clone(&self.mapping));
     }
 
     /// Deregisters; on failure hands the memory to the communicator.
@@ -205,7 +206,9 @@ impl Window {
                 bytes = self.mapping.size(),
                 "symheap: window deregistered"
             ),
-            Err(_) => self.comm.adopt_orphan(Arc::clone(&self.mapping)),
+            Err(_) => self
+                .comm
+                .adopt_orphan(Some(self.handle), Arc::clone(&self.mapping)),
         }
         result
     }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::collective_order::CollectiveOrder;
 use super::{Mapping, calls};
 use super::{Runtime, Stream};
+use crate::raw::WindowHandle;
 use crate::sys::{
     HCCL_EXP_BUFFER_BYTES, HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
 };
@@ -152,9 +153,10 @@ struct CommInner {
     /// Held around every C call that takes `raw`; it keeps where the last collective was
     /// queued, so the next one is ordered after it.
     calls: Mutex<CollectiveOrder>,
-    /// Memory of windows whose deregistration failed: still registered, so it may only be
-    /// unmapped and freed after `HcclCommDestroy` has deregistered it.
-    orphans: Mutex<Vec<Arc<Mapping>>>,
+    /// Memory of windows whose deregistration failed or was left to the destroy (with their
+    /// handles while still registered): it may only be unmapped and freed after
+    /// `HcclCommDestroy` has deregistered it, or [`Comm::release_orphans_after_loss`].
+    orphans: Mutex<Vec<(Option<WindowHandle>, Arc<Mapping>)>>,
     /// The scratch memory of [`Comm::agree`], made at its first use.
     agreement: Mutex<Option<Arc<Mapping>>>,
     /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
@@ -509,14 +511,42 @@ impl Comm {
         &self.inner.agreement
     }
 
-    /// Keeps the memory of a window whose deregistration failed until the communicator is
-    /// destroyed (which deregisters it), so it is never freed while still registered.
-    pub(crate) fn adopt_orphan(&self, mapping: Arc<Mapping>) {
+    /// Keeps the memory of a window whose deregistration failed, or was left to the destroy,
+    /// until the communicator is destroyed (which deregisters it), so it is never freed while
+    /// still registered. `window` is its handle if it is still registered.
+    pub(crate) fn adopt_orphan(&self, window: Option<WindowHandle>, mapping: Arc<Mapping>) {
         self.inner
             .orphans
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(mapping);
+            .push((window, mapping));
+    }
+
+    /// After the loss of a peer, deregisters the windows left to the destroy, each on this
+    /// rank alone (a deregistration whose peer is gone makes no exchange, as HCCL's makes
+    /// none), and frees their memory: it may be where a pool maps its memory again. An
+    /// orphan whose deregistration fails stays for the destroy. The first failure.
+    pub(crate) fn release_orphans_after_loss(&self) -> Result<()> {
+        let orphans =
+            std::mem::take(&mut *self.inner.orphans.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut result = Ok(());
+        for (window, mapping) in orphans {
+            let deregistered = window.map_or(Ok(()), |w| {
+                self.serialised(|_| {
+                    // SAFETY: a window registered on this communicator and never
+                    // deregistered: its owner left it here instead.
+                    unsafe { calls::HcclCommSymWinDeregister(&self.inner.rt, w.as_raw()) }
+                })
+            });
+            match deregistered {
+                Ok(()) => drop(mapping),
+                Err(e) => {
+                    self.adopt_orphan(window, mapping);
+                    result = result.and(Err(e));
+                }
+            }
+        }
+        result
     }
 
     /// Enqueues a barrier across all ranks on `stream`.
