@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use symheap::{
-    AllocDesc, Comm, CommConfig, PoolConfig, ReduceOp, Runtime, SleepPlan, Stream, Survivors,
-    SymGraph, SymPool, SymVec,
+    AllocDesc, Comm, CommConfig, GroupSizes, ParallelGroups, PoolConfig, ReduceOp, Runtime,
+    SleepPlan, Stream, Survivors, SymGraph, SymPool, SymVec,
 };
 
 use crate::harness::EmuSession;
@@ -695,6 +695,72 @@ fn a_loss_during_the_shrink_is_survived_by_shrinking_again() {
     assert_eq!(
         outcome.unwrap(),
         [Some(vec![2.0; 4]), Some(vec![2.0; 4]), None, None]
+    );
+    session.assert_clean();
+}
+
+/// A pool attached to tensor-parallel pairs loses a whole pair: the survivors shrink, split
+/// their groups again from their world with the new sizes, attach the new pair, and run
+/// collectives in it and in their world, every tensor where it was.
+#[test]
+fn groups_are_split_again_from_the_survivors_world() {
+    let session = EmuSession::start();
+    let dir = elastic_dir("groups", &["4\n5\n"]);
+    let outcome = symheap::emu::launch(6, |comm| {
+        let me = comm.rank();
+        let groups = ParallelGroups::new(
+            comm,
+            GroupSizes {
+                tp: 2,
+                dp: 3,
+                ep: 6,
+            },
+        )?;
+        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
+        pool.attach(groups.tp())?;
+        let kept = SymVec::from_host(&pool, &pattern(me))?;
+        let mut pair = SymVec::from_host(&pool, &[me as f32; 4])?;
+        pool.on_group(groups.tp())?
+            .all_reduce_in_place(&mut pair, ReduceOp::Sum)?;
+        assert_eq!(pair.to_host()?, [(me & !1) as f32 * 2.0 + 1.0; 4]);
+        if me >= 4 {
+            [comm, groups.tp(), groups.dp()]
+                .into_iter()
+                .for_each(vanish);
+            return Ok(None);
+        }
+        let world = Survivors::new(&dir, 6, me).shrink(comm.runtime(), &CommConfig::new())?;
+        drop(groups);
+        pool.shrink(&world)?;
+        assert!(pool.attached().is_empty(), "the old pairs are detached");
+        let groups = ParallelGroups::new(
+            &world,
+            GroupSizes {
+                tp: 2,
+                dp: 2,
+                ep: 4,
+            },
+        )?;
+        pool.attach(groups.tp())?;
+        pool.on_group(groups.tp())?
+            .all_reduce_in_place(&mut pair, ReduceOp::Sum)?;
+        let mut all = SymVec::from_host(&pool, &[1.0f32; 4])?;
+        pool.all_reduce_in_place(&mut all, ReduceOp::Sum)?;
+        assert_eq!(kept.to_host()?, pattern(me));
+        Ok(Some((pair.to_host()?[0], all.to_host()?[0])))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    // Each pair's sum, summed again in the same pair; 4 survivors in the world.
+    assert_eq!(
+        outcome.unwrap(),
+        [
+            Some((2.0, 4.0)),
+            Some((2.0, 4.0)),
+            Some((10.0, 4.0)),
+            Some((10.0, 4.0)),
+            None,
+            None
+        ]
     );
     session.assert_clean();
 }
