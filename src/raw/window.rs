@@ -190,7 +190,7 @@ impl Window {
     pub(crate) fn leave_to_destroy(mut self) {
         self.deregistered = true;
         self.comm
-            .adopt_orphan(Some(self.handle), Arc::clone(&self.mapping));
+            .adopt_orphan(Some(self.handle.0), Arc::clone(&self.mapping));
     }
 
     /// Deregisters; on failure hands the memory to the communicator.
@@ -208,7 +208,7 @@ impl Window {
             ),
             Err(_) => self
                 .comm
-                .adopt_orphan(Some(self.handle), Arc::clone(&self.mapping)),
+                .adopt_orphan(Some(self.handle.0), Arc::clone(&self.mapping)),
         }
         result
     }

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use super::collective_order::CollectiveOrder;
 use super::{Mapping, calls};
 use super::{Runtime, Stream};
-use crate::raw::WindowHandle;
 use crate::sys::{
-    HCCL_EXP_BUFFER_BYTES, HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclResult, HcclRootInfo,
+    HCCL_EXP_BUFFER_BYTES, HCCL_ROOT_INFO_BYTES, HcclComm, HcclCommConfig, HcclCommSymWindow,
+    HcclResult, HcclRootInfo,
 };
 use crate::{Error, Result};
 
@@ -154,9 +154,9 @@ struct CommInner {
     /// queued, so the next one is ordered after it.
     calls: Mutex<CollectiveOrder>,
     /// Memory of windows whose deregistration failed or was left to the destroy (with their
-    /// handles while still registered): it may only be unmapped and freed after
-    /// `HcclCommDestroy` has deregistered it, or [`Comm::release_orphans_after_loss`].
-    orphans: Mutex<Vec<(Option<WindowHandle>, Arc<Mapping>)>>,
+    /// handles, as addresses, while still registered): it may only be unmapped and freed
+    /// after `HcclCommDestroy` has deregistered it, or [`Comm::release_orphans_after_loss`].
+    orphans: Mutex<Vec<(Option<usize>, Arc<Mapping>)>>,
     /// The scratch memory of [`Comm::agree`], made at its first use.
     agreement: Mutex<Option<Arc<Mapping>>>,
     /// Whether it expands collectives on the AI CPU, the one mode that uses windows.
@@ -513,8 +513,9 @@ impl Comm {
 
     /// Keeps the memory of a window whose deregistration failed, or was left to the destroy,
     /// until the communicator is destroyed (which deregisters it), so it is never freed while
-    /// still registered. `window` is its handle if it is still registered.
-    pub(crate) fn adopt_orphan(&self, window: Option<WindowHandle>, mapping: Arc<Mapping>) {
+    /// still registered. `window` is its handle (`HcclCommSymWindow`, as an address) if it is
+    /// still registered.
+    pub(crate) fn adopt_orphan(&self, window: Option<usize>, mapping: Arc<Mapping>) {
         self.inner
             .orphans
             .lock()
@@ -535,7 +536,9 @@ impl Comm {
                 self.serialised(|_| {
                     // SAFETY: a window registered on this communicator and never
                     // deregistered: its owner left it here instead.
-                    unsafe { calls::HcclCommSymWinDeregister(&self.inner.rt, w.as_raw()) }
+                    unsafe {
+                        calls::HcclCommSymWinDeregister(&self.inner.rt, w as HcclCommSymWindow)
+                    }
                 })
             });
             match deregistered {
