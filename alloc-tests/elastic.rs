@@ -10,6 +10,7 @@
 //! go on: every tensor kept across the loss must hold what it held, and every step after it
 //! must give the survivors' sums.
 
+use std::path::Path;
 use std::time::Duration;
 
 use symheap::{
@@ -514,17 +515,20 @@ fn a_tensor_in_flight_at_the_loss_is_marked_and_refused_until_written() {
     assert_eq!(outcome, [Some(2), Some(2), None]);
 }
 
-/// Runs `rank` on 3 thread ranks of which rank 2 vanishes (`rank` makes it [`vanish`] and
-/// returns `None`), with the loss recorded beforehand; the survivors' results.
-fn lose_rank_2<T: Send>(
+/// Runs `rank` on `ranks` thread ranks with a pool each and the losses `records` recorded
+/// beforehand in the elastic directory it is given (the lost ranks [`vanish`] and return
+/// `None`); the ranks' results, once the emulator is checked to hold nothing.
+fn lose_ranks<T: Send>(
     name: &str,
-    rank: impl Fn(&Comm, &SymPool) -> symheap::Result<Option<T>> + Sync,
+    ranks: u32,
+    records: &[&str],
+    rank: impl Fn(&Comm, &SymPool, &Path) -> symheap::Result<Option<T>> + Sync,
 ) -> Vec<Option<T>> {
     let session = EmuSession::start();
-    let dir = elastic_dir(name, &["2\n"]);
-    let outcome = symheap::emu::launch(3, |comm| {
+    let dir = elastic_dir(name, records);
+    let outcome = symheap::emu::launch(ranks, |comm| {
         let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let survived = rank(comm, &pool)?;
+        let survived = rank(comm, &pool, &dir)?;
         drop(pool);
         Ok(survived)
     });
@@ -532,6 +536,23 @@ fn lose_rank_2<T: Send>(
     let outcome = outcome.unwrap();
     session.assert_clean();
     outcome
+}
+
+/// [`lose_ranks`] of 3 ranks of which rank 2 is lost.
+fn lose_rank_2<T: Send>(
+    name: &str,
+    rank: impl Fn(&Comm, &SymPool) -> symheap::Result<Option<T>> + Sync,
+) -> Vec<Option<T>> {
+    lose_ranks(name, 3, &["2\n"], |comm, pool, _| rank(comm, pool))
+}
+
+/// What survivors check at the end: `kept` holds launch rank `me`'s pattern, and an
+/// AllReduce of ones in the pool's world sums to its rank count.
+fn check_survivor(pool: &SymPool, kept: &SymVec<f32>, me: u32) -> symheap::Result<Vec<f32>> {
+    assert_eq!(kept.to_host()?, pattern(me));
+    let mut sum = SymVec::from_host(pool, &[1.0f32; 4])?;
+    pool.all_reduce_in_place(&mut sum, ReduceOp::Sum)?;
+    sum.to_host()
 }
 
 /// The survivors' world of [`lose_rank_2`], for rank `comm.rank()`.
@@ -631,30 +652,20 @@ fn vanish(comm: &Comm) {
 /// one world without both.
 #[test]
 fn losses_recorded_together_are_survived_in_one_shrink() {
-    let session = EmuSession::start();
-    let dir = elastic_dir("two-records", &["3\n", "2\n"]);
-    let outcome = symheap::emu::launch(4, |comm| {
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let kept = SymVec::from_host(&pool, &pattern(comm.rank()))?;
+    let outcome = lose_ranks("two-records", 4, &["3\n", "2\n"], |comm, pool, dir| {
+        let kept = SymVec::from_host(pool, &pattern(comm.rank()))?;
         if comm.rank() >= 2 {
             vanish(comm);
             return Ok(None);
         }
-        let mut world = Survivors::new(&dir, 4, comm.rank());
+        let mut world = Survivors::new(dir, 4, comm.rank());
         let survivors = world.shrink(comm.runtime(), &CommConfig::new())?;
         pool.shrink(&survivors)?;
         assert_eq!((world.losses(), world.launch_ranks()), (2, &[0, 1][..]));
-        assert_eq!(kept.to_host()?, pattern(comm.rank()));
-        let mut sum = SymVec::from_host(&pool, &[1.0f32; 4])?;
-        pool.all_reduce_in_place(&mut sum, ReduceOp::Sum)?;
-        Ok(Some(sum.to_host()?))
+        check_survivor(pool, &kept, comm.rank()).map(Some)
     });
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        outcome.unwrap(),
-        [Some(vec![2.0; 4]), Some(vec![2.0; 4]), None, None]
-    );
-    session.assert_clean();
+    let two = Some(vec![2.0; 4]);
+    assert_eq!(outcome, [two.clone(), two, None, None]);
 }
 
 /// A rank lost while the survivors move their pool to their new world: the move fails, and
@@ -662,18 +673,15 @@ fn losses_recorded_together_are_survived_in_one_shrink() {
 /// was.
 #[test]
 fn a_loss_during_the_shrink_is_survived_by_shrinking_again() {
-    let session = EmuSession::start();
-    let dir = elastic_dir("during-shrink", &["3\n"]);
-    let outcome = symheap::emu::launch(4, |comm| {
+    let outcome = lose_ranks("during-shrink", 4, &["3\n"], |comm, pool, dir| {
         let me = comm.rank();
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
-        let kept = SymVec::from_host(&pool, &pattern(me))?;
+        let kept = SymVec::from_host(pool, &pattern(me))?;
         if me == 3 {
             vanish(comm);
             return Ok(None);
         }
         let config = CommConfig::new();
-        let mut world = Survivors::new(&dir, 4, me);
+        let mut world = Survivors::new(dir, 4, me);
         let three = world.shrink(comm.runtime(), &config)?;
         if me == 2 {
             // Lost as soon as the world of three is formed, before moving its pool there.
@@ -686,17 +694,10 @@ fn a_loss_during_the_shrink_is_survived_by_shrinking_again() {
         let two = world.shrink(comm.runtime(), &config)?;
         let report = pool.shrink(&two)?;
         assert_eq!((report.ranks_before, report.ranks_after), (3, 2));
-        assert_eq!(kept.to_host()?, pattern(me));
-        let mut sum = SymVec::from_host(&pool, &[1.0f32; 4])?;
-        pool.all_reduce_in_place(&mut sum, ReduceOp::Sum)?;
-        Ok(Some(sum.to_host()?))
+        check_survivor(pool, &kept, me).map(Some)
     });
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(
-        outcome.unwrap(),
-        [Some(vec![2.0; 4]), Some(vec![2.0; 4]), None, None]
-    );
-    session.assert_clean();
+    let two = Some(vec![2.0; 4]);
+    assert_eq!(outcome, [two.clone(), two, None, None]);
 }
 
 /// A pool attached to tensor-parallel pairs loses a whole pair: the survivors shrink, split
@@ -704,9 +705,7 @@ fn a_loss_during_the_shrink_is_survived_by_shrinking_again() {
 /// collectives in it and in their world, every tensor where it was.
 #[test]
 fn groups_are_split_again_from_the_survivors_world() {
-    let session = EmuSession::start();
-    let dir = elastic_dir("groups", &["4\n5\n"]);
-    let outcome = symheap::emu::launch(6, |comm| {
+    let outcome = lose_ranks("groups", 6, &["4\n5\n"], |comm, pool, dir| {
         let me = comm.rank();
         let groups = ParallelGroups::new(
             comm,
@@ -716,20 +715,25 @@ fn groups_are_split_again_from_the_survivors_world() {
                 ep: 6,
             },
         )?;
-        let pool = SymPool::new(comm, PoolConfig::new(4 << 20))?;
         pool.attach(groups.tp())?;
-        let kept = SymVec::from_host(&pool, &pattern(me))?;
-        let mut pair = SymVec::from_host(&pool, &[me as f32; 4])?;
-        pool.on_group(groups.tp())?
-            .all_reduce_in_place(&mut pair, ReduceOp::Sum)?;
-        assert_eq!(pair.to_host()?, [(me & !1) as f32 * 2.0 + 1.0; 4]);
+        let kept = SymVec::from_host(pool, &pattern(me))?;
+        let mut pair = SymVec::from_host(pool, &[me as f32; 4])?;
+        let pair_sum = |pool: &SymPool, tp: &Comm, pair: &mut SymVec<f32>| {
+            pool.on_group(tp)?
+                .all_reduce_in_place(pair, ReduceOp::Sum)?;
+            pair.to_host()
+        };
+        assert_eq!(
+            pair_sum(pool, groups.tp(), &mut pair)?,
+            [(me & !1) as f32 * 2.0 + 1.0; 4]
+        );
         if me >= 4 {
             [comm, groups.tp(), groups.dp()]
                 .into_iter()
                 .for_each(vanish);
             return Ok(None);
         }
-        let world = Survivors::new(&dir, 6, me).shrink(comm.runtime(), &CommConfig::new())?;
+        let world = Survivors::new(dir, 6, me).shrink(comm.runtime(), &CommConfig::new())?;
         drop(groups);
         pool.shrink(&world)?;
         assert!(pool.attached().is_empty(), "the old pairs are detached");
@@ -742,25 +746,10 @@ fn groups_are_split_again_from_the_survivors_world() {
             },
         )?;
         pool.attach(groups.tp())?;
-        pool.on_group(groups.tp())?
-            .all_reduce_in_place(&mut pair, ReduceOp::Sum)?;
-        let mut all = SymVec::from_host(&pool, &[1.0f32; 4])?;
-        pool.all_reduce_in_place(&mut all, ReduceOp::Sum)?;
-        assert_eq!(kept.to_host()?, pattern(me));
-        Ok(Some((pair.to_host()?[0], all.to_host()?[0])))
+        let pair = pair_sum(pool, groups.tp(), &mut pair)?;
+        Ok(Some((pair[0], check_survivor(pool, &kept, me)?[0])))
     });
-    let _ = std::fs::remove_dir_all(&dir);
     // Each pair's sum, summed again in the same pair; 4 survivors in the world.
-    assert_eq!(
-        outcome.unwrap(),
-        [
-            Some((2.0, 4.0)),
-            Some((2.0, 4.0)),
-            Some((10.0, 4.0)),
-            Some((10.0, 4.0)),
-            None,
-            None
-        ]
-    );
-    session.assert_clean();
+    let (low, high) = (Some((2.0, 4.0)), Some((10.0, 4.0)));
+    assert_eq!(outcome, [low, low, high, high, None, None]);
 }
