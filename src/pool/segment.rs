@@ -192,6 +192,11 @@ impl Segment {
         result
     }
 
+    /// Whether the segment has memory (it does unless its pool sleeps).
+    pub(super) fn is_mapped(&self) -> bool {
+        self.mapping.is_some()
+    }
+
     /// [`unregister`](Self::unregister)s a segment that has memory; one that sleeps is left
     /// as it is.
     pub(super) fn unregister_if_mapped(&mut self) -> Result<()> {

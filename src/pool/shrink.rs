@@ -139,6 +139,12 @@ impl SymPool {
         // is what the loss may have cut short.
         let cut_short = shared.epoch.fetch_add(1, Ordering::AcqRel);
         let failed = shared.drain_after_loss(&mut state).is_err() || shared.failure.is_set();
+        // Windows left to the old world's destroy (those of a registration the loss broke
+        // off) may hold memory at a sleeping segment's addresses: they go now, whatever
+        // happens next (a shrink that fails is repeated on another world).
+        if let Err(e) = old.release_orphans_after_loss() {
+            shared.runtime().record_drop_error(e);
+        }
         // The groups held the lost ranks; each segment's windows in them go with its rebind.
         state.groups.clear();
         state.names.truncate(1);
@@ -155,18 +161,27 @@ impl SymPool {
         }
         let keys: Vec<usize> = state.segments.iter().map(|(key, _)| key).collect();
         let asleep = state.sleep.is_asleep();
+        // Which segments have memory: all of them awake, none asleep, unless a wake the loss
+        // interrupted left some mapped (and registered in groups, which every rank must
+        // deregister alike).
+        let mapped: Vec<u64> = (keys.iter())
+            .map(|&key| u64::from(state.segments[key].is_mapped()))
+            .collect();
         // From here on the pool is half moved until every segment is rebound and the heaps
         // compared: any failure poisons it (its windows may be gone, its peers elsewhere).
         let moved = (|| {
-            let heaps =
-                survivors.gather_words(fold_words([state.placement_hash(), asleep.into()]))?;
+            let mine = [state.placement_hash(), asleep.into()]
+                .into_iter()
+                .chain(mapped);
+            let heaps = survivors.gather_words(fold_words(mine))?;
             let differing: Vec<usize> =
                 (1..heaps.len()).filter(|&r| heaps[r] != heaps[0]).collect();
             if !differing.is_empty() {
                 return Err(Error::Asymmetric(format!(
                     "shrink: the pools of survivors {differing:?} differ from survivor 0's: \
                      the ranks allocated or freed differently before or after the loss, so \
-                     their tensors are not at the same offsets, or some sleep and others not"
+                     their tensors are not at the same offsets, or some sleep and others not \
+                     (or a wake the loss interrupted mapped different segments)"
                 )));
             }
             if asleep {
@@ -188,11 +203,6 @@ impl SymPool {
                 return Err(error);
             }
         };
-        // Windows left to the old world's destroy (those of a registration the loss broke
-        // off) may hold memory at a sleeping segment's addresses: they go now.
-        if let Err(e) = old.release_orphans_after_loss() {
-            shared.runtime().record_drop_error(e);
-        }
         // The survivors' histories before the loss may differ (a call the loss cut short on
         // some of them only); their placements are the same: the op hash starts from there.
         state.rebase_op_hash(survivors.rank_count());

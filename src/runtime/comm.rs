@@ -530,6 +530,10 @@ impl Comm {
     pub(crate) fn release_orphans_after_loss(&self) -> Result<()> {
         let orphans =
             std::mem::take(&mut *self.inner.orphans.lock().unwrap_or_else(|e| e.into_inner()));
+        if self.is_released() {
+            // The destroy deregistered them; a handle adopted since is gone with it.
+            return Ok(());
+        }
         let mut result = Ok(());
         for (window, mapping) in orphans {
             let deregistered = window.map_or(Ok(()), |w| {

@@ -91,12 +91,12 @@ impl Survivors {
     /// this process's place among the survivors, in the old order. Waits as long as
     /// [`Comm::from_env`] waits for a root info (the config's exec timeout, at least 30 s).
     ///
-    /// A later loss is folded in: one already recorded when the first is read, and one
-    /// recorded by the time making the communicator fails (a survivor lost before it joined
-    /// makes the others' init fail once its wait is over). Then the survivors of both form
-    /// the world. After a loss that came once the survivors' world was formed, call `shrink`
-    /// again (a [`SymPool::shrink`](crate::SymPool::shrink) under way fails, and can be
-    /// repeated on the next world).
+    /// A later loss recorded by the time making the communicator fails is folded in: a
+    /// survivor lost before it joined makes every other's init fail once its join timeout is
+    /// over (every one of them, so all of them fold the same record), and then the survivors
+    /// of both losses form the world. After a loss that came once the survivors' world was
+    /// formed, call `shrink` again (a [`SymPool::shrink`](crate::SymPool::shrink) under way
+    /// fails, and can be repeated on the next world).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if no loss is recorded in time (the failure was not a lost
@@ -107,10 +107,6 @@ impl Survivors {
         let wait = root_info_wait(config);
         let mut loss = self.losses + 1;
         let mut lost = self.read_loss(loss, wait)?;
-        while let Some(more) = self.recorded_loss(loss + 1)? {
-            loss += 1;
-            lost.extend(more);
-        }
         loop {
             let world = self.world_without(loss, &lost)?;
             match self.form(rt, config, loss, &world) {

@@ -3,9 +3,11 @@
 //! The hub records every other rank's end on the board and wakes the ranks waiting there;
 //! its own end nobody records. A rank waiting on the board looks at the hub only when its
 //! wait's slice ends (up to 100 ms, kept long so that waiting costs no CPU), so the survivors
-//! of the hub's process learned of its loss up to 100 ms late. A thread per rendezvous
-//! sleeps in `poll` on the hub's pidfd instead, and wakes the board's waiters when it ends.
+//! of the hub's process learned of its loss up to 100 ms late. A thread per rendezvous (a
+//! rank's end of a communicator) sleeps in `poll` on the hub's pidfd instead, and wakes the
+//! board's waiters when it ends.
 
+use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -16,8 +18,9 @@ use crate::ipc::wire::poll_readable;
 
 /// The watch; it ends when dropped.
 pub(crate) struct HubWatch {
-    /// Closed on drop: its peer, which the thread polls too, then reads as hung up.
-    _stop: UnixStream,
+    /// Written to on drop: its peer, which the thread polls too, then reads as readable. (Not
+    /// only closed: a child `fork()`ed since may hold it open.)
+    stop: UnixStream,
 }
 
 impl HubWatch {
@@ -40,6 +43,12 @@ impl HubWatch {
                 }
             })
             .ok()?;
-        Some(HubWatch { _stop: stop })
+        Some(HubWatch { stop })
+    }
+}
+
+impl Drop for HubWatch {
+    fn drop(&mut self) {
+        let _ = self.stop.write_all(&[1]);
     }
 }
