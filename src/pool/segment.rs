@@ -200,9 +200,9 @@ impl Segment {
     /// [`unregister`](Self::unregister)s a segment that has memory; one that sleeps is left
     /// as it is.
     pub(super) fn unregister_if_mapped(&mut self) -> Result<()> {
-        match self.mapping {
-            Some(_) => self.unregister(),
-            None => Ok(()),
+        match self.is_mapped() {
+            true => self.unregister(),
+            false => Ok(()),
         }
     }
 

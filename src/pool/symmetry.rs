@@ -78,7 +78,7 @@ impl PoolShared {
     /// Every rank's `mine`, in rank order: an AllGather through the pool's check block on
     /// the pool's stream, waited for. With the state lock held (the check block is only ever
     /// used under it, and every use ends with a synchronisation).
-    pub(crate) fn gather_word(&self, state: &PoolState, mine: u64) -> Result<Vec<u64>> {
+    fn gather_word(&self, state: &PoolState, mine: u64) -> Result<Vec<u64>> {
         let ranks = self.comm().rank_count() as usize;
         let check_block = state
             .check_block

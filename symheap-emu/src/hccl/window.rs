@@ -242,10 +242,11 @@ impl Drop for Window {
     fn drop(&mut self) {
         let mut unmapped = true;
         let mut later = Vec::new();
+        let peers_gone = *self.peers_gone.get_mut();
         for r in 0..self.heap.n {
             let at = self.peer_addr(r, 0);
             memory::remove_window_region(at);
-            if r != self.heap.rank && self.peers_gone.load(Ordering::Relaxed) {
+            if r != self.heap.rank && peers_gone {
                 later.push(at);
                 continue;
             }

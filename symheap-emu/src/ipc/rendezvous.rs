@@ -275,8 +275,8 @@ impl Rendezvous {
     /// Makes this rank vanish as a killed process would (a test's stand-in, for ranks as
     /// threads): it posts no further step (a post under way finishes first, as a process's
     /// last store does before it dies; one still waiting for a peer to read this rank's
-    /// previous post gives up, as a killed process's would), and its connection to the hub closes without a
-    /// LEAVE, so the hub records it lost and its peers' steps fail at once.
+    /// previous post gives up, as a killed process's would), and its connection to the hub
+    /// closes without a LEAVE, so the hub records it lost and its peers' steps fail at once.
     pub(crate) fn vanish(&self) {
         self.vanished.store(true, Ordering::SeqCst);
         // A post waiting for a peer to read this rank's previous one gives up.
@@ -499,12 +499,7 @@ impl Rendezvous {
         let buffer = (self.posts.fetch_add(1, Ordering::Relaxed) % 2) as usize;
         let board = &self.board;
         self.posting.fetch_add(1, Ordering::SeqCst);
-        if self.vanished.load(Ordering::SeqCst) {
-            self.posting.fetch_sub(1, Ordering::SeqCst);
-            return Err(RvError::Lost {
-                ranks: vec![self.rank as u32],
-            });
-        }
+        // A vanished rank posts nothing: `post` gives up at once, or once woken.
         let vanished = || self.vanished.load(Ordering::SeqCst);
         let posted = board.post(self.rank, buffer, step, payload, deadline, vanished);
         self.posting.fetch_sub(1, Ordering::SeqCst);
